@@ -1,0 +1,184 @@
+//! Command-line types (clap derive): one `Args` struct per subcommand.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const MAIN_EXAMPLES: &str = "\
+Examples:
+  ralph init \"Add OAuth login\" --criterion \"GET /login redirects\" --test-command \"cargo test\"
+  ralph run                      # loop on RALPH_TASK.md with the default agent (copilot)
+  ralph run --agent claude --max-iterations 10 --timeout 30m
+  ralph run --agent-cmd 'my-agent --prompt-file {prompt_file}' --yes
+  ralph status --json";
+
+/// Supervise autonomous coding-agent loops: a fresh agent process per iteration, progress judged
+/// from the repository, every iteration committed and logged.
+#[derive(Debug, Parser)]
+#[command(name = "ralph", version, after_help = MAIN_EXAMPLES, propagate_version = true)]
+pub struct Cli {
+    /// Work in DIR instead of the current directory.
+    #[arg(short = 'C', global = true, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+
+    /// More diagnostics on stderr (repeat for more; also `RALPH_LOG=debug`).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// Only errors, warnings and the final summary.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// When to colour the output (`NO_COLOR` is honoured with `auto`).
+    #[arg(long, global = true, value_enum, default_value_t = ColorWhen::Auto, value_name = "WHEN")]
+    pub color: ColorWhen,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Scaffold RALPH_TASK.md and the .ralph/ state directory.
+    #[command(after_help = INIT_EXAMPLES)]
+    Init(InitArgs),
+    /// Run the loop until the task is complete or a halt rule fires.
+    #[command(after_help = RUN_EXAMPLES)]
+    Run(RunArgs),
+    /// Report the current or last run, without taking the lock.
+    #[command(after_help = STATUS_EXAMPLES)]
+    Status(StatusArgs),
+}
+
+const INIT_EXAMPLES: &str = "\
+Examples:
+  ralph init \"Add OAuth login\" --criterion \"GET /login redirects to the provider\" \\
+             --criterion \"Token refresh is covered by a test\" --test-command \"cargo test\"
+  ralph init \"Port the CLI to clap 4\" --max-iterations 20 --agent claude
+  ralph init --force             # overwrite an existing RALPH_TASK.md";
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  ralph run                                  # RALPH_TASK.md with the configured agent
+  ralph run docs/tasks/login.md --agent claude --timeout 30m --max-iterations 20
+  ralph run --agent-cmd 'aider --yes --message {prompt}'
+  ralph run --agent-cmd './my-agent.sh'      # the prompt arrives on stdin
+  ralph run --dry-run                        # show mode, agent argv, limits and the first prompt
+  ralph run --yes --test-command 'cargo test' # unattended: never ask";
+
+const STATUS_EXAMPLES: &str = "\
+Examples:
+  ralph status
+  ralph status --json | jq .halt_reason";
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// What the task is; becomes the `task` field and the `# Task:` title.
+    pub description: Option<String>,
+
+    /// A success criterion (repeatable); without any, example criteria to edit are written.
+    #[arg(long = "criterion", value_name = "TEXT")]
+    pub criteria: Vec<String>,
+
+    /// Shell command that must pass before the task counts as complete.
+    #[arg(long, value_name = "CMD")]
+    pub test_command: Option<String>,
+
+    /// Iteration cap written to the frontmatter.
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_iterations: u32,
+
+    /// Agent written to the frontmatter (copilot, claude, codex, gemini).
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+
+    /// Overwrite an existing task file.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The task file (default: RALPH_TASK.md).
+    #[arg(value_name = "TARGET")]
+    pub targets: Vec<String>,
+
+    #[command(flatten)]
+    pub options: RunOptions,
+
+    /// Resolve everything and print it (mode, agent argv, limits, first prompt); spawn nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// The options of `run` that are also configuration (SPEC §10): flags win over `RALPH_*`
+/// variables, which win over the task's frontmatter and the config files.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunOptions {
+    /// Agent preset: copilot, claude, codex or gemini.
+    #[arg(
+        long,
+        env = "RALPH_AGENT",
+        value_name = "NAME",
+        conflicts_with = "agent_cmd"
+    )]
+    pub agent: Option<String>,
+
+    /// Custom agent command; `{prompt}` or `{prompt_file}` mark where the prompt goes, else stdin.
+    #[arg(long, env = "RALPH_AGENT_CMD", value_name = "TEMPLATE")]
+    pub agent_cmd: Option<String>,
+
+    /// Stop after N iterations (default 50).
+    #[arg(long, env = "RALPH_MAX_ITERATIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_iterations: Option<u32>,
+
+    /// Wall-clock limit per iteration, e.g. `30m`.
+    #[arg(long, env = "RALPH_TIMEOUT", value_name = "DUR")]
+    pub timeout: Option<humantime::Duration>,
+
+    /// Stop an iteration whose agent printed nothing for DUR.
+    #[arg(long, env = "RALPH_IDLE_TIMEOUT", value_name = "DUR")]
+    pub idle_timeout: Option<humantime::Duration>,
+
+    /// Time between SIGTERM and SIGKILL when stopping the agent (default 10s; 0 kills at once).
+    #[arg(long, env = "RALPH_GRACE", value_name = "DUR")]
+    pub grace: Option<humantime::Duration>,
+
+    /// Shell command run after every iteration; completion needs it to pass.
+    #[arg(long, env = "RALPH_TEST_COMMAND", value_name = "CMD")]
+    pub test_command: Option<String>,
+
+    /// Also require `<promise>WORD</promise>` in the agent's final message to complete.
+    #[arg(long, env = "RALPH_COMPLETION_PROMISE", value_name = "WORD")]
+    pub completion_promise: Option<String>,
+
+    /// Iterations without progress before the STUCK ALERT (default 3; twice this halts).
+    #[arg(long, env = "RALPH_STUCK_THRESHOLD", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub stuck_threshold: Option<u32>,
+
+    /// Do not commit; the fingerprint still reflects the tree.
+    #[arg(long, env = "RALPH_NO_COMMIT")]
+    pub no_commit: bool,
+
+    /// Unattended: never ask, take the documented default.
+    #[arg(long, short = 'y', env = "RALPH_YES")]
+    pub yes: bool,
+
+    /// Show the agent's full output live.
+    #[arg(long)]
+    pub stream: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// One JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}

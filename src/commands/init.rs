@@ -1,0 +1,120 @@
+//! `ralph init`: scaffold RALPH_TASK.md and the `.ralph/` state directory.
+
+use std::io::{IsTerminal, Write};
+
+use super::Context;
+use crate::cli::InitArgs;
+use crate::error::{Error, Result, exit};
+use crate::git::Repo;
+use crate::state::RalphDir;
+use crate::task::TASK_FILE;
+use crate::task::document::parse_task_bytes;
+
+const EXAMPLE_CRITERIA: &[&str] = &[
+    "EXAMPLE — replace me: a specific, verifiable outcome (e.g. `GET /health` returns 200)",
+    "EXAMPLE — replace me: another outcome one iteration can finish (e.g. `cargo test` passes)",
+];
+
+pub fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
+    let ui = ctx.ui;
+    let repo = Repo::discover(&ctx.cwd)?;
+    let path = ctx.cwd.join(TASK_FILE);
+    if path.exists() && !args.force {
+        return Err(Error::user(format!("`{}` already exists", path.display()))
+            .with_hint("edit it, or pass --force to overwrite it"));
+    }
+    if let Some(agent) = &args.agent
+        && !crate::agent::PRESETS.iter().any(|(n, _)| n == agent)
+    {
+        return Err(Error::user(format!("unknown agent `{agent}`"))
+            .with_hint("use one of copilot, claude, codex, gemini"));
+    }
+    let description = match &args.description {
+        Some(d) if !d.trim().is_empty() => d.trim().to_string(),
+        Some(_) => return Err(Error::user("the task description is empty")),
+        None if std::io::stdin().is_terminal() => ask("Describe the task: ")?,
+        None => "Describe the task here".to_string(),
+    };
+    let text = render(&description, args);
+    // What we write must be what `ralph run` accepts.
+    parse_task_bytes(&path, text.as_bytes())?;
+    std::fs::write(&path, &text).map_err(|e| Error::file("write", &path, e))?;
+
+    let rd = RalphDir::new(repo.root());
+    let total = args.criteria.len().max(EXAMPLE_CRITERIA.len());
+    let created = rd.scaffold(&task_name(&description), total, args.max_iterations)?;
+
+    ui.plain(&format!("wrote {}", path.display()));
+    for c in created {
+        ui.plain(&format!("wrote {}", c.display()));
+    }
+    if args.criteria.is_empty() {
+        ui.note("the criteria are examples: edit them before running");
+    }
+    ui.plain(&format!(
+        "\nNext: review {TASK_FILE}, then run:\n  ralph run"
+    ));
+    Ok(exit::COMPLETE)
+}
+
+fn ask(question: &str) -> Result<String> {
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|e| Error::io("failed to read the description", e))?;
+    let line = line.trim().to_string();
+    if line.is_empty() {
+        return Err(Error::user("the task description is empty"));
+    }
+    Ok(line)
+}
+
+/// The frontmatter `task`: the description's first line, kept short.
+fn task_name(description: &str) -> String {
+    let first = description.lines().next().unwrap_or("").trim();
+    if first.chars().count() > 72 {
+        let cut: String = first.chars().take(69).collect();
+        format!("{}...", cut.trim_end())
+    } else {
+        first.to_string()
+    }
+}
+
+/// A YAML double-quoted scalar (JSON strings are valid YAML).
+fn yaml_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string())
+}
+
+fn render(description: &str, args: &InitArgs) -> String {
+    let name = task_name(description);
+    let mut s = String::from("---\n");
+    s.push_str(&format!("task: {}\n", yaml_str(&name)));
+    if let Some(cmd) = &args.test_command {
+        s.push_str(&format!("test_command: {}\n", yaml_str(cmd)));
+    }
+    s.push_str(&format!("max_iterations: {}\n", args.max_iterations));
+    if let Some(agent) = &args.agent {
+        s.push_str(&format!("agent: {agent}\n"));
+    }
+    s.push_str("---\n\n");
+    s.push_str(&format!("# Task: {name}\n\n{description}\n\n"));
+    s.push_str("## Success Criteria\n\n");
+    if args.criteria.is_empty() {
+        s.push_str(
+            "<!-- Each criterion: specific, verifiable, small enough for one iteration. -->\n",
+        );
+        for c in EXAMPLE_CRITERIA {
+            s.push_str(&format!("- [ ] {c}\n"));
+        }
+    } else {
+        for c in &args.criteria {
+            s.push_str(&format!(
+                "- [ ] {}\n",
+                c.split_whitespace().collect::<Vec<_>>().join(" ")
+            ));
+        }
+    }
+    s
+}

@@ -1,0 +1,17 @@
+//! One module per subcommand: `init`, `run`, `status`.
+
+pub mod init;
+pub mod run;
+pub mod status;
+
+use std::path::PathBuf;
+
+use crate::ui::Ui;
+
+/// What every command gets: where to work and how to talk.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The directory given with `-C`, else the current directory (absolute).
+    pub cwd: PathBuf,
+    pub ui: Ui,
+}

@@ -1,0 +1,126 @@
+//! `ralph status`: the current or last run, read without the lock and in O(1) of the log length.
+
+use serde_json::json;
+
+use super::Context;
+use crate::error::{Result, exit};
+use crate::git::Repo;
+use crate::state::{self, Lock, RalphDir, RunState};
+use crate::task::document::load_task_file;
+
+pub fn run(ctx: &Context, json_out: bool) -> Result<i32> {
+    let repo = Repo::discover(&ctx.cwd)?;
+    let rd = RalphDir::new(repo.root());
+    let st = RunState::load(&rd.state_file())?;
+    let records = state::tail_lines(&rd.iterations_log(), 3)?;
+    let stalled = records.len() == 3 && {
+        let key = |r: &str| {
+            let parts: Vec<&str> = r.split(" | ").collect();
+            (
+                parts.get(1).map(|s| s.to_string()),
+                parts.get(3).map(|s| s.to_string()),
+                parts.get(4).map(|s| s.to_string()),
+            )
+        };
+        key(&records[0]) == key(&records[1]) && key(&records[1]) == key(&records[2])
+    };
+    // A supervisor is running when someone holds the lock (the kernel drops it on any death).
+    let running = st.as_ref().is_some_and(|s| s.running) && Lock::is_held(&rd.lock_file());
+    let task_file = st
+        .as_ref()
+        .map(|s| repo.root().join(&s.task_file))
+        .unwrap_or_else(|| ctx.cwd.join(crate::task::TASK_FILE));
+    let doc = load_task_file(&task_file).ok();
+    let (done, total, remaining) = match &doc {
+        Some(d) => (
+            d.checklist.done(),
+            d.checklist.total(),
+            d.checklist
+                .remaining()
+                .map(|c| c.text.clone())
+                .collect::<Vec<_>>(),
+        ),
+        None => (
+            st.as_ref().map_or(0, |s| s.done),
+            st.as_ref().map_or(0, |s| s.total),
+            Vec::new(),
+        ),
+    };
+    let halt_reason = st.as_ref().and_then(|s| {
+        if running {
+            None
+        } else if s.running {
+            Some("error".to_string())
+        } else {
+            s.halt_reason.clone()
+        }
+    });
+    if json_out {
+        let v = json!({
+            "schema_version": state::SCHEMA_VERSION,
+            "task": st.as_ref().map(|s| s.task.clone()).or_else(|| doc.as_ref().map(|d| d.name.clone())),
+            "mode": st.as_ref().map_or("checklist".to_string(), |s| s.mode.clone()),
+            "run_id": st.as_ref().map(|s| s.run_id.clone()),
+            "running": running,
+            "pid": if running { st.as_ref().map(|s| s.pid) } else { None },
+            "iteration": st.as_ref().map_or(0, |s| s.iteration),
+            "max_iterations": st.as_ref().map(|s| s.max_iterations),
+            "done": done,
+            "total": total,
+            "halt_reason": halt_reason,
+            "exit_code": if running { None } else { st.as_ref().and_then(|s| s.exit_code) },
+            "cost_usd": st.as_ref().map_or(0.0, |s| s.cost_usd),
+            "started_at": st.as_ref().map(|s| s.started_at.clone()),
+            "updated_at": st.as_ref().map(|s| s.updated_at.clone()),
+            "last_records": records,
+            "stalled": stalled,
+            "remaining": remaining,
+        });
+        ctx.ui.plain(&v.to_string());
+        return Ok(exit::COMPLETE);
+    }
+    let ui = ctx.ui;
+    let Some(s) = st else {
+        ui.plain("No run yet in this repository.");
+        if doc.is_some() {
+            ui.plain(&format!(
+                "Task file: {} ({done}/{total} criteria checked). Start with: ralph run",
+                task_file.display()
+            ));
+        } else {
+            ui.plain("Start with: ralph init \"describe the task\" --criterion \"...\"");
+        }
+        return Ok(exit::COMPLETE);
+    };
+    ui.plain(&format!("Task: {} ({})", s.task, s.task_file));
+    ui.plain(&format!("Mode: {}   Run: {}", s.mode, s.run_id));
+    if running {
+        ui.plain(&format!("State: running (pid {})", s.pid));
+    } else {
+        let reason = halt_reason.as_deref().unwrap_or("unknown");
+        let code = s.exit_code.map_or(String::new(), |c| format!(", exit {c}"));
+        ui.plain(&format!("State: halted — {reason}{code}"));
+    }
+    ui.plain(&format!("Iteration: {}/{}", s.iteration, s.max_iterations));
+    ui.plain(&format!("Criteria: {done}/{total}"));
+    ui.plain(&format!(
+        "Started: {}   Updated: {}",
+        s.started_at, s.updated_at
+    ));
+    if !records.is_empty() {
+        ui.plain("Last records:");
+        for r in &records {
+            ui.plain(&format!("  {r}"));
+        }
+        if stalled {
+            ui.plain("  (the last three records are identical: stalled)");
+        }
+    }
+    if !remaining.is_empty() {
+        ui.plain("Remaining:");
+        for r in &remaining {
+            ui.plain(&format!("- [ ] {r}"));
+        }
+    }
+    Ok(exit::COMPLETE)
+}

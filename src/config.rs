@@ -1,0 +1,352 @@
+//! Layered configuration (SPEC §10): flags, `RALPH_*` variables, the task's frontmatter,
+//! `.ralph/config.toml`, `~/.config/ralph/config.toml`, built-in defaults — highest first.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::cli::RunOptions;
+use crate::error::{Error, Result};
+use crate::task::document::Frontmatter;
+
+pub const DEFAULT_MAX_ITERATIONS: u32 = 50;
+pub const DEFAULT_STUCK_THRESHOLD: u32 = 3;
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+pub const DEFAULT_AGENT: &str = "copilot";
+
+/// One layer as written in a config file; every key optional, unknown keys rejected.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layer {
+    pub agent: Option<String>,
+    pub agent_cmd: Option<String>,
+    pub max_iterations: Option<u32>,
+    pub timeout: Option<String>,
+    pub idle_timeout: Option<String>,
+    pub grace: Option<String>,
+    pub test_command: Option<String>,
+    pub completion_promise: Option<String>,
+    pub stuck_threshold: Option<u32>,
+    pub no_commit: Option<bool>,
+}
+
+/// Where a layer came from, for messages.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub name: String,
+    pub layer: Layer,
+}
+
+/// How the agent is chosen: a preset name or a custom command template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentChoice {
+    Preset(String),
+    Template(String),
+}
+
+/// The settings of one run after merging every layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub agent: AgentChoice,
+    pub max_iterations: u32,
+    pub timeout: Option<Duration>,
+    pub idle_timeout: Option<Duration>,
+    pub grace: Duration,
+    pub test_command: Option<String>,
+    pub completion_promise: Option<String>,
+    pub stuck_threshold: u32,
+    pub no_commit: bool,
+}
+
+impl Layer {
+    /// The layer given on the command line or through `RALPH_*` variables (clap merges those two).
+    pub fn from_options(o: &RunOptions) -> Layer {
+        let dur = |d: &Option<humantime::Duration>| d.map(|d| d.to_string());
+        Layer {
+            agent: o.agent.clone(),
+            agent_cmd: o.agent_cmd.clone(),
+            max_iterations: o.max_iterations,
+            timeout: dur(&o.timeout),
+            idle_timeout: dur(&o.idle_timeout),
+            grace: dur(&o.grace),
+            test_command: o.test_command.clone(),
+            completion_promise: o.completion_promise.clone(),
+            stuck_threshold: o.stuck_threshold,
+            no_commit: o.no_commit.then_some(true),
+        }
+    }
+
+    pub fn from_frontmatter(f: &Frontmatter) -> Layer {
+        Layer {
+            agent: f.agent.clone(),
+            agent_cmd: f.agent_cmd.clone(),
+            max_iterations: f.max_iterations,
+            timeout: f.timeout.clone(),
+            idle_timeout: f.idle_timeout.clone(),
+            grace: f.grace.clone(),
+            test_command: f.test_command.clone(),
+            completion_promise: f.completion_promise.clone(),
+            stuck_threshold: f.stuck_threshold,
+            no_commit: None,
+        }
+    }
+
+    /// Parse a TOML config file; errors name the file, the line and the key.
+    pub fn parse_toml(path: &Path, text: &str) -> Result<Layer> {
+        toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let place = match line {
+                Some(l) => format!("{}:{l}", path.display()),
+                None => path.display().to_string(),
+            };
+            Error::user(format!(
+                "{place}: invalid configuration: {}",
+                e.message().trim_end()
+            ))
+        })
+    }
+
+    /// Read a config file if it exists.
+    pub fn load(path: &Path) -> Result<Option<Layer>> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse_toml(path, &text).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::file("read", path, e)),
+        }
+    }
+}
+
+/// `~/.config/ralph/config.toml` (or under `$XDG_CONFIG_HOME`).
+pub fn user_config_path() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        Some(x) => PathBuf::from(x),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".config"),
+    };
+    Some(base.join("ralph").join("config.toml"))
+}
+
+/// Collect the file layers below flags and environment, highest first.
+pub fn file_layers(ralph_dir: &Path, frontmatter: Option<&Frontmatter>) -> Result<Vec<Source>> {
+    let mut out = Vec::new();
+    if let Some(f) = frontmatter {
+        out.push(Source {
+            name: "the task file's frontmatter".into(),
+            layer: Layer::from_frontmatter(f),
+        });
+    }
+    let project = ralph_dir.join("config.toml");
+    if let Some(layer) = Layer::load(&project)? {
+        out.push(Source {
+            name: project.display().to_string(),
+            layer,
+        });
+    }
+    if let Some(user) = user_config_path()
+        && let Some(layer) = Layer::load(&user)?
+    {
+        out.push(Source {
+            name: user.display().to_string(),
+            layer,
+        });
+    }
+    Ok(out)
+}
+
+fn parse_duration(source: &str, key: &str, value: &str) -> Result<Duration> {
+    humantime::parse_duration(value.trim()).map_err(|e| {
+        Error::user(format!(
+            "{source}: `{key}` is not a duration: `{value}` ({e})"
+        ))
+        .with_hint("write durations like `90s`, `30m` or `1h 30m`")
+    })
+}
+
+/// Merge layers, highest first, into the settings of a run.
+pub fn merge(layers: &[Source]) -> Result<Settings> {
+    macro_rules! first {
+        ($field:ident) => {
+            layers
+                .iter()
+                .find_map(|s| s.layer.$field.clone().map(|v| (s.name.as_str(), v)))
+        };
+    }
+    // `agent` and `agent_cmd` are one setting: the highest layer naming either wins.
+    let mut agent = AgentChoice::Preset(DEFAULT_AGENT.to_string());
+    for s in layers {
+        match (&s.layer.agent, &s.layer.agent_cmd) {
+            (Some(_), Some(_)) => {
+                return Err(Error::user(format!(
+                    "{}: sets both `agent` and `agent_cmd`; keep one",
+                    s.name
+                )));
+            }
+            (Some(a), None) => {
+                agent = AgentChoice::Preset(a.trim().to_string());
+                break;
+            }
+            (None, Some(c)) => {
+                agent = AgentChoice::Template(c.clone());
+                break;
+            }
+            (None, None) => {}
+        }
+    }
+    let duration = |found: Option<(&str, String)>, key: &str| -> Result<Option<Duration>> {
+        found
+            .map(|(src, v)| parse_duration(src, key, &v))
+            .transpose()
+    };
+    let max_iterations = first!(max_iterations).map_or(DEFAULT_MAX_ITERATIONS, |(_, v)| v);
+    if max_iterations == 0 {
+        return Err(Error::user("`max_iterations` must be at least 1"));
+    }
+    let stuck_threshold = first!(stuck_threshold).map_or(DEFAULT_STUCK_THRESHOLD, |(_, v)| v);
+    if stuck_threshold == 0 {
+        return Err(Error::user("`stuck_threshold` must be at least 1"));
+    }
+    let nonzero = |d: Option<Duration>| d.filter(|d| !d.is_zero());
+    Ok(Settings {
+        agent,
+        max_iterations,
+        timeout: nonzero(duration(first!(timeout), "timeout")?),
+        idle_timeout: nonzero(duration(first!(idle_timeout), "idle_timeout")?),
+        grace: duration(first!(grace), "grace")?.unwrap_or(DEFAULT_GRACE),
+        test_command: first!(test_command)
+            .map(|(_, v)| v)
+            .filter(|c| !c.trim().is_empty()),
+        completion_promise: first!(completion_promise)
+            .map(|(_, v)| v)
+            .filter(|c| !c.trim().is_empty()),
+        stuck_threshold,
+        no_commit: first!(no_commit).is_some_and(|(_, v)| v),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src(name: &str, layer: Layer) -> Source {
+        Source {
+            name: name.into(),
+            layer,
+        }
+    }
+
+    #[test]
+    fn defaults_apply_without_layers() {
+        let s = merge(&[]).unwrap();
+        assert_eq!(s.agent, AgentChoice::Preset("copilot".into()));
+        assert_eq!(s.max_iterations, 50);
+        assert_eq!(s.stuck_threshold, 3);
+        assert_eq!(s.grace, Duration::from_secs(10));
+        assert_eq!(s.timeout, None);
+        assert!(!s.no_commit);
+    }
+
+    #[test]
+    fn higher_layers_win_field_by_field() {
+        let flags = Layer {
+            max_iterations: Some(7),
+            ..Layer::default()
+        };
+        let front = Layer {
+            max_iterations: Some(20),
+            test_command: Some("make test".into()),
+            agent: Some("claude".into()),
+            ..Layer::default()
+        };
+        let project = Layer {
+            test_command: Some("cargo test".into()),
+            timeout: Some("30m".into()),
+            agent_cmd: Some("x {prompt}".into()),
+            ..Layer::default()
+        };
+        let s = merge(&[src("flags", flags), src("front", front), src("p", project)]).unwrap();
+        assert_eq!(s.max_iterations, 7);
+        assert_eq!(s.test_command.as_deref(), Some("make test"));
+        assert_eq!(s.timeout, Some(Duration::from_secs(1800)));
+        assert_eq!(s.agent, AgentChoice::Preset("claude".into()));
+    }
+
+    #[test]
+    fn agent_cmd_in_a_higher_layer_beats_a_lower_preset() {
+        let flags = Layer {
+            agent_cmd: Some("./a.sh".into()),
+            ..Layer::default()
+        };
+        let front = Layer {
+            agent: Some("claude".into()),
+            ..Layer::default()
+        };
+        let s = merge(&[src("flags", flags), src("front", front)]).unwrap();
+        assert_eq!(s.agent, AgentChoice::Template("./a.sh".into()));
+    }
+
+    #[test]
+    fn both_agent_keys_in_one_layer_is_an_error() {
+        let l = Layer {
+            agent: Some("claude".into()),
+            agent_cmd: Some("x".into()),
+            ..Layer::default()
+        };
+        let e = merge(&[src("cfg.toml", l)]).unwrap_err().to_string();
+        assert!(e.contains("cfg.toml") && e.contains("agent_cmd"), "{e}");
+    }
+
+    #[test]
+    fn bad_duration_names_source_and_key() {
+        let l = Layer {
+            grace: Some("soon".into()),
+            ..Layer::default()
+        };
+        let e = merge(&[src("cfg.toml", l)]).unwrap_err().to_string();
+        assert!(e.contains("cfg.toml") && e.contains("`grace`"), "{e}");
+    }
+
+    #[test]
+    fn zero_grace_kills_at_once_and_zero_timeout_means_none() {
+        let l = Layer {
+            grace: Some("0s".into()),
+            timeout: Some("0s".into()),
+            ..Layer::default()
+        };
+        let s = merge(&[src("f", l)]).unwrap();
+        assert_eq!(s.grace, Duration::ZERO);
+        assert_eq!(s.timeout, None);
+    }
+
+    #[test]
+    fn toml_unknown_key_names_file_line_and_key() {
+        let e = Layer::parse_toml(Path::new("c.toml"), "agent = \"claude\"\nbogus = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("c.toml:2:"), "{e}");
+        assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn toml_wrong_type_names_line() {
+        let e = Layer::parse_toml(Path::new("c.toml"), "\nmax_iterations = \"many\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("c.toml:2:"), "{e}");
+    }
+
+    #[test]
+    fn options_layer_keeps_flags() {
+        let o = RunOptions {
+            max_iterations: Some(4),
+            grace: Some("2s".parse().unwrap()),
+            no_commit: true,
+            ..RunOptions::default()
+        };
+        let l = Layer::from_options(&o);
+        assert_eq!(l.max_iterations, Some(4));
+        assert_eq!(l.grace.as_deref(), Some("2s"));
+        assert_eq!(l.no_commit, Some(true));
+    }
+}

@@ -1,0 +1,67 @@
+//! ralph: a supervisor for autonomous coding-agent loops. See ARCHITECTURE.md for the map.
+
+pub mod agent;
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod error;
+pub mod git;
+pub mod signals;
+pub mod state;
+pub mod supervisor;
+pub mod task;
+pub mod ui;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::commands::Context;
+use crate::error::Error;
+use crate::ui::Ui;
+
+/// Parse arguments, run the command, and return the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    ui::init_color(cli.color);
+    init_tracing(cli.verbose);
+    let ui = Ui { quiet: cli.quiet };
+    match dispatch(&cli, ui) {
+        Ok(code) => code,
+        Err(e) => {
+            ui.error(&e);
+            e.exit_code()
+        }
+    }
+}
+
+fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
+    let cwd = match &cli.dir {
+        Some(d) => d
+            .canonicalize()
+            .map_err(|e| Error::file("enter directory", d, e))?,
+        None => std::env::current_dir()
+            .map_err(|e| Error::io("failed to read the current directory", e))?,
+    };
+    let ctx = Context { cwd, ui };
+    match &cli.command {
+        Command::Init(args) => commands::init::run(&ctx, args),
+        Command::Run(args) => commands::run::run(&ctx, args),
+        Command::Status(args) => commands::status::run(&ctx, args.json),
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RALPH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .try_init();
+}

@@ -1,0 +1,59 @@
+//! Interrupts: SIGINT, SIGTERM and SIGHUP counted in one place, so the loop decides what each means.
+//!
+//! The agent runs in its own process group, so the terminal's Ctrl-C reaches only ralph; the
+//! supervisor then stops the agent itself (first signal: gracefully; second: at once).
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+/// A counter of the interrupt signals received since the run started.
+#[derive(Clone)]
+pub struct Interrupts {
+    rx: watch::Receiver<u32>,
+}
+
+impl Interrupts {
+    /// Start listening. Must be called inside the tokio runtime.
+    pub fn install() -> std::io::Result<Interrupts> {
+        let (tx, rx) = watch::channel(0u32);
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut term = signal(SignalKind::terminate())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                    _ = hup.recv() => {}
+                }
+                tx.send_modify(|n| *n += 1);
+            }
+        });
+        Ok(Interrupts { rx })
+    }
+
+    /// A counter that never fires (for commands that are not interruptible this way).
+    pub fn none() -> Interrupts {
+        let (tx, rx) = watch::channel(0u32);
+        std::mem::forget(tx);
+        Interrupts { rx }
+    }
+
+    /// How many interrupts have arrived so far.
+    pub fn count(&self) -> u32 {
+        *self.rx.borrow()
+    }
+
+    /// Wait until the count moves past `seen`, and return the new count.
+    pub async fn after(&mut self, seen: u32) -> u32 {
+        loop {
+            let now = *self.rx.borrow_and_update();
+            if now > seen {
+                return now;
+            }
+            if self.rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}

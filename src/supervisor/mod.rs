@@ -1,0 +1,771 @@
+//! The loop (SPEC §5): one fresh agent process per iteration, judged from the repository,
+//! committed, logged, and decided by the pure `decide` function.
+
+pub mod decide;
+pub mod prompt;
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::agent::process::{self, Echo, Finished, Limits, StopCause};
+use crate::agent::{Agent, Invocation};
+use crate::config::Settings;
+use crate::error::{Error, Result, exit};
+use crate::git::Repo;
+use crate::signals::Interrupts;
+use crate::state::{self, IterKey, RalphDir, RunState};
+use crate::task::checklist::{Checklist, normalize};
+use crate::task::document::load_task_file;
+use crate::ui::{Report, Ui, human_duration};
+use decide::{Counters, Decision, Halt, Outcome, decide};
+
+/// Everything the loop needs, resolved by `ralph run`.
+pub struct Loop {
+    pub repo: Repo,
+    pub rd: RalphDir,
+    /// Absolute path of the task file.
+    pub task_path: PathBuf,
+    /// The task file relative to the repository root, as the prompt names it.
+    pub task_rel: String,
+    pub task_name: String,
+    pub settings: Settings,
+    pub agent: Agent,
+    pub ui: Ui,
+    pub state: RunState,
+    pub counters: Counters,
+    /// The checklist as of the end of the previous iteration (the baseline at first).
+    pub previous: Checklist,
+    pub interrupts: Interrupts,
+    pub started: Instant,
+    pub stream: bool,
+    /// Never ask (`--yes`, or stdin is not a terminal).
+    pub unattended: bool,
+}
+
+/// Short result of the bookkeeping after an agent run.
+struct Committed {
+    subject: Option<String>,
+    head: String,
+}
+
+impl Loop {
+    pub async fn run(mut self) -> Result<i32> {
+        loop {
+            let n = self.counters.iteration + 1;
+            let prev = Counters {
+                iteration: n,
+                ..self.counters.clone()
+            };
+            let stuck_alert = prev.no_progress_streak >= prev.stuck_threshold;
+            match self.iteration(n, &prev, stuck_alert).await? {
+                Some(code) => return Ok(code),
+                None => continue,
+            }
+        }
+    }
+
+    fn log(&self, line: &str) -> Result<()> {
+        state::append_line(
+            &self.rd.activity_log(),
+            &format!("[{}] {line}", state::now_rfc3339()),
+        )
+    }
+
+    /// One iteration; `Some(exit code)` when the run halts.
+    async fn iteration(
+        &mut self,
+        n: u32,
+        prev: &Counters,
+        stuck_alert: bool,
+    ) -> Result<Option<i32>> {
+        let started_at = state::now_rfc3339();
+        let t0 = Instant::now();
+        let next = self.previous.remaining().next().map(|c| c.text.clone());
+        let prompt = prompt::checklist_prompt(&prompt::PromptInput {
+            iteration: n,
+            max_iterations: self.settings.max_iterations,
+            task_file: &self.task_rel,
+            next_criterion: next.as_deref(),
+            done: self.previous.done(),
+            total: self.previous.total(),
+            test_command: self.settings.test_command.as_deref(),
+            stuck_alert,
+            stuck_streak: prev.no_progress_streak,
+            completion_promise: self.settings.completion_promise.as_deref(),
+        });
+        let run_dir = self.rd.run_dir(&self.state.run_id);
+        state::create_private_dir(&run_dir)?;
+        let prompt_file = run_dir.join(format!("iter-{n:03}.prompt.md"));
+        std::fs::write(&prompt_file, &prompt).map_err(|e| Error::file("write", &prompt_file, e))?;
+        let transcript_path = run_dir.join(format!("iter-{n:03}.log"));
+        let mut transcript = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&transcript_path)
+            .map_err(|e| Error::file("create", &transcript_path, e))?;
+
+        let mut inv = self.agent.invocation(&prompt, &prompt_file)?;
+        inv.env.extend([
+            ("RALPH_ITERATION".to_string(), n.to_string()),
+            (
+                "RALPH_MAX_ITERATIONS".to_string(),
+                self.settings.max_iterations.to_string(),
+            ),
+            ("RALPH_RUN_ID".to_string(), self.state.run_id.clone()),
+            (
+                "RALPH_TASK_FILE".to_string(),
+                self.task_path.to_string_lossy().into_owned(),
+            ),
+        ]);
+        self.ui.line(&format!(
+            "▶ Iteration {n}/{} — {} ({}/{} criteria)",
+            self.settings.max_iterations,
+            self.agent.name,
+            self.previous.done(),
+            self.previous.total()
+        ));
+        self.state.iteration = n;
+        self.state.save(&self.rd.state_file())?;
+
+        let head_before = self.repo.head()?.map(|c| c.id);
+        let tree_before = if self.settings.no_commit {
+            None
+        } else {
+            let staged = self.repo.stage_all()?;
+            self.repo.reload_index()?;
+            Some(staged.tree)
+        };
+        let limits = Limits {
+            timeout: self.settings.timeout,
+            idle_timeout: self.settings.idle_timeout,
+            grace: self.settings.grace,
+        };
+        let echo = if self.stream {
+            Echo::Stdout
+        } else {
+            Echo::None
+        };
+        let root = self.repo.root().to_path_buf();
+        let finished = process::run(
+            &inv,
+            &root,
+            &mut transcript,
+            &limits,
+            &mut self.interrupts,
+            echo,
+        )
+        .await
+        .map_err(|e| Error::io(format!("failed to spawn agent `{}`", inv.program), e))?;
+        let ended_at = state::now_rfc3339();
+
+        let mut notes = Vec::new();
+        self.note_agent_end(n, &finished, &limits, &mut notes)?;
+
+        if finished.stopped == Some(StopCause::Interrupt) || self.interrupts.count() > 0 {
+            return self.interrupted(n).await.map(Some);
+        }
+
+        // Read the task source.
+        let doc = match load_task_file(&self.task_path) {
+            Ok(doc) => doc,
+            Err(e) => {
+                self.log(&format!(
+                    "Iteration {n}: the task file is unreadable after the agent ran: {e}"
+                ))?;
+                let committed = self.commit(
+                    n,
+                    None,
+                    head_before.as_deref(),
+                    tree_before,
+                    (
+                        "Task file unreadable",
+                        self.previous.done(),
+                        self.previous.total(),
+                    ),
+                )?;
+                self.finish_state("error", exit::ERROR)?;
+                self.ui.plain(&format!(
+                    "Iteration {n} left the task file unreadable; its work is {}.",
+                    committed
+                        .subject
+                        .as_deref()
+                        .map_or("uncommitted".to_string(), |s| format!(
+                            "committed as \"{s}\""
+                        ))
+                ));
+                return Err(Error::Task(e));
+            }
+        };
+        let current = doc.checklist;
+        let tampered = tampered(&self.state.baseline, &current);
+        let regressions = regressions(&self.previous, &current);
+        for r in &regressions {
+            self.log(&format!(
+                "Iteration {n}: regression: criterion unchecked: \"{r}\""
+            ))?;
+            notes.push(format!("Regression: \"{r}\" was unchecked"));
+        }
+        let newly_checked = newly_checked(&self.previous, &current);
+
+        // The test command, after the agent, with its output in the same transcript.
+        let tests_ok = match self.settings.test_command.clone() {
+            None => true,
+            Some(cmd) => {
+                use std::io::Write;
+                let _ = writeln!(transcript, "\n--- ralph: test command: {cmd} ---");
+                let test = Invocation {
+                    program: "sh".into(),
+                    args: vec!["-c".into(), cmd.clone().into()],
+                    stdin: None,
+                    env: inv.env.clone(),
+                };
+                let fin = process::run(
+                    &test,
+                    &root,
+                    &mut transcript,
+                    &limits,
+                    &mut self.interrupts,
+                    echo,
+                )
+                .await
+                .map_err(|e| Error::io(format!("failed to run the test command `{cmd}`"), e))?;
+                if fin.stopped == Some(StopCause::Interrupt) {
+                    return self.interrupted(n).await.map(Some);
+                }
+                if !fin.success() {
+                    let why = match fin.stopped {
+                        Some(_) => "timed out".to_string(),
+                        None => format!("exit {}", fin.exit_code),
+                    };
+                    self.log(&format!("Iteration {n}: tests failed ({why}): {cmd}"))?;
+                    notes.push(format!("Tests failed ({why}): {cmd}"));
+                }
+                fin.success()
+            }
+        };
+        let promise_ok = match &self.settings.completion_promise {
+            None => true,
+            Some(word) => promise_in_final_message(&finished.stdout_tail, word, &prompt),
+        };
+        let source_complete = current.total() > 0 && current.done() == current.total();
+        let status_text = if source_complete && tests_ok && promise_ok && tampered.is_empty() {
+            "Complete"
+        } else {
+            "In progress"
+        };
+
+        let what = newly_checked.first().cloned();
+        let committed = self.commit(
+            n,
+            what,
+            head_before.as_deref(),
+            tree_before,
+            (status_text, current.done(), current.total()),
+        )?;
+        let fingerprint = self.repo.fingerprint()?;
+        let key = IterKey {
+            figures: format!("{}/{} criteria", current.done(), current.total()),
+            commit: committed.head.clone(),
+            fingerprint,
+        };
+        let outcome = Outcome {
+            done: current.done(),
+            total: current.total(),
+            source_complete,
+            tests_ok,
+            promise_ok,
+            tampered: tampered.clone(),
+            key: key.clone(),
+        };
+        let (counters, mut decision) = decide(prev, &outcome);
+        self.counters = counters;
+
+        // Logs after the commit, so the record describes the tree the iteration leaves behind.
+        let duration = t0.elapsed();
+        self.log(&format!(
+            "Iteration {n}: {}/{} criteria complete (started: {started_at}, ended: {ended_at}, duration: {})",
+            current.done(),
+            current.total(),
+            human_duration(duration)
+        ))?;
+        state::append_line(
+            &self.rd.iterations_log(),
+            &format!(
+                "ITER {n} | {} | exit {} | {} | {}",
+                key.figures, finished.exit_code, key.commit, key.fingerprint
+            ),
+        )?;
+        if let Decision::Continue {
+            newly_stuck: true, ..
+        } = decision
+        {
+            let t = self.settings.stuck_threshold;
+            self.log(&format!(
+                "⚠️ Stuck detected — {t} iterations with no progress"
+            ))?;
+            notes.push(format!(
+                "Stuck detected — {t} iterations with no progress; the next prompt carries the STUCK ALERT"
+            ));
+        }
+        if decision == Decision::AskStuck {
+            decision = if self.ask_continue_when_stuck() {
+                self.log("Stuck: the user chose to continue")?;
+                self.counters.no_progress_streak = 0;
+                if self.counters.iteration >= self.settings.max_iterations {
+                    Decision::Halt(Halt::MaxIterations)
+                } else {
+                    Decision::Continue {
+                        stuck_alert: false,
+                        newly_stuck: false,
+                    }
+                }
+            } else {
+                Decision::Halt(Halt::Stuck)
+            };
+        }
+        self.state.done = current.done();
+        self.state.total = current.total();
+        self.state.best_done = self.counters.best_done;
+        self.state.no_progress_streak = self.counters.no_progress_streak;
+        self.state.last_keys = self.counters.last_keys.clone();
+        self.previous = current;
+
+        let next_iteration = matches!(decision, Decision::Continue { .. }).then_some(n + 1);
+        let report = Report {
+            iteration: n,
+            max_iterations: self.settings.max_iterations,
+            done: self.previous.done(),
+            total: self.previous.total(),
+            last_commit: committed.subject.as_deref(),
+            started: &started_at,
+            ended: &ended_at,
+            duration,
+            elapsed: self.started.elapsed(),
+            next: next_iteration,
+            notes: &notes,
+        };
+        self.ui.line(&report.render());
+
+        match decision {
+            Decision::Continue { .. } => {
+                self.state.save(&self.rd.state_file())?;
+                Ok(None)
+            }
+            Decision::AskStuck => unreachable!("resolved above"),
+            Decision::Halt(halt) => {
+                let code = halt.exit_code();
+                self.log(&format!("Halt: {} (exit {code})", halt.reason()))?;
+                self.finish_state(halt.reason(), code)?;
+                self.summary(&halt);
+                Ok(Some(code))
+            }
+        }
+    }
+
+    /// Log what happened to the agent process and collect report notes.
+    fn note_agent_end(
+        &self,
+        n: u32,
+        f: &Finished,
+        limits: &Limits,
+        notes: &mut Vec<String>,
+    ) -> Result<()> {
+        let how = if f.killed { "SIGKILL" } else { "SIGTERM" };
+        match f.stopped {
+            Some(StopCause::Timeout) => {
+                let t = limits.timeout.map(human_duration).unwrap_or_default();
+                self.log(&format!(
+                    "Iteration {n}: agent timed out after {t} (stopped with {how})"
+                ))?;
+                notes.push(format!("Agent timed out after {t} (stopped with {how})"));
+            }
+            Some(StopCause::IdleTimeout) => {
+                let t = limits.idle_timeout.map(human_duration).unwrap_or_default();
+                self.log(&format!("Iteration {n}: agent printed nothing for {t}: idle timeout (stopped with {how})"))?;
+                notes.push(format!("Agent idle for {t}: stopped with {how}"));
+            }
+            Some(StopCause::Interrupt) => {
+                self.log(&format!(
+                    "Iteration {n}: interrupted (agent stopped with {how})"
+                ))?;
+            }
+            None if f.exit_code != 0 => {
+                self.log(&format!(
+                    "Iteration {n}: agent exited with code {}",
+                    f.exit_code
+                ))?;
+                notes.push(format!("Agent exited with code {}", f.exit_code));
+            }
+            None => {}
+        }
+        if f.leaked_pipes {
+            self.log(&format!(
+                "Iteration {n}: a process left by the agent still held its output after it exited; killed its process group"
+            ))?;
+            notes.push("A leftover process held the agent's output: killed".into());
+        }
+        Ok(())
+    }
+
+    /// Update the progress file's status block and commit the iteration when the agent changed
+    /// something. Returns the commit subject (when committed) and HEAD for the ITER record.
+    fn commit(
+        &mut self,
+        n: u32,
+        what: Option<String>,
+        head_before: Option<&str>,
+        tree_before: Option<git2::Oid>,
+        status: (&str, usize, usize),
+    ) -> Result<Committed> {
+        let (status_text, done, total) = status;
+        let progress_path = self.rd.progress();
+        // The agent changed something when the tree `git add -A` would stage now differs from
+        // the one before it ran; ralph's own bookkeeping is written after this comparison.
+        let agent_changed = match tree_before {
+            Some(before) => {
+                let staged = self.repo.stage_all()?;
+                self.repo.reload_index()?;
+                staged.tree != before
+            }
+            None => false,
+        };
+        // Bookkeeping rides along with the agent's changes, never commits by itself.
+        let current = std::fs::read_to_string(&progress_path).unwrap_or_default();
+        let block = state::status_block(n, done, total, status_text);
+        let updated = state::with_status_block(&current, &block);
+        if updated != current {
+            state::write_atomic(&progress_path, updated.as_bytes())?;
+        }
+        let head_after_agent = self.repo.head()?;
+        let mut subject = None;
+        if agent_changed {
+            let what = what
+                .or_else(|| {
+                    head_after_agent
+                        .as_ref()
+                        .filter(|h| Some(h.id.as_str()) != head_before)
+                        .map(|h| h.summary.clone())
+                })
+                .unwrap_or_else(|| "no criteria completed".to_string());
+            let message = commit_message(
+                &format!("ralph: iteration {n} — {what}"),
+                n,
+                &self.state.run_id,
+            );
+            if let Some(out) = self.repo.commit_all(&message)? {
+                self.warn_identity(out.used_fallback_identity);
+                subject = Some(out.commit.summary.clone());
+            }
+        } else if let Some(h) = head_after_agent
+            .as_ref()
+            .filter(|h| Some(h.id.as_str()) != head_before)
+        {
+            subject = Some(h.summary.clone());
+        }
+        let head = self
+            .repo
+            .head()?
+            .map_or_else(|| "no-commit".to_string(), |h| h.short);
+        Ok(Committed { subject, head })
+    }
+
+    fn warn_identity(&self, fallback: bool) {
+        if fallback && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            self.ui.warn(FALLBACK_IDENTITY_WARNING);
+        }
+    }
+
+    /// The first interrupt stopped the agent: commit its partial work, save state, exit 130.
+    async fn interrupted(&mut self, n: u32) -> Result<i32> {
+        if !self.settings.no_commit {
+            let message = commit_message(
+                &format!("ralph: iteration {n} (interrupted)"),
+                n,
+                &self.state.run_id,
+            );
+            if let Some(out) = self.repo.commit_all(&message)? {
+                self.warn_identity(out.used_fallback_identity);
+                self.log(&format!(
+                    "Iteration {n}: partial work committed as {}",
+                    out.commit.short
+                ))?;
+            }
+        }
+        self.log(&format!(
+            "Halt: interrupted during iteration {n} (exit 130)"
+        ))?;
+        self.finish_state("interrupted", exit::INTERRUPTED)?;
+        self.ui.alert(&format!(
+            "Interrupted during iteration {n}: the agent was stopped and its work committed."
+        ));
+        Ok(exit::INTERRUPTED)
+    }
+
+    fn finish_state(&mut self, reason: &str, code: i32) -> Result<()> {
+        self.state.running = false;
+        self.state.halt_reason = Some(reason.to_string());
+        self.state.exit_code = Some(code);
+        self.state.save(&self.rd.state_file())
+    }
+
+    fn ask_continue_when_stuck(&self) -> bool {
+        let t = 2 * self.settings.stuck_threshold;
+        if self.unattended || !std::io::stdin().is_terminal() {
+            return false;
+        }
+        eprint!("The loop has made no progress for {t} iterations. Continue or stop? [c/S] ");
+        let mut answer = String::new();
+        if std::io::stdin().read_line(&mut answer).is_err() {
+            return false;
+        }
+        matches!(
+            answer.trim().to_ascii_lowercase().as_str(),
+            "c" | "continue"
+        )
+    }
+
+    fn summary(&self, halt: &Halt) {
+        let ui = self.ui;
+        let done = self.previous.done();
+        let total = self.previous.total();
+        let n = self.counters.iteration;
+        let max = self.settings.max_iterations;
+        let elapsed = human_duration(self.started.elapsed());
+        match halt {
+            Halt::Complete => {
+                ui.success("## 🎉 RALPH Loop Complete!");
+                ui.plain(&format!("**Task:** {}", self.task_name));
+                ui.plain(&format!("**Iterations:** {n} of {max}"));
+                ui.plain(&format!("**Duration:** {elapsed}"));
+                ui.plain(&format!("**Criteria:** {total}/{total} ✅"));
+                ui.plain(&format!("\nAll success criteria are met. Review the changes with:\n  git log --oneline -{n}"));
+            }
+            Halt::MaxIterations => {
+                ui.alert("## 🛑 RALPH Loop — Max Iterations Reached");
+                ui.plain(&format!("**Task:** {}", self.task_name));
+                ui.plain(&format!("**Iterations:** {n} of {max}"));
+                ui.plain(&format!(
+                    "**Criteria:** {done}/{total} ({done} completed, {} remaining)",
+                    total - done
+                ));
+                self.print_remaining();
+                ui.plain(&format!(
+                    "\nTo continue, raise the limit and run again: ralph run --max-iterations {}",
+                    max + 10
+                ));
+            }
+            Halt::Stalled { iterations, commit } => {
+                ui.alert(&format!(
+                    "STALLED: {iterations} iterations with no change at {commit}"
+                ));
+                ui.plain(&format!(
+                    "**Criteria:** {done}/{total} after {n} iterations ({elapsed})"
+                ));
+                self.print_remaining();
+                ui.plain("\nThe agent changed nothing for three iterations: check its transcript in .ralph/runs/ and the task.");
+            }
+            Halt::Stuck => {
+                let t = 2 * self.settings.stuck_threshold;
+                ui.alert(&format!(
+                    "## 🤚 RALPH Loop — Stuck: no progress for {t} iterations"
+                ));
+                ui.plain(&format!(
+                    "**Criteria:** {done}/{total} after {n} iterations ({elapsed})"
+                ));
+                self.print_remaining();
+                ui.plain("\nAdjust the task (split hard criteria, add guardrails) and run again.");
+            }
+            Halt::Tampered(gone) => {
+                ui.alert("## ⛔ RALPH Loop — Criteria tampered");
+                ui.plain(&format!(
+                    "Iteration {n} removed or reworded unchecked criteria from {}:",
+                    self.task_rel
+                ));
+                for g in gone {
+                    ui.plain(&format!("- [ ] {g}"));
+                }
+                ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes. Restore them (see git log -p) and run again.");
+            }
+        }
+    }
+
+    fn print_remaining(&self) {
+        let remaining: Vec<_> = self.previous.remaining().collect();
+        if !remaining.is_empty() {
+            self.ui.plain("\nRemaining criteria:");
+            for c in remaining {
+                self.ui.plain(&format!("- [ ] {}", c.text));
+            }
+        }
+    }
+}
+
+pub const FALLBACK_IDENTITY_WARNING: &str =
+    "no git identity configured (user.name/user.email): committing as `ralph <ralph@localhost>`";
+
+static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `subject`, a blank line, and the trailers.
+pub fn commit_message(subject: &str, n: u32, run_id: &str) -> String {
+    format!("{subject}\n\nRalph-Iteration: {n}\nRalph-Run: {run_id}\n")
+}
+
+/// Baseline criteria (unchecked at the start of the run) that are no longer present.
+pub fn tampered(baseline: &[String], current: &Checklist) -> Vec<String> {
+    let mut present: HashMap<String, usize> = HashMap::new();
+    for c in &current.criteria {
+        *present.entry(normalize(&c.text)).or_default() += 1;
+    }
+    let mut gone = Vec::new();
+    for b in baseline {
+        match present.get_mut(b) {
+            Some(k) if *k > 0 => *k -= 1,
+            _ => gone.push(b.clone()),
+        }
+    }
+    gone
+}
+
+/// Criteria checked before this iteration and present but unchecked now.
+pub fn regressions(before: &Checklist, after: &Checklist) -> Vec<String> {
+    let mut was_checked: HashMap<String, usize> = HashMap::new();
+    for c in before.criteria.iter().filter(|c| c.checked) {
+        *was_checked.entry(normalize(&c.text)).or_default() += 1;
+    }
+    let mut still: HashMap<String, usize> = HashMap::new();
+    for c in after.criteria.iter().filter(|c| c.checked) {
+        *still.entry(normalize(&c.text)).or_default() += 1;
+    }
+    let mut out = Vec::new();
+    for c in after.criteria.iter().filter(|c| !c.checked) {
+        let t = normalize(&c.text);
+        let before_n = was_checked.get(&t).copied().unwrap_or(0);
+        let now_n = still.get(&t).copied().unwrap_or(0);
+        if before_n > now_n {
+            was_checked.insert(t.clone(), before_n - 1);
+            out.push(c.text.clone());
+        }
+    }
+    out
+}
+
+/// Criteria checked now that were not checked before (new ones included), in file order.
+pub fn newly_checked(before: &Checklist, after: &Checklist) -> Vec<String> {
+    let mut was_checked: HashMap<String, usize> = HashMap::new();
+    for c in before.criteria.iter().filter(|c| c.checked) {
+        *was_checked.entry(normalize(&c.text)).or_default() += 1;
+    }
+    let mut out = Vec::new();
+    for c in after.criteria.iter().filter(|c| c.checked) {
+        let t = normalize(&c.text);
+        match was_checked.get_mut(&t) {
+            Some(k) if *k > 0 => *k -= 1,
+            _ => out.push(c.text.clone()),
+        }
+    }
+    out
+}
+
+/// `<promise>WORD</promise>` in the agent's final message: after the last echo of the prompt,
+/// compared after whitespace normalisation.
+pub fn promise_in_final_message(stdout_tail: &[u8], word: &str, prompt: &str) -> bool {
+    let text = String::from_utf8_lossy(stdout_tail);
+    // An agent that echoes its prompt must not satisfy the promise by the echo.
+    let last_prompt_line = prompt
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let after = match (!last_prompt_line.is_empty())
+        .then(|| text.rfind(last_prompt_line))
+        .flatten()
+    {
+        Some(i) => &text[i + last_prompt_line.len()..],
+        None => &text[..],
+    };
+    let want = normalize(word);
+    let mut rest = after;
+    while let Some(start) = rest.find("<promise>") {
+        let inner = &rest[start + "<promise>".len()..];
+        match inner.find("</promise>") {
+            Some(end) => {
+                if normalize(&inner[..end]) == want {
+                    return true;
+                }
+                rest = &inner[end..];
+            }
+            None => break,
+        }
+    }
+    false
+}
+
+/// Whether questions may be asked (stdin and stderr are terminals and `--yes` was not given).
+pub fn is_interactive(yes: bool) -> bool {
+    !yes && std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::checklist::parse_checklist;
+
+    fn list(md: &str) -> Checklist {
+        parse_checklist(md, 1)
+    }
+
+    #[test]
+    fn tampering_is_removal_of_unchecked_baseline_items() {
+        let baseline = vec!["a".to_string(), "b".to_string()];
+        let now = list("## Success Criteria\n- [x] a\n- [ ] b  \n- [ ] c\n");
+        assert!(tampered(&baseline, &now).is_empty());
+        let now = list("## Success Criteria\n- [x] a\n- [ ] c\n");
+        assert_eq!(tampered(&baseline, &now), vec!["b"]);
+        let now = list("## Success Criteria\n- [ ] a\n- [ ] B\n");
+        assert_eq!(
+            tampered(&baseline, &now),
+            vec!["b"],
+            "rewording is tampering"
+        );
+    }
+
+    #[test]
+    fn regressions_and_new_checks() {
+        let before = list("## Success Criteria\n- [x] a\n- [ ] b\n");
+        let after = list("## Success Criteria\n- [ ] a\n- [x] b\n- [x] c\n");
+        assert_eq!(regressions(&before, &after), vec!["a"]);
+        assert_eq!(newly_checked(&before, &after), vec!["b", "c"]);
+    }
+
+    #[test]
+    fn promise_must_follow_the_prompt_echo() {
+        let prompt = "do it\nend with <promise>DONE</promise>\n";
+        assert!(promise_in_final_message(
+            b"work...\n<promise>DONE</promise>\n",
+            "DONE",
+            prompt
+        ));
+        assert!(promise_in_final_message(
+            b"<promise> DONE </promise>",
+            "DONE",
+            prompt
+        ));
+        assert!(!promise_in_final_message(
+            b"<promise>NOPE</promise>",
+            "DONE",
+            prompt
+        ));
+        let echo = format!("{prompt}thinking\n");
+        assert!(!promise_in_final_message(echo.as_bytes(), "DONE", prompt));
+    }
+
+    #[test]
+    fn commit_message_has_trailers() {
+        assert_eq!(
+            commit_message("ralph: iteration 2 — x", 2, "r1"),
+            "ralph: iteration 2 — x\n\nRalph-Iteration: 2\nRalph-Run: r1\n"
+        );
+    }
+}

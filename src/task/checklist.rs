@@ -1,0 +1,608 @@
+//! Success-criteria checklist extraction from the markdown body of a `RALPH_TASK.md`.
+//!
+//! A criterion is a GFM task-list item (`- [ ]`, `* [x]`, `1. [X]`, nested items included)
+//! under the first "criteria" heading (see [`parse_checklist`]). Everything is driven by
+//! `pulldown-cmark` events, so items inside code blocks, HTML blocks/comments and block
+//! quotes never count. Parsing never fails and never panics; the caller decides what an
+//! empty checklist means.
+
+use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+
+/// One success criterion: a task-list item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Criterion {
+    /// The item's own inline text, markup flattened, whitespace collapsed, trimmed.
+    pub text: String,
+    /// `[x]` / `[X]`.
+    pub checked: bool,
+    /// 1-based line in the task file (frontmatter lines included).
+    pub line: usize,
+}
+
+/// Where the criteria were taken from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// The section under a criteria heading (e.g. `## Success Criteria`).
+    Section {
+        /// The heading's text (flattened, whitespace collapsed).
+        heading: String,
+        /// 1-based file line of the heading.
+        line: usize,
+    },
+    /// No criteria heading exists: every task-list item in the document counts.
+    WholeDocument,
+}
+
+/// The criteria of a task document, in document order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checklist {
+    /// All criteria, checked or not, in document order.
+    pub criteria: Vec<Criterion>,
+    /// Which part of the document they came from.
+    pub scope: Scope,
+}
+
+impl Checklist {
+    /// Number of checked criteria.
+    pub fn done(&self) -> usize {
+        self.criteria.iter().filter(|c| c.checked).count()
+    }
+
+    /// Number of criteria.
+    pub fn total(&self) -> usize {
+        self.criteria.len()
+    }
+
+    /// Unchecked criteria, in document order.
+    pub fn remaining(&self) -> impl Iterator<Item = &Criterion> {
+        self.criteria.iter().filter(|c| !c.checked)
+    }
+}
+
+/// Heading phrases that mark the criteria section, in priority order. Each phrase is tried
+/// over all headings before the next phrase is considered.
+const SECTION_PHRASES: [&str; 4] = [
+    "success criteria",
+    "acceptance criteria",
+    "criteria",
+    "definition of done",
+];
+
+/// A heading found in the body (outside block quotes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct HeadingInfo {
+    /// 1..=6.
+    pub(super) level: u8,
+    /// Flattened, whitespace-collapsed text.
+    pub(super) text: String,
+    /// 1-based file line.
+    pub(super) line: usize,
+    /// Byte offset of the heading's start in the body.
+    start: usize,
+    /// Byte offset just past the heading in the body.
+    end: usize,
+}
+
+/// A task-list item found in the body (outside block quotes).
+#[derive(Debug)]
+struct ItemInfo {
+    /// Byte offset of the `[ ]` marker in the body.
+    offset: usize,
+    checked: bool,
+    /// Raw flattened text (normalised at the end).
+    text: String,
+}
+
+/// Everything one pass over the body yields; `document` uses the headings for the title.
+#[derive(Debug)]
+pub(super) struct Scan {
+    pub(super) checklist: Checklist,
+    pub(super) headings: Vec<HeadingInfo>,
+}
+
+/// Byte offsets of line starts, for offset → line lookups by binary search.
+struct LineIndex {
+    starts: Vec<usize>,
+    first_line: usize,
+}
+
+impl LineIndex {
+    fn new(text: &str, first_line: usize) -> Self {
+        let mut starts = Vec::with_capacity(text.len() / 32 + 1);
+        starts.push(0);
+        starts.extend(
+            text.bytes()
+                .enumerate()
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| i + 1),
+        );
+        Self { starts, first_line }
+    }
+
+    /// 1-based file line of a byte offset.
+    fn line(&self, offset: usize) -> usize {
+        // `starts[0] == 0`, so the partition point is at least 1.
+        let idx = self.starts.partition_point(|&s| s <= offset);
+        self.first_line.saturating_add(idx.saturating_sub(1)).max(1)
+    }
+}
+
+/// Per-item state while walking events.
+struct ItemFrame {
+    /// Index into `items` of this item's criterion, while its own inline text is collected.
+    collecting: Option<usize>,
+}
+
+/// Parses the checklist of a task body.
+///
+/// `body` is the markdown after the frontmatter; `first_line` is the file line number of
+/// body's first line. The criteria are the task-list items under the first heading whose
+/// text contains "Success Criteria" (case-insensitive), else "Acceptance Criteria", else
+/// "Criteria", else "Definition of Done"; the section ends at the next heading of the same
+/// or a higher level. Without such a heading every task-list item counts
+/// ([`Scope::WholeDocument`]).
+pub fn parse_checklist(body: &str, first_line: usize) -> Checklist {
+    scan(body, first_line).checklist
+}
+
+/// Normalised criterion text used for integrity comparisons: whitespace collapsed, trimmed.
+pub fn normalize(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for word in text.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    out
+}
+
+/// One pass over the body: headings, task-list items, then section selection.
+pub(super) fn scan(body: &str, first_line: usize) -> Scan {
+    let lines = LineIndex::new(body, first_line);
+    let mut headings: Vec<HeadingInfo> = Vec::new();
+    let mut items: Vec<ItemInfo> = Vec::new();
+
+    let mut quote_depth = 0usize;
+    let mut frames: Vec<ItemFrame> = Vec::new();
+    // Heading being collected: (level, start offset, text).
+    let mut heading: Option<(u8, usize, String)> = None;
+
+    let parser = Parser::new_ext(body, Options::ENABLE_TASKLISTS).into_offset_iter();
+    for (event, range) in parser {
+        match event {
+            Event::Start(tag) => {
+                // Any nested block ends the current item's own inline text.
+                if is_block(&tag) {
+                    stop_collecting(&mut frames);
+                }
+                match tag {
+                    Tag::BlockQuote(_) => quote_depth += 1,
+                    Tag::Item => frames.push(ItemFrame { collecting: None }),
+                    Tag::Heading { level, .. } => {
+                        heading = Some((level as u8, range.start, String::new()));
+                    }
+                    _ => {}
+                }
+            }
+            Event::End(end) => match end {
+                TagEnd::BlockQuote(_) => quote_depth = quote_depth.saturating_sub(1),
+                TagEnd::Item => {
+                    frames.pop();
+                }
+                TagEnd::Paragraph => stop_collecting(&mut frames),
+                TagEnd::Heading(_) => {
+                    if let Some((level, start, text)) = heading.take()
+                        && quote_depth == 0
+                    {
+                        headings.push(HeadingInfo {
+                            level,
+                            text: normalize(&text),
+                            line: lines.line(start),
+                            start,
+                            end: range.end.max(start),
+                        });
+                    }
+                }
+                _ => {}
+            },
+            Event::TaskListMarker(checked) => {
+                if quote_depth == 0
+                    && let Some(frame) = frames.last_mut()
+                {
+                    items.push(ItemInfo {
+                        offset: range.start,
+                        checked,
+                        text: String::new(),
+                    });
+                    frame.collecting = Some(items.len() - 1);
+                }
+            }
+            Event::Text(s) | Event::Code(s) => push_inline(&mut heading, &frames, &mut items, &s),
+            Event::SoftBreak | Event::HardBreak => {
+                push_inline(&mut heading, &frames, &mut items, " ");
+            }
+            // Inline HTML (tags, comments) is markup, not text.
+            _ => {}
+        }
+    }
+
+    let section = SECTION_PHRASES.iter().find_map(|phrase| {
+        headings
+            .iter()
+            .position(|h| h.text.to_lowercase().contains(phrase))
+    });
+
+    let (range, scope) = match section {
+        Some(idx) => {
+            let h = &headings[idx];
+            let end = headings[idx + 1..]
+                .iter()
+                .find(|next| next.level <= h.level)
+                .map_or(body.len(), |next| next.start);
+            (
+                h.end..end,
+                Scope::Section {
+                    heading: h.text.clone(),
+                    line: h.line,
+                },
+            )
+        }
+        None => (0..body.len(), Scope::WholeDocument),
+    };
+
+    let criteria = items
+        .into_iter()
+        .filter(|item| range.contains(&item.offset))
+        .map(|item| Criterion {
+            text: normalize(&item.text),
+            checked: item.checked,
+            line: lines.line(item.offset),
+        })
+        .collect();
+
+    Scan {
+        checklist: Checklist { criteria, scope },
+        headings,
+    }
+}
+
+/// Whether a tag opens a block (as opposed to inline markup such as emphasis or links).
+fn is_block(tag: &Tag<'_>) -> bool {
+    !matches!(
+        tag,
+        Tag::Emphasis
+            | Tag::Strong
+            | Tag::Strikethrough
+            | Tag::Superscript
+            | Tag::Subscript
+            | Tag::Link { .. }
+            | Tag::Image { .. }
+    )
+}
+
+/// Stops collecting inline text for the innermost item.
+fn stop_collecting(frames: &mut [ItemFrame]) {
+    if let Some(frame) = frames.last_mut() {
+        frame.collecting = None;
+    }
+}
+
+/// Appends inline text to the heading being read and/or the innermost collecting item.
+fn push_inline(
+    heading: &mut Option<(u8, usize, String)>,
+    frames: &[ItemFrame],
+    items: &mut [ItemInfo],
+    text: &str,
+) {
+    if let Some((_, _, h)) = heading {
+        h.push_str(text);
+    }
+    if let Some(idx) = frames.last().and_then(|f| f.collecting)
+        && let Some(item) = items.get_mut(idx)
+    {
+        item.text.push_str(text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn crit(text: &str, checked: bool, line: usize) -> Criterion {
+        Criterion {
+            text: text.to_string(),
+            checked,
+            line,
+        }
+    }
+
+    fn texts(c: &Checklist) -> Vec<(&str, bool, usize)> {
+        c.criteria
+            .iter()
+            .map(|c| (c.text.as_str(), c.checked, c.line))
+            .collect()
+    }
+
+    #[test]
+    fn markers_lists_nesting_and_text() {
+        type Case = (&'static str, &'static str, Vec<(&'static str, bool, usize)>);
+        let cases: Vec<Case> = vec![
+            (
+                "four bullet markers and ordered lists",
+                "## Success Criteria\n- [ ] dash\n* [x] star\n+ [X] plus\n1. [ ] one\n2) [x] two\n",
+                vec![
+                    ("dash", false, 2),
+                    ("star", true, 3),
+                    ("plus", true, 4),
+                    ("one", false, 5),
+                    ("two", true, 6),
+                ],
+            ),
+            (
+                "nested items count, parent text excludes children",
+                "## Success Criteria\n- [ ] parent\n  - [x] child\n    1. [ ] grandchild\n- [ ] next\n",
+                vec![
+                    ("parent", false, 2),
+                    ("child", true, 3),
+                    ("grandchild", false, 4),
+                    ("next", false, 5),
+                ],
+            ),
+            (
+                "nested under a plain bullet",
+                "## Success Criteria\n- group\n  - [ ] inner\n",
+                vec![("inner", false, 3)],
+            ),
+            (
+                "uppercase X is done",
+                "## Success Criteria\n- [X] upper\n- [x] lower\n- [ ] open\n",
+                vec![("upper", true, 2), ("lower", true, 3), ("open", false, 4)],
+            ),
+            (
+                "inline markup flattened, code spans keep content, whitespace collapsed",
+                "## Success Criteria\n- [ ]   **GET**  `/login`   _redirects_ to [the provider](http://x) <!-- note -->\n  and   ~~more~~\n",
+                vec![(
+                    "GET /login redirects to the provider and ~~more~~",
+                    false,
+                    2,
+                )],
+            ),
+            (
+                "loose item uses the marker's paragraph only",
+                "## Success Criteria\n\n- [ ] title line\n\n  explanation paragraph\n\n- [x] second\n",
+                vec![("title line", false, 3), ("second", true, 7)],
+            ),
+            (
+                "plain items and non-checkbox brackets do not count",
+                "## Success Criteria\n- plain\n- [y] not a box\n- [ ] real\n",
+                vec![("real", false, 4)],
+            ),
+        ];
+        for (name, body, expected) in cases {
+            let c = parse_checklist(body, 1);
+            assert_eq!(texts(&c), expected, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn excluded_contexts() {
+        let cases: Vec<(&str, &str, Vec<&str>)> = vec![
+            (
+                "backtick fence",
+                "## Success Criteria\n```\n- [ ] fenced\n```\n- [ ] real\n",
+                vec!["real"],
+            ),
+            (
+                "tilde fence",
+                "## Success Criteria\n~~~md\n- [ ] fenced\n~~~\n- [ ] real\n",
+                vec!["real"],
+            ),
+            (
+                "indented code",
+                "## Success Criteria\n\n    - [ ] indented\n\n- [ ] real\n",
+                vec!["real"],
+            ),
+            (
+                "html comment",
+                "## Success Criteria\n<!--\n- [ ] commented\n-->\n- [ ] real\n",
+                vec!["real"],
+            ),
+            (
+                "html comment inside an item",
+                "## Success Criteria\n- [ ] real\n  <!--\n  - [ ] commented\n  -->\n",
+                vec!["real"],
+            ),
+            (
+                "html block",
+                "## Success Criteria\n<div>\n- [ ] in html\n</div>\n\n- [ ] real\n",
+                vec!["real"],
+            ),
+            (
+                "block quote",
+                "## Success Criteria\n> - [ ] quoted\n> > - [x] deeper\n\n- [ ] real\n",
+                vec!["real"],
+            ),
+            (
+                "block quote inside an item",
+                "## Success Criteria\n- [ ] real\n  > - [ ] quoted\n",
+                vec!["real"],
+            ),
+            (
+                "fence inside an item",
+                "## Success Criteria\n- [ ] real\n  ```\n  - [ ] fenced\n  ```\n",
+                vec!["real"],
+            ),
+        ];
+        for (name, body, expected) in cases {
+            let c = parse_checklist(body, 1);
+            let got: Vec<&str> = c.criteria.iter().map(|c| c.text.as_str()).collect();
+            assert_eq!(got, expected, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn only_in_code_means_none() {
+        let c = parse_checklist("## Success Criteria\n```\n- [ ] a\n```\n", 1);
+        assert_eq!(c.total(), 0);
+        assert_eq!(
+            c.scope,
+            Scope::Section {
+                heading: "Success Criteria".into(),
+                line: 1
+            }
+        );
+    }
+
+    #[test]
+    fn heading_selection_and_section_end() {
+        let cases: Vec<(&str, &str, Vec<&str>, Scope)> = vec![
+            (
+                "success criteria beats an earlier acceptance criteria",
+                "# T\n## Acceptance Criteria\n- [ ] acc\n## Success Criteria\n- [ ] succ\n",
+                vec!["succ"],
+                Scope::Section {
+                    heading: "Success Criteria".into(),
+                    line: 4,
+                },
+            ),
+            (
+                "case-insensitive, any level, substring",
+                "# T\n#### our SUCCESS criteria (v2)\n- [ ] a\n",
+                vec!["a"],
+                Scope::Section {
+                    heading: "our SUCCESS criteria (v2)".into(),
+                    line: 2,
+                },
+            ),
+            (
+                "first of several matching headings wins",
+                "## Success Criteria\n- [ ] first\n## Success Criteria again\n- [ ] second\n",
+                vec!["first"],
+                Scope::Section {
+                    heading: "Success Criteria".into(),
+                    line: 1,
+                },
+            ),
+            (
+                "acceptance criteria fallback",
+                "# T\n- [ ] outside\n## Acceptance Criteria\n- [ ] acc\n",
+                vec!["acc"],
+                Scope::Section {
+                    heading: "Acceptance Criteria".into(),
+                    line: 3,
+                },
+            ),
+            (
+                "criteria fallback",
+                "## Definition of Done\n- [ ] dod\n## Criteria\n- [ ] crit\n",
+                vec!["crit"],
+                Scope::Section {
+                    heading: "Criteria".into(),
+                    line: 3,
+                },
+            ),
+            (
+                "definition of done fallback",
+                "## Notes\n- [ ] note\n## definition of done\n- [ ] dod\n",
+                vec!["dod"],
+                Scope::Section {
+                    heading: "definition of done".into(),
+                    line: 3,
+                },
+            ),
+            (
+                "section ends at same level, includes deeper subsections",
+                "## Success Criteria\n- [ ] a\n### Sub\n- [ ] b\n## Notes\n- [ ] c\n",
+                vec!["a", "b"],
+                Scope::Section {
+                    heading: "Success Criteria".into(),
+                    line: 1,
+                },
+            ),
+            (
+                "section ends at a higher level",
+                "### Success Criteria\n- [ ] a\n# Appendix\n- [ ] c\n",
+                vec!["a"],
+                Scope::Section {
+                    heading: "Success Criteria".into(),
+                    line: 1,
+                },
+            ),
+            (
+                "setext headings",
+                "Task\n====\n- [ ] before\n\nSuccess Criteria\n----------------\n- [ ] a\n\nOther\n-----\n- [ ] b\n",
+                vec!["a"],
+                Scope::Section {
+                    heading: "Success Criteria".into(),
+                    line: 5,
+                },
+            ),
+            (
+                "heading with inline markup",
+                "## *Success* `Criteria`\n- [ ] a\n",
+                vec!["a"],
+                Scope::Section {
+                    heading: "Success Criteria".into(),
+                    line: 1,
+                },
+            ),
+            (
+                "heading inside a block quote is ignored",
+                "> ## Success Criteria\n\n- [ ] a\n",
+                vec!["a"],
+                Scope::WholeDocument,
+            ),
+            (
+                "whole-document fallback",
+                "# Task\n- [ ] a\n## Notes\n- [x] b\n",
+                vec!["a", "b"],
+                Scope::WholeDocument,
+            ),
+            ("empty body", "", vec![], Scope::WholeDocument),
+        ];
+        for (name, body, expected, scope) in cases {
+            let c = parse_checklist(body, 1);
+            let got: Vec<&str> = c.criteria.iter().map(|c| c.text.as_str()).collect();
+            assert_eq!(got, expected, "case: {name}");
+            assert_eq!(c.scope, scope, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn first_line_offsets_and_crlf() {
+        let body = "\r\n## Success Criteria  \r\n- [ ] a  \r\n- [x] b\r\n";
+        let c = parse_checklist(body, 5);
+        assert_eq!(c.criteria, vec![crit("a", false, 7), crit("b", true, 8)],);
+        assert_eq!(
+            c.scope,
+            Scope::Section {
+                heading: "Success Criteria".into(),
+                line: 6
+            }
+        );
+        assert_eq!(c.done(), 1);
+        assert_eq!(c.total(), 2);
+        let remaining: Vec<&str> = c.remaining().map(|c| c.text.as_str()).collect();
+        assert_eq!(remaining, vec!["a"]);
+    }
+
+    #[test]
+    fn normalize_collapses_and_trims() {
+        assert_eq!(normalize("  a \t b\n\r c  "), "a b c");
+        assert_eq!(normalize(""), "");
+        assert_eq!(normalize("\u{a0}x\u{2003}y"), "x y");
+    }
+
+    #[test]
+    fn line_index_lookup() {
+        let idx = LineIndex::new("ab\ncd\n\nef", 10);
+        assert_eq!(idx.line(0), 10);
+        assert_eq!(idx.line(2), 10);
+        assert_eq!(idx.line(3), 11);
+        assert_eq!(idx.line(6), 12);
+        assert_eq!(idx.line(7), 13);
+        assert_eq!(idx.line(999), 13);
+        assert_eq!(LineIndex::new("", 0).line(0), 1);
+    }
+}

@@ -1,0 +1,210 @@
+//! What the user sees: `error:`/`warning:`/`hint:` lines, the report block between iterations
+//! and the final summaries. Colour goes through anstream, which strips it when the stream is not
+//! a terminal, under `NO_COLOR`, or with `--color never`.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anstyle::{AnsiColor, Style};
+
+use crate::cli::ColorWhen;
+use crate::error::Error;
+
+const RED: Style = AnsiColor::Red.on_default().bold();
+const YELLOW: Style = AnsiColor::Yellow.on_default().bold();
+const CYAN: Style = AnsiColor::Cyan.on_default().bold();
+const GREEN: Style = AnsiColor::Green.on_default().bold();
+const BOLD: Style = Style::new().bold();
+pub const RULE: &str = "─────────────────────────────────────";
+
+/// Set the colour choice for every stream once, at start-up.
+pub fn init_color(when: ColorWhen) {
+    let choice = match when {
+        ColorWhen::Auto => anstream::ColorChoice::Auto,
+        ColorWhen::Always => anstream::ColorChoice::Always,
+        ColorWhen::Never => anstream::ColorChoice::Never,
+    };
+    choice.write_global();
+}
+
+/// The user-facing printer. Human output goes to stdout, diagnostics to stderr.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ui {
+    pub quiet: bool,
+}
+
+impl Ui {
+    /// A normal line on stdout (suppressed by `-q`).
+    pub fn line(&self, text: &str) {
+        if !self.quiet {
+            let mut out = anstream::stdout();
+            let _ = writeln!(out, "{text}");
+        }
+    }
+
+    /// A heading-styled line on stdout (kept with `-q`: summaries matter).
+    pub fn headline(&self, text: &str) {
+        let mut out = anstream::stdout();
+        let _ = writeln!(out, "{BOLD}{text}{BOLD:#}");
+    }
+
+    pub fn success(&self, text: &str) {
+        let mut out = anstream::stdout();
+        let _ = writeln!(out, "{GREEN}{text}{GREEN:#}");
+    }
+
+    /// A line that must be seen even with `-q` (e.g. `STALLED: …`).
+    pub fn alert(&self, text: &str) {
+        let mut out = anstream::stdout();
+        let _ = writeln!(out, "{YELLOW}{text}{YELLOW:#}");
+    }
+
+    pub fn plain(&self, text: &str) {
+        let mut out = anstream::stdout();
+        let _ = writeln!(out, "{text}");
+    }
+
+    pub fn warn(&self, text: &str) {
+        let mut err = anstream::stderr();
+        let _ = writeln!(err, "{YELLOW}warning:{YELLOW:#} {text}");
+    }
+
+    pub fn note(&self, text: &str) {
+        if !self.quiet {
+            let mut err = anstream::stderr();
+            let _ = writeln!(err, "{CYAN}note:{CYAN:#} {text}");
+        }
+    }
+
+    /// `error: …`, each cause, then `hint: …`.
+    pub fn error(&self, e: &Error) {
+        let mut err = anstream::stderr();
+        let _ = writeln!(err, "{RED}error:{RED:#} {e}");
+        let mut source = std::error::Error::source(e);
+        // Transparent variants repeat their inner message as the first source.
+        while let Some(s) = source {
+            let text = s.to_string();
+            if text != e.to_string() {
+                let _ = writeln!(err, "  caused by: {text}");
+            }
+            source = s.source();
+        }
+        if let Some(h) = e.hint() {
+            let _ = writeln!(err, "{CYAN}hint:{CYAN:#} {h}");
+        }
+    }
+}
+
+/// `1h 02m 03s`, `4m 05s`, `6s`, `0.4s`.
+pub fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs == 0 {
+        return format!("{:.1}s", d.as_secs_f64());
+    }
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    if h > 0 {
+        format!("{h}h {m:02}m {s:02}s")
+    } else if m > 0 {
+        format!("{m}m {s:02}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// The between-iterations report (the copilot skill's block).
+pub struct Report<'a> {
+    pub iteration: u32,
+    pub max_iterations: u32,
+    pub done: usize,
+    pub total: usize,
+    pub last_commit: Option<&'a str>,
+    pub started: &'a str,
+    pub ended: &'a str,
+    pub duration: Duration,
+    pub elapsed: Duration,
+    /// `Some(n)` when iteration n starts next.
+    pub next: Option<u32>,
+    /// Extra lines: timeouts, agent failures, regressions, test results.
+    pub notes: &'a [String],
+}
+
+impl Report<'_> {
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        s.push_str(RULE);
+        s.push('\n');
+        s.push_str(&format!(
+            "## Iteration {}/{} complete\n",
+            self.iteration, self.max_iterations
+        ));
+        s.push_str(&format!(
+            "✅ Progress: {}/{} criteria\n",
+            self.done, self.total
+        ));
+        if let Some(c) = self.last_commit {
+            s.push_str(&format!("📝 Last: \"{c}\"\n"));
+        }
+        s.push_str(&format!("🕐 Started: {}\n", self.started));
+        s.push_str(&format!("🕑 Ended: {}\n", self.ended));
+        s.push_str(&format!(
+            "⏱️  Iteration duration: {}\n",
+            human_duration(self.duration)
+        ));
+        s.push_str(&format!(
+            "⏱️  Total elapsed: {}\n",
+            human_duration(self.elapsed)
+        ));
+        for n in self.notes {
+            s.push_str(&format!("⚠️  {n}\n"));
+        }
+        if let Some(n) = self.next {
+            s.push_str(&format!("🔄 Starting iteration {n}...\n"));
+        }
+        s.push_str(RULE);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(human_duration(Duration::from_millis(400)), "0.4s");
+        assert_eq!(human_duration(Duration::from_secs(6)), "6s");
+        assert_eq!(human_duration(Duration::from_secs(245)), "4m 05s");
+        assert_eq!(human_duration(Duration::from_secs(3723)), "1h 02m 03s");
+    }
+
+    #[test]
+    fn report_block_has_every_line() {
+        let r = Report {
+            iteration: 2,
+            max_iterations: 5,
+            done: 1,
+            total: 3,
+            last_commit: Some("ralph: iteration 2 — x"),
+            started: "s",
+            ended: "e",
+            duration: Duration::from_secs(3),
+            elapsed: Duration::from_secs(70),
+            next: Some(3),
+            notes: &["agent exited with code 1".into()],
+        }
+        .render();
+        for needle in [
+            "## Iteration 2/5 complete",
+            "Progress: 1/3 criteria",
+            "Last: \"ralph: iteration 2 — x\"",
+            "Started: s",
+            "Ended: e",
+            "Iteration duration: 3s",
+            "Total elapsed: 1m 10s",
+            "agent exited with code 1",
+            "Starting iteration 3...",
+        ] {
+            assert!(r.contains(needle), "{needle:?} missing from\n{r}");
+        }
+    }
+}

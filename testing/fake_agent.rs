@@ -1,0 +1,190 @@
+//! A scripted fake agent for ralph's integration tests, in the spirit of jj's fake editor.
+//!
+//! `FAKE_AGENT_SCRIPT` is a comma-separated list of steps, one per iteration (`RALPH_ITERATION`
+//! picks it; the last step repeats). A step is one or more actions joined by `+`:
+//!   check            check the first unchecked criterion in $RALPH_TASK_FILE and write a file
+//!   idle             change nothing
+//!   churn            modify churn.txt without touching the criteria
+//!   delete           delete the line of the first unchecked criterion
+//!   uncheck          uncheck the first checked criterion
+//!   promise:WORD     print <promise>WORD</promise>
+//!   echo             print the prompt back
+//!   print:TEXT       print TEXT
+//!   commit:MSG       `git add -A && git commit -m MSG` by itself
+//!   fail             print to stderr and exit 1 (after the other actions)
+//!   exit:N           exit with code N
+//!   hang             sleep for a long time
+//!   ignore-term      ignore SIGTERM (combine with hang)
+//!   grandchild       start `sleep 300` holding stdout (recording its pid)
+//!   leak             start `sleep 300` holding stdout, then exit 0 at once
+//!   garble           make the task file's frontmatter unparseable
+//! With `FAKE_AGENT_LOG=DIR`, it records `prompt-N.txt`, `argv-N.txt`, `env-N.txt` and `pids-N.txt`.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+fn main() {
+    let iteration: usize = std::env::var("RALPH_ITERATION")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let prompt = read_prompt(&args);
+    let log = std::env::var_os("FAKE_AGENT_LOG").map(PathBuf::from);
+    if let Some(dir) = &log {
+        let _ = std::fs::create_dir_all(dir);
+        let _ = std::fs::write(dir.join(format!("prompt-{iteration}.txt")), &prompt);
+        let _ = std::fs::write(dir.join(format!("argv-{iteration}.txt")), args.join("\n"));
+        let env: Vec<String> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("RALPH_") || k == "IS_SANDBOX")
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = std::fs::write(dir.join(format!("env-{iteration}.txt")), env.join("\n"));
+        record_pid(&log, iteration, std::process::id());
+    }
+    let script = std::env::var("FAKE_AGENT_SCRIPT").unwrap_or_else(|_| "check".into());
+    let steps: Vec<&str> = script.split(',').map(str::trim).collect();
+    let step = steps
+        .get(iteration - 1)
+        .or(steps.last())
+        .copied()
+        .unwrap_or("idle");
+    let task = std::env::var("RALPH_TASK_FILE").unwrap_or_else(|_| "RALPH_TASK.md".into());
+    let mut exit_code = 0;
+    let mut hang = false;
+    println!("fake agent: iteration {iteration}, step `{step}`");
+    for action in step.split('+') {
+        let (name, arg) = action.split_once(':').unwrap_or((action, ""));
+        match name {
+            "check" => {
+                if let Some(text) = edit_first(&task, "[ ]", "[x]") {
+                    let _ = std::fs::create_dir_all("work");
+                    let _ = std::fs::write(format!("work/iter-{iteration}.txt"), &text);
+                    println!("checked: {text}");
+                }
+            }
+            "idle" => println!("thinking about it, changing nothing"),
+            "churn" => {
+                let _ = std::fs::write(
+                    "churn.txt",
+                    format!("churn {iteration} {}\n", std::process::id()),
+                );
+                println!("rewrote churn.txt");
+            }
+            "delete" => delete_first_unchecked(&task),
+            "uncheck" => {
+                edit_first(&task, "[x]", "[ ]");
+            }
+            "promise" => println!("All done!\n<promise>{arg}</promise>"),
+            "echo" => println!("{prompt}"),
+            "print" => println!("{arg}"),
+            "commit" => {
+                let _ = Command::new("git").args(["add", "-A"]).status();
+                let _ = Command::new("git")
+                    .args(["commit", "-q", "-m", arg])
+                    .status();
+            }
+            "fail" => {
+                eprintln!("fake agent: something went wrong");
+                exit_code = 1;
+            }
+            "exit" => exit_code = arg.parse().unwrap_or(1),
+            "hang" => hang = true,
+            "ignore-term" => unsafe {
+                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            },
+            "grandchild" | "leak" => {
+                let child = Command::new("sleep")
+                    .arg("300")
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .expect("spawn sleep");
+                record_pid(&log, iteration, child.id());
+                std::mem::forget(child);
+                if name == "leak" {
+                    let _ = std::io::stdout().flush();
+                    std::process::exit(0);
+                }
+            }
+            "garble" => {
+                let text = std::fs::read_to_string(&task).unwrap_or_default();
+                let _ = std::fs::write(&task, text.replacen("---\n", "---\n: : [unclosed\n", 1));
+            }
+            other => {
+                eprintln!("fake agent: unknown action `{other}`");
+                std::process::exit(97);
+            }
+        }
+    }
+    let _ = std::io::stdout().flush();
+    if hang {
+        std::thread::sleep(std::time::Duration::from_secs(300));
+    }
+    std::process::exit(exit_code);
+}
+
+fn read_prompt(args: &[String]) -> String {
+    if let Some(i) = args.iter().position(|a| a == "--prompt-file") {
+        return args
+            .get(i + 1)
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+    }
+    if !args.is_empty() {
+        return args.join(" ");
+    }
+    let mut s = String::new();
+    let _ = std::io::stdin().read_to_string(&mut s);
+    s
+}
+
+fn record_pid(log: &Option<PathBuf>, iteration: usize, pid: u32) {
+    if let Some(dir) = log {
+        let path = dir.join(format!("pids-{iteration}.txt"));
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("pid log");
+        let _ = writeln!(f, "{pid}");
+    }
+}
+
+/// Replace the first `from` checkbox marker (in a task-list line) with `to`; returns the text.
+fn edit_first(task: &str, from: &str, to: &str) -> Option<String> {
+    let text = std::fs::read_to_string(task).ok()?;
+    let mut out = String::with_capacity(text.len());
+    let mut found = None;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        let marker = format!("- {from} ");
+        if found.is_none() && trimmed.starts_with(&marker) {
+            found = Some(trimmed[marker.len()..].trim().to_string());
+            out.push_str(&line.replacen(&format!("- {from}"), &format!("- {to}"), 1));
+        } else {
+            out.push_str(line);
+        }
+    }
+    std::fs::write(task, out).ok()?;
+    found
+}
+
+fn delete_first_unchecked(task: &str) {
+    let Ok(text) = std::fs::read_to_string(task) else {
+        return;
+    };
+    let mut done = false;
+    let out: String = text
+        .split_inclusive('\n')
+        .filter(|l| {
+            if !done && l.trim_start().starts_with("- [ ] ") {
+                done = true;
+                false
+            } else {
+                true
+            }
+        })
+        .collect();
+    let _ = std::fs::write(task, out);
+}

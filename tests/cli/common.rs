@@ -1,0 +1,251 @@
+//! The test environment: an isolated HOME and git config, a fresh repository, the fake agent.
+
+use std::path::PathBuf;
+use std::process::Output;
+use std::time::Duration;
+
+pub struct TestEnv {
+    _dir: tempfile::TempDir,
+    pub home: PathBuf,
+    pub repo: PathBuf,
+    /// Where the fake agent records prompts, argv, env and pids.
+    pub log: PathBuf,
+}
+
+/// The path of the fake agent built from `testing/fake_agent.rs` (an example target).
+pub fn fake_agent() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_ralph"));
+    let p = bin
+        .parent()
+        .expect("target dir")
+        .join("examples")
+        .join("fake-agent");
+    assert!(
+        p.exists(),
+        "the fake agent is not built at {}: run the whole suite with `cargo test` (it builds examples)",
+        p.display()
+    );
+    p
+}
+
+impl TestEnv {
+    pub fn new() -> TestEnv {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = dir.path().join("home");
+        let repo = dir.path().join("repo");
+        let log = dir.path().join("agent-log");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&repo).unwrap();
+        let env = TestEnv {
+            _dir: dir,
+            home,
+            repo,
+            log,
+        };
+        env.git(&["init", "-q", "-b", "main"]);
+        env.git(&["config", "user.name", "Test User"]);
+        env.git(&["config", "user.email", "test@example.com"]);
+        env
+    }
+
+    /// A directory that is not a git repository.
+    pub fn plain_dir(&self) -> PathBuf {
+        let p = self.home.join("plain");
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    fn isolate(&self, cmd: &mut std::process::Command) {
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("LANG", "C.UTF-8")
+            .env("FAKE_AGENT_LOG", &self.log);
+    }
+
+    pub fn git(&self, args: &[&str]) -> String {
+        let mut cmd = std::process::Command::new("git");
+        self.isolate(&mut cmd);
+        let out = cmd
+            .args(args)
+            .current_dir(&self.repo)
+            .output()
+            .expect("git");
+        assert!(
+            out.status.success(),
+            "git {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// What `git status --porcelain | cksum` prints in the repository, without the newline.
+    pub fn porcelain_cksum(&self) -> String {
+        let mut cmd = std::process::Command::new("sh");
+        self.isolate(&mut cmd);
+        let out = cmd
+            .args(["-c", "git status --porcelain | cksum"])
+            .current_dir(&self.repo)
+            .output()
+            .expect("sh");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    pub fn write(&self, rel: &str, text: &str) {
+        let p = self.repo.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(p, text).unwrap();
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.repo.join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+    }
+
+    /// A task file with the given criteria and optional extra frontmatter lines.
+    pub fn write_task(&self, criteria: &[&str], frontmatter: &str) {
+        let mut s = format!(
+            "---\ntask: Test task\n{frontmatter}---\n# Task: Test task\n\nDo it.\n\n## Success Criteria\n"
+        );
+        for c in criteria {
+            s.push_str(&format!("- [ ] {c}\n"));
+        }
+        self.write("RALPH_TASK.md", &s);
+    }
+
+    /// Commit everything as the user would before a run.
+    pub fn commit_all(&self, msg: &str) {
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "-q", "-m", msg]);
+    }
+
+    pub fn ralph_cmd(&self) -> std::process::Command {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ralph"));
+        self.isolate(&mut cmd);
+        cmd.current_dir(&self.repo);
+        cmd
+    }
+
+    /// Run ralph with args; kill it if it runs longer than `limit`.
+    pub fn ralph_with_limit(
+        &self,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+        limit: Duration,
+    ) -> Output {
+        let mut cmd = self.ralph_cmd();
+        cmd.args(args);
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        run_with_limit(cmd, limit)
+    }
+
+    pub fn ralph(&self, args: &[&str]) -> Output {
+        self.ralph_with_limit(args, &[], Duration::from_secs(60))
+    }
+
+    /// `ralph run` with the fake agent following `script`, unattended.
+    pub fn run_fake(&self, script: &str, extra: &[&str]) -> Output {
+        let agent = format!("'{}'", fake_agent().display());
+        let mut args = vec!["run", "--agent-cmd", &agent, "--yes"];
+        if !extra.contains(&"--grace") {
+            args.extend(["--grace", "1s"]);
+        }
+        args.extend_from_slice(extra);
+        self.ralph_with_limit(
+            &args,
+            &[("FAKE_AGENT_SCRIPT", script)],
+            Duration::from_secs(60),
+        )
+    }
+
+    pub fn commits(&self) -> Vec<String> {
+        self.git(&["log", "--format=%s"])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    pub fn activity(&self) -> String {
+        self.read(".ralph/activity.log")
+    }
+
+    pub fn iter_records(&self) -> Vec<String> {
+        std::fs::read_to_string(self.repo.join(".ralph/iterations.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    pub fn agent_prompt(&self, n: usize) -> String {
+        std::fs::read_to_string(self.log.join(format!("prompt-{n}.txt"))).unwrap_or_default()
+    }
+
+    pub fn agent_ran(&self, n: usize) -> bool {
+        self.log.join(format!("prompt-{n}.txt")).exists()
+    }
+}
+
+/// Run a command, killing it after `limit` so a hang fails the test instead of blocking CI.
+pub fn run_with_limit(mut cmd: std::process::Command, limit: Duration) -> Output {
+    use std::io::Read;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn ralph");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ralph did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Exit code with both streams in the panic message when it is not the expected one.
+#[track_caller]
+pub fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "unexpected exit status {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
+}

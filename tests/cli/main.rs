@@ -1,0 +1,8 @@
+//! Integration tests: the real `ralph` binary driving the scripted fake agent in real temporary
+//! git repositories. One module per command, as in jj's test suite.
+
+mod common;
+mod errors;
+mod init;
+mod run;
+mod status;
