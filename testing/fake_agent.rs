@@ -124,6 +124,8 @@ fn main() {
     std::process::exit(exit_code);
 }
 
+/// The prompt, wherever the argv puts it: `--prompt-file P`, `-p PROMPT` (copilot, claude,
+/// gemini), a positional argument (codex, custom templates), else stdin (`-` or nothing).
 fn read_prompt(args: &[String]) -> String {
     if let Some(i) = args.iter().position(|a| a == "--prompt-file") {
         return args
@@ -131,8 +133,17 @@ fn read_prompt(args: &[String]) -> String {
             .and_then(|p| std::fs::read_to_string(p).ok())
             .unwrap_or_default();
     }
-    if !args.is_empty() {
-        return args.join(" ");
+    if let Some(i) = args.iter().position(|a| a == "-p")
+        && let Some(p) = args.get(i + 1).filter(|p| !p.starts_with("--"))
+    {
+        return p.clone();
+    }
+    let positional = args
+        .iter()
+        .filter(|a| !a.starts_with('-') && a.as_str() != "exec")
+        .max_by_key(|a| a.len());
+    if let Some(p) = positional {
+        return p.clone();
     }
     let mut s = String::new();
     let _ = std::io::stdin().read_to_string(&mut s);

@@ -1,6 +1,7 @@
 //! Integration tests: the real `ralph` binary driving the scripted fake agent in real temporary
 //! git repositories. One module per command, as in jj's test suite.
 
+mod agents;
 mod common;
 mod errors;
 mod init;

@@ -431,3 +431,58 @@ fn frontmatter_settings_apply_and_flags_win() {
     let out = env.run_fake("check", &["--max-iterations", "5"]);
     assert_exit(&out, 0);
 }
+
+#[test]
+fn configuration_layers_in_precedence_order() {
+    let env = TestEnv::new();
+    env.write_task(&["k1"], "max_iterations: 3\n");
+    env.write(
+        ".ralph/config.toml",
+        "max_iterations = 1\nstuck_threshold = 2\ntimeout = \"8m\"\n",
+    );
+    let user = env.home.join(".config/ralph");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(
+        user.join("config.toml"),
+        "timeout = \"7m\"\nidle_timeout = \"9m\"\n",
+    )
+    .unwrap();
+    let limits = |args: &[&str], vars: &[(&str, &str)]| {
+        let mut all = vec!["run", "--dry-run", "--agent-cmd", "true"];
+        all.extend_from_slice(args);
+        let out = env.ralph_with_limit(&all, vars, std::time::Duration::from_secs(20));
+        assert_exit(&out, 0);
+        stdout(&out)
+            .lines()
+            .find(|l| l.starts_with("limits: "))
+            .unwrap()
+            .to_string()
+    };
+    let l = limits(&[], &[]);
+    assert!(
+        l.contains("max iterations 3,"),
+        "frontmatter beats project config: {l}"
+    );
+    assert!(
+        l.contains("stuck threshold 2"),
+        "project config applies: {l}"
+    );
+    assert!(
+        l.contains("timeout 8m 00s,"),
+        "project config beats user config: {l}"
+    );
+    assert!(
+        l.contains("idle timeout 9m 00s"),
+        "user config applies: {l}"
+    );
+    let l = limits(&[], &[("RALPH_MAX_ITERATIONS", "4")]);
+    assert!(
+        l.contains("max iterations 4,"),
+        "environment beats frontmatter: {l}"
+    );
+    let l = limits(&["--max-iterations", "5"], &[("RALPH_MAX_ITERATIONS", "4")]);
+    assert!(
+        l.contains("max iterations 5,"),
+        "flag beats environment: {l}"
+    );
+}
