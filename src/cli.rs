@@ -52,6 +52,9 @@ pub enum Command {
     /// Run the loop until the task is complete or a halt rule fires.
     #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
+    /// Continue the unfinished run recorded in .ralph/state.json.
+    #[command(after_help = RESUME_EXAMPLES)]
+    Resume(ResumeArgs),
     /// Report the current or last run, without taking the lock.
     #[command(after_help = STATUS_EXAMPLES)]
     Status(StatusArgs),
@@ -72,6 +75,12 @@ Examples:
   ralph run --agent-cmd './my-agent.sh'      # the prompt arrives on stdin
   ralph run --dry-run                        # show mode, agent argv, limits and the first prompt
   ralph run --yes --test-command 'cargo test' # unattended: never ask";
+
+const RESUME_EXAMPLES: &str = "\
+Examples:
+  ralph resume                          # after Ctrl-C, a crash, or any halt but completion
+  ralph resume --max-iterations 80      # after a max-iterations halt
+  ralph resume --timeout 45m --yes";
 
 const STATUS_EXAMPLES: &str = "\
 Examples:
@@ -116,6 +125,20 @@ pub struct RunArgs {
     /// Resolve everything and print it (mode, agent argv, limits, first prompt); spawn nothing.
     #[arg(long)]
     pub dry_run: bool,
+
+    /// Continue the unfinished run recorded in .ralph/state.json (same as `ralph resume`).
+    #[arg(long, conflicts_with = "reset")]
+    pub resume: bool,
+
+    /// Forget the unfinished run recorded in .ralph/state.json and start a new one.
+    #[arg(long)]
+    pub reset: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    #[command(flatten)]
+    pub options: RunOptions,
 }
 
 /// The options of `run` that are also configuration (SPEC §10): flags win over `RALPH_*`

@@ -21,6 +21,11 @@ use crate::ui::Ui;
 
 /// Parse arguments, run the command, and return the process exit code.
 pub fn main() -> i32 {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(agent::unix::GUARD_COMMAND)) {
+        let pgid = args.next().unwrap_or_default();
+        return agent::unix::run_guard(&pgid.to_string_lossy());
+    }
     let cli = Cli::parse();
     ui::init_color(cli.color);
     init_tracing(cli.verbose);
@@ -46,6 +51,7 @@ fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
     match &cli.command {
         Command::Init(args) => commands::init::run(&ctx, args),
         Command::Run(args) => commands::run::run(&ctx, args),
+        Command::Resume(args) => commands::run::resume(&ctx, args),
         Command::Status(args) => commands::status::run(&ctx, args.json),
     }
 }

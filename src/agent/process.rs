@@ -8,13 +8,12 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::sleep_until;
 
 use super::Invocation;
+use super::unix::{Group, Guard, set_parent_death_signal};
 use crate::signals::Interrupts;
 
 /// How long to keep reading the pipes after the process exited before calling them leaked.
@@ -108,7 +107,15 @@ pub async fn run(
     });
     cmd.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
     let mut child = cmd.spawn()?;
-    let pgid = Pid::from_raw(child.id().map_or(0, |id| id as i32));
+    let group = Group::from_leader(child.id().unwrap_or(0));
+    // If ralph dies, even by SIGKILL, the guard kills the group (see `unix.rs`).
+    let guard = match Guard::spawn(group) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            tracing::warn!("could not start the guard process: {e}");
+            None
+        }
+    };
 
     if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.stdin().take()) {
         tokio::spawn(async move {
@@ -154,10 +161,10 @@ pub async fn run(
                         // A second interrupt (or no grace) kills at once.
                         stopped.get_or_insert(StopCause::Interrupt);
                         killed = true;
-                        let _ = killpg(pgid, Signal::SIGKILL);
+                        group.kill();
                     } else {
                         stopped = Some(StopCause::Interrupt);
-                        let _ = killpg(pgid, Signal::SIGTERM);
+                        group.terminate();
                         kill_at = tokio::time::Instant::now() + limits.grace;
                     }
                 }
@@ -205,27 +212,30 @@ pub async fn run(
             }
             _ = sleep_until(deadline), if status.is_none() && stopped.is_none() => {
                 stopped = Some(StopCause::Timeout);
-                killed |= begin_stop(pgid, limits.grace, &mut kill_at);
+                killed |= begin_stop(group, limits.grace, &mut kill_at);
             }
             _ = sleep_until(idle_deadline), if status.is_none() && stopped.is_none() => {
                 stopped = Some(StopCause::IdleTimeout);
-                killed |= begin_stop(pgid, limits.grace, &mut kill_at);
+                killed |= begin_stop(group, limits.grace, &mut kill_at);
             }
             _ = sleep_until(kill_at), if status.is_none() => {
                 killed = true;
                 kill_at = far;
-                let _ = killpg(pgid, Signal::SIGKILL);
+                group.kill();
             }
             _ = sleep_until(drain_until), if status.is_some() => {
                 // The process is gone but something it started still holds the pipes.
                 leaked = true;
-                let _ = killpg(pgid, Signal::SIGKILL);
+                group.kill();
                 break;
             }
         }
     }
     // Nothing of the group outlives the iteration: whatever it left running goes now.
-    let _ = killpg(pgid, Signal::SIGKILL);
+    group.kill();
+    if let Some(g) = guard {
+        g.release();
+    }
     transcript.flush()?;
     let status = status.unwrap_or_else(|| std::process::ExitStatus::from_raw(9));
     let exit_code = status
@@ -245,12 +255,12 @@ pub async fn run(
 
 /// SIGTERM the group and arm the SIGKILL timer; with no grace, SIGKILL at once. Returns whether
 /// it killed.
-fn begin_stop(pgid: Pid, grace: Duration, kill_at: &mut tokio::time::Instant) -> bool {
+fn begin_stop(group: Group, grace: Duration, kill_at: &mut tokio::time::Instant) -> bool {
     if grace.is_zero() {
-        let _ = killpg(pgid, Signal::SIGKILL);
+        group.kill();
         true
     } else {
-        let _ = killpg(pgid, Signal::SIGTERM);
+        group.terminate();
         *kill_at = tokio::time::Instant::now() + grace;
         false
     }
@@ -266,25 +276,3 @@ async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -
         None => std::future::pending().await,
     }
 }
-
-/// On Linux, the agent gets SIGKILL when ralph dies, even by SIGKILL.
-#[cfg(target_os = "linux")]
-fn set_parent_death_signal(cmd: &mut tokio::process::Command) {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe calls.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent may have died before prctl: then nobody would send the signal.
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn set_parent_death_signal(_cmd: &mut tokio::process::Command) {}

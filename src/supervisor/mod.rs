@@ -53,6 +53,10 @@ struct Committed {
 impl Loop {
     pub async fn run(mut self) -> Result<i32> {
         loop {
+            if self.interrupts.count() > 0 {
+                // Interrupted between iterations: the last one is fully recorded.
+                return self.interrupted(self.counters.iteration).await;
+            }
             let n = self.counters.iteration + 1;
             let prev = Counters {
                 iteration: n,
@@ -498,7 +502,7 @@ impl Loop {
         ))?;
         self.finish_state("interrupted", exit::INTERRUPTED)?;
         self.ui.alert(&format!(
-            "Interrupted during iteration {n}: the agent was stopped and its work committed."
+            "Interrupted in iteration {n}: the agent was stopped and its work committed. Continue with: ralph resume"
         ));
         Ok(exit::INTERRUPTED)
     }
@@ -552,7 +556,7 @@ impl Loop {
                 ));
                 self.print_remaining();
                 ui.plain(&format!(
-                    "\nTo continue, raise the limit and run again: ralph run --max-iterations {}",
+                    "\nTo continue, raise the limit: ralph resume --max-iterations {}",
                     max + 10
                 ));
             }

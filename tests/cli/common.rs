@@ -249,3 +249,135 @@ pub fn assert_exit(o: &Output, code: i32) {
         stderr(o)
     );
 }
+
+/// A ralph running in the background, its output going to files.
+pub struct Background {
+    pub child: std::process::Child,
+    pub out: PathBuf,
+    pub err: PathBuf,
+}
+
+impl Background {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    /// Wait for exit (killing it after `limit`) and return the status code.
+    pub fn wait(mut self, limit: Duration) -> (Option<i32>, String, String) {
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if start.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "ralph did not exit within {limit:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                    std::fs::read_to_string(&self.out).unwrap_or_default(),
+                    std::fs::read_to_string(&self.err).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        (
+            status.code(),
+            std::fs::read_to_string(&self.out).unwrap_or_default(),
+            std::fs::read_to_string(&self.err).unwrap_or_default(),
+        )
+    }
+}
+
+impl TestEnv {
+    /// Start `ralph run` with the fake agent in the background.
+    pub fn spawn_fake(&self, script: &str, extra: &[&str]) -> Background {
+        let agent = format!("'{}'", fake_agent().display());
+        let mut cmd = self.ralph_cmd();
+        cmd.args(["run", "--agent-cmd", &agent, "--yes"])
+            .args(extra);
+        cmd.env("FAKE_AGENT_SCRIPT", script);
+        self.spawn(cmd)
+    }
+
+    pub fn spawn(&self, mut cmd: std::process::Command) -> Background {
+        let n = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let out = self.home.join(format!("bg-{n}.out"));
+        let err = self.home.join(format!("bg-{n}.err"));
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap());
+        Background {
+            child: cmd.spawn().expect("spawn ralph"),
+            out,
+            err,
+        }
+    }
+
+    /// The pids the fake agent recorded for iteration `n` (itself first, then its children).
+    pub fn agent_pids(&self, n: usize) -> Vec<i32> {
+        std::fs::read_to_string(self.log.join(format!("pids-{n}.txt")))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+
+    /// Wait until the fake agent of iteration `n` has recorded `count` pids.
+    pub fn wait_for_pids(&self, n: usize, count: usize) -> Vec<i32> {
+        assert!(
+            wait_until(Duration::from_secs(20), || self.agent_pids(n).len()
+                >= count),
+            "the agent of iteration {n} did not start"
+        );
+        self.agent_pids(n)
+    }
+}
+
+/// Poll `cond` every few milliseconds until it holds or `limit` passes.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    cond()
+}
+
+/// Whether a process is alive (a zombie waiting to be reaped counts as dead).
+pub fn pid_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state follows the parenthesised command name.
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        }
+        Err(_) => {
+            // No /proc (macOS): fall back to kill(pid, 0).
+            // SAFETY: signal 0 only checks for existence.
+            !std::path::Path::new("/proc/self").exists() && unsafe { libc::kill(pid, 0) == 0 }
+        }
+    }
+}
+
+/// Assert every pid dies within `limit` (polling, no fixed sleep).
+#[track_caller]
+pub fn assert_all_dead(pids: &[i32], limit: Duration) {
+    let ok = wait_until(limit, || pids.iter().all(|p| !pid_alive(*p)));
+    let alive: Vec<_> = pids.iter().filter(|p| pid_alive(**p)).collect();
+    assert!(
+        ok,
+        "processes of the agent's tree still alive after {limit:?}: {alive:?}"
+    );
+}

@@ -7,3 +7,4 @@ mod errors;
 mod init;
 mod run;
 mod status;
+mod supervise;

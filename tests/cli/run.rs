@@ -415,7 +415,7 @@ fn prompt_reaches_the_agent_by_file_and_by_stdin() {
     assert_exit(&out, 3);
     assert!(env.agent_prompt(1).contains("You are iteration 1 of 1"));
     // Without a placeholder the prompt arrives on stdin.
-    let out = env.run_fake("check", &[]);
+    let out = env.run_fake("check", &["--reset"]);
     assert_exit(&out, 0);
     assert!(env.agent_prompt(1).contains("RALPH loop"));
 }
@@ -428,7 +428,7 @@ fn frontmatter_settings_apply_and_flags_win() {
     let out = env.run_fake("check", &[]);
     assert_exit(&out, 3);
     assert!(env.agent_ran(1) && !env.agent_ran(2));
-    let out = env.run_fake("check", &["--max-iterations", "5"]);
+    let out = env.run_fake("check", &["--reset", "--max-iterations", "5"]);
     assert_exit(&out, 0);
 }
 
