@@ -197,6 +197,10 @@ pub struct RunOptions {
     /// Show the agent's full output live.
     #[arg(long)]
     pub stream: bool,
+
+    /// JSON Lines events on stdout (human output moves to stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -29,11 +29,23 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     ui::init_color(cli.color);
     init_tracing(cli.verbose);
-    let ui = Ui { quiet: cli.quiet };
+    let json = match &cli.command {
+        Command::Run(a) => a.options.json,
+        Command::Resume(a) => a.options.json,
+        _ => false,
+    };
+    let ui = Ui {
+        quiet: cli.quiet,
+        json,
+    };
     match dispatch(&cli, ui) {
         Ok(code) => code,
         Err(e) => {
             ui.error(&e);
+            ui.event(
+                "halted",
+                serde_json::json!({"reason": "error", "exit_code": e.exit_code(), "message": e.to_string()}),
+            );
             e.exit_code()
         }
     }

@@ -15,6 +15,10 @@ const YELLOW: Style = AnsiColor::Yellow.on_default().bold();
 const CYAN: Style = AnsiColor::Cyan.on_default().bold();
 const GREEN: Style = AnsiColor::Green.on_default().bold();
 const BOLD: Style = Style::new().bold();
+static HALTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The version of the `--json` event schema.
+pub const EVENT_SCHEMA_VERSION: u32 = 1;
 pub const RULE: &str = "─────────────────────────────────────";
 
 /// Set the colour choice for every stream once, at start-up.
@@ -27,41 +31,70 @@ pub fn init_color(when: ColorWhen) {
     choice.write_global();
 }
 
-/// The user-facing printer. Human output goes to stdout, diagnostics to stderr.
+/// The user-facing printer. Human output goes to stdout — or to stderr when stdout carries
+/// JSON events (`--json`) — and diagnostics to stderr.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Ui {
     pub quiet: bool,
+    /// `--json`: stdout is reserved for JSON Lines events.
+    pub json: bool,
 }
 
 impl Ui {
-    /// A normal line on stdout (suppressed by `-q`).
-    pub fn line(&self, text: &str) {
-        if !self.quiet {
+    fn human(&self, text: &str) {
+        if self.json {
+            let mut out = anstream::stderr();
+            let _ = writeln!(out, "{text}");
+        } else {
             let mut out = anstream::stdout();
             let _ = writeln!(out, "{text}");
         }
     }
 
-    /// A heading-styled line on stdout (kept with `-q`: summaries matter).
+    /// A normal line (suppressed by `-q`).
+    pub fn line(&self, text: &str) {
+        if !self.quiet {
+            self.human(text);
+        }
+    }
+
+    /// A heading-styled line (kept with `-q`: summaries matter).
     pub fn headline(&self, text: &str) {
-        let mut out = anstream::stdout();
-        let _ = writeln!(out, "{BOLD}{text}{BOLD:#}");
+        self.human(&format!("{BOLD}{text}{BOLD:#}"));
     }
 
     pub fn success(&self, text: &str) {
-        let mut out = anstream::stdout();
-        let _ = writeln!(out, "{GREEN}{text}{GREEN:#}");
+        self.human(&format!("{GREEN}{text}{GREEN:#}"));
     }
 
     /// A line that must be seen even with `-q` (e.g. `STALLED: …`).
     pub fn alert(&self, text: &str) {
-        let mut out = anstream::stdout();
-        let _ = writeln!(out, "{YELLOW}{text}{YELLOW:#}");
+        self.human(&format!("{YELLOW}{text}{YELLOW:#}"));
     }
 
     pub fn plain(&self, text: &str) {
-        let mut out = anstream::stdout();
-        let _ = writeln!(out, "{text}");
+        self.human(text);
+    }
+
+    /// One JSON Lines event on stdout (only with `--json`), stamped with the schema version and
+    /// the time. `fields` must be a JSON object.
+    pub fn event(&self, name: &str, fields: serde_json::Value) {
+        if !self.json {
+            return;
+        }
+        if name == "halted" && HALTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return; // one `halted` per process, the first (most specific) one
+        }
+        let mut obj = serde_json::Map::new();
+        obj.insert("event".into(), name.into());
+        obj.insert("schema_version".into(), EVENT_SCHEMA_VERSION.into());
+        obj.insert("ts".into(), crate::state::now_rfc3339().into());
+        if let serde_json::Value::Object(f) = fields {
+            obj.extend(f);
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", serde_json::Value::Object(obj));
+        let _ = out.flush();
     }
 
     pub fn warn(&self, text: &str) {

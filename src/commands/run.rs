@@ -110,6 +110,11 @@ fn start(
             doc.checklist.done(),
             doc.checklist.total()
         ));
+        ui.event(
+            "halted",
+            serde_json::json!({"reason": "complete", "exit_code": exit::COMPLETE, "iteration": 0,
+                "done": doc.checklist.done(), "total": doc.checklist.total()}),
+        );
         return Ok(exit::COMPLETE);
     }
     if dry_run {
@@ -235,6 +240,21 @@ fn start(
             fresh_state(&rd, &run_id, &doc, &task_rel, &settings, &agent)?
         }
     };
+    ui.event(
+        "run_started",
+        serde_json::json!({
+            "run_id": run_state.run_id,
+            "task": run_state.task,
+            "task_file": run_state.task_file,
+            "mode": run_state.mode,
+            "agent": agent.name,
+            "max_iterations": settings.max_iterations,
+            "iteration": run_state.iteration,
+            "done": doc.checklist.done(),
+            "total": doc.checklist.total(),
+            "resumed": run_state.iteration > 0,
+        }),
+    );
     let counters = Counters {
         iteration: run_state.iteration,
         max_iterations: settings.max_iterations,

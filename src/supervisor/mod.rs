@@ -9,6 +9,8 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use serde_json::json;
+
 use crate::agent::process::{self, Echo, Finished, Limits, StopCause};
 use crate::agent::{Agent, Invocation};
 use crate::config::Settings;
@@ -130,6 +132,17 @@ impl Loop {
             self.previous.done(),
             self.previous.total()
         ));
+        self.ui.event(
+            "iteration_started",
+            json!({
+                "run_id": self.state.run_id,
+                "iteration": n,
+                "max_iterations": self.settings.max_iterations,
+                "done": self.previous.done(),
+                "total": self.previous.total(),
+                "stuck_alert": stuck_alert,
+            }),
+        );
         self.state.iteration = n;
         self.state.save(&self.rd.state_file())?;
 
@@ -285,9 +298,28 @@ impl Loop {
         };
         let (counters, mut decision) = decide(prev, &outcome);
         self.counters = counters;
+        let duration = t0.elapsed();
+        self.ui.event(
+            "iteration_finished",
+            json!({
+                "run_id": self.state.run_id,
+                "iteration": n,
+                "done": current.done(),
+                "total": current.total(),
+                "figures": key.figures,
+                "exit_code": finished.exit_code,
+                "timed_out": matches!(finished.stopped, Some(StopCause::Timeout | StopCause::IdleTimeout)),
+                "tests_passed": self.settings.test_command.as_ref().map(|_| tests_ok),
+                "commit": key.commit,
+                "committed": committed.subject.is_some(),
+                "fingerprint": key.fingerprint,
+                "duration_s": duration.as_secs_f64(),
+                "cost_usd": 0.0,
+                "regressions": regressions,
+            }),
+        );
 
         // Logs after the commit, so the record describes the tree the iteration leaves behind.
-        let duration = t0.elapsed();
         self.log(&format!(
             "Iteration {n}: {}/{} criteria complete (started: {started_at}, ended: {ended_at}, duration: {})",
             current.done(),
@@ -309,6 +341,10 @@ impl Loop {
             self.log(&format!(
                 "⚠️ Stuck detected — {t} iterations with no progress"
             ))?;
+            self.ui.event(
+                "stuck",
+                json!({"iteration": n, "no_progress_iterations": t}),
+            );
             notes.push(format!(
                 "Stuck detected — {t} iterations with no progress; the next prompt carries the STUCK ALERT"
             ));
@@ -507,11 +543,24 @@ impl Loop {
         Ok(exit::INTERRUPTED)
     }
 
+    /// Record the halt in `state.json` and announce it.
     fn finish_state(&mut self, reason: &str, code: i32) -> Result<()> {
         self.state.running = false;
         self.state.halt_reason = Some(reason.to_string());
         self.state.exit_code = Some(code);
-        self.state.save(&self.rd.state_file())
+        self.state.save(&self.rd.state_file())?;
+        self.ui.event(
+            "halted",
+            json!({
+                "run_id": self.state.run_id,
+                "reason": reason,
+                "exit_code": code,
+                "iteration": self.state.iteration,
+                "done": self.state.done,
+                "total": self.state.total,
+            }),
+        );
+        Ok(())
     }
 
     fn ask_continue_when_stuck(&self) -> bool {

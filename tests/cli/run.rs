@@ -486,3 +486,71 @@ fn configuration_layers_in_precedence_order() {
         "flag beats environment: {l}"
     );
 }
+
+#[test]
+fn json_output_is_only_json_lines_ending_in_halted() {
+    let env = setup(&["j1", "j2"]);
+    let out = env.run_fake("check", &["--json"]);
+    assert_exit(&out, 0);
+    let so = stdout(&out);
+    let events: Vec<serde_json::Value> = so
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .collect();
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "run_started",
+            "iteration_started",
+            "iteration_finished",
+            "iteration_started",
+            "iteration_finished",
+            "halted"
+        ]
+    );
+    for e in &events {
+        assert_eq!(e["schema_version"], 1);
+        assert!(e["ts"].as_str().unwrap().contains('T'));
+    }
+    let fin = &events[4];
+    assert_eq!(fin["done"], 2);
+    assert_eq!(fin["total"], 2);
+    assert_eq!(fin["exit_code"], 0);
+    assert_eq!(fin["fingerprint"], "4294967295 0");
+    assert_eq!(fin["commit"].as_str().unwrap().len(), 7);
+    assert!(fin["duration_s"].is_number() && fin["cost_usd"].is_number());
+    assert_eq!(events[5]["reason"], "complete");
+    assert_eq!(events[5]["exit_code"], 0);
+    // The human report went to stderr.
+    assert!(stderr(&out).contains("RALPH Loop Complete"));
+}
+
+#[test]
+fn json_reports_stuck_and_errors_as_halted() {
+    let env = setup(&["j1"]);
+    let out = env.run_fake("churn", &["--json"]);
+    assert_exit(&out, 5);
+    let so = stdout(&out);
+    assert!(
+        so.lines().any(|l| l.contains("\"event\":\"stuck\"")),
+        "{so}"
+    );
+    let last: serde_json::Value = serde_json::from_str(so.lines().last().unwrap()).unwrap();
+    assert_eq!(last["event"], "halted");
+    assert_eq!(last["reason"], "stuck");
+    assert_eq!(last["exit_code"], 5);
+
+    let env = TestEnv::new();
+    let out = env.run_fake("check", &["--json"]);
+    assert_exit(&out, 1);
+    let so = stdout(&out);
+    let lines: Vec<&str> = so.lines().collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(v["event"], "halted");
+    assert_eq!(v["reason"], "error");
+}
