@@ -178,6 +178,11 @@ pub struct RunOptions {
     #[arg(long, env = "RALPH_TEST_COMMAND", value_name = "CMD")]
     pub test_command: Option<String>,
 
+    /// Shell command run after every iteration (after the tests) whose exit code decides:
+    /// 0 complete, 3 keep working, 5 target-only (exit 6), other twice in a row: exit 7.
+    #[arg(long, env = "RALPH_VERDICT_CMD", value_name = "CMD")]
+    pub verdict_cmd: Option<String>,
+
     /// Also require `<promise>WORD</promise>` in the agent's final message to complete.
     #[arg(long, env = "RALPH_COMPLETION_PROMISE", value_name = "WORD")]
     pub completion_promise: Option<String>,

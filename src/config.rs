@@ -29,6 +29,7 @@ pub struct Layer {
     pub completion_promise: Option<String>,
     pub stuck_threshold: Option<u32>,
     pub no_commit: Option<bool>,
+    pub verdict_command: Option<String>,
 }
 
 /// Where a layer came from, for messages.
@@ -57,6 +58,8 @@ pub struct Settings {
     pub completion_promise: Option<String>,
     pub stuck_threshold: u32,
     pub no_commit: bool,
+    /// Runs after every iteration (after the tests); its exit code decides (SPEC §3.3).
+    pub verdict_command: Option<String>,
 }
 
 impl Layer {
@@ -74,6 +77,7 @@ impl Layer {
             completion_promise: o.completion_promise.clone(),
             stuck_threshold: o.stuck_threshold,
             no_commit: o.no_commit.then_some(true),
+            verdict_command: o.verdict_cmd.clone(),
         }
     }
 
@@ -89,6 +93,7 @@ impl Layer {
             completion_promise: f.completion_promise.clone(),
             stuck_threshold: f.stuck_threshold,
             no_commit: None,
+            verdict_command: f.verdict_command.clone(),
         }
     }
 
@@ -222,6 +227,9 @@ pub fn merge(layers: &[Source]) -> Result<Settings> {
             .filter(|c| !c.trim().is_empty()),
         stuck_threshold,
         no_commit: first!(no_commit).is_some_and(|(_, v)| v),
+        verdict_command: first!(verdict_command)
+            .map(|(_, v)| v)
+            .filter(|c| !c.trim().is_empty()),
     })
 }
 

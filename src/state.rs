@@ -281,6 +281,8 @@ pub struct RunState {
     pub no_progress_streak: u32,
     pub baseline: Vec<String>,
     pub last_keys: Vec<IterKey>,
+    #[serde(default)]
+    pub verdict_failures: u32,
     pub halt_reason: Option<String>,
     pub exit_code: Option<i32>,
     pub cost_usd: f64,

@@ -262,6 +262,7 @@ fn start(
         no_progress_streak: run_state.no_progress_streak,
         best_done: run_state.best_done,
         last_keys: run_state.last_keys.clone(),
+        verdict_failures: run_state.verdict_failures,
     };
 
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -358,6 +359,7 @@ fn fresh_state(
         no_progress_streak: 0,
         baseline,
         last_keys: Vec::new(),
+        verdict_failures: 0,
         halt_reason: None,
         exit_code: None,
         cost_usd: 0.0,

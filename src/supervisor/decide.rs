@@ -2,6 +2,7 @@
 //! the iteration's outcome, unit-tested without processes or files.
 
 use crate::state::IterKey;
+use crate::task::verdict::VerdictClass;
 
 /// The counters the decision depends on, carried from iteration to iteration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,6 +17,8 @@ pub struct Counters {
     pub best_done: usize,
     /// The last (up to three) ITER records, this one last.
     pub last_keys: Vec<IterKey>,
+    /// Verdict runs in a row that could not run (exit other than 0/3/4/5).
+    pub verdict_failures: u32,
 }
 
 /// What an iteration produced, as the task source and the commands judged it.
@@ -31,6 +34,12 @@ pub struct Outcome {
     pub promise_ok: bool,
     /// Baseline criteria that disappeared while unchecked.
     pub tampered: Vec<String>,
+    /// The verdict command's judgement, when there is one: it then decides completion.
+    pub verdict: Option<VerdictClass>,
+    /// The verdict figures differ from the previous iteration's (progress in verdict mode).
+    pub figures_changed: bool,
+    /// A halt the task source itself calls for (e.g. a table that ended PARTIAL).
+    pub source_halt: Option<Halt>,
     pub key: IterKey,
 }
 
@@ -38,9 +47,18 @@ pub struct Outcome {
 pub enum Halt {
     Complete,
     MaxIterations,
-    Stalled { iterations: u32, commit: String },
+    Stalled {
+        iterations: u32,
+        commit: String,
+    },
     Stuck,
     Tampered(Vec<String>),
+    /// Verdict exit 5: these rows cannot be verified in this environment.
+    TargetOnly(Vec<String>),
+    /// The verdict command could not run twice in a row.
+    VerdictUnavailable,
+    /// Work ended with parts that cannot be done (BLOCKED tasks, an uncovered spec).
+    Partial(Vec<String>),
 }
 
 impl Halt {
@@ -52,6 +70,9 @@ impl Halt {
             Halt::Stalled { .. } => exit::STALLED,
             Halt::Stuck => exit::STUCK,
             Halt::Tampered(_) => exit::TAMPERED,
+            Halt::TargetOnly(_) => exit::TARGET_ONLY,
+            Halt::VerdictUnavailable => exit::VERDICT_UNAVAILABLE,
+            Halt::Partial(_) => exit::PARTIAL,
         }
     }
 
@@ -63,6 +84,9 @@ impl Halt {
             Halt::Stalled { .. } => "stalled",
             Halt::Stuck => "stuck",
             Halt::Tampered(_) => "tampered",
+            Halt::TargetOnly(_) => "target_only",
+            Halt::VerdictUnavailable => "verdict_unavailable",
+            Halt::Partial(_) => "partial",
         }
     }
 }
@@ -83,21 +107,38 @@ pub enum Decision {
 /// iteration with `iteration` already set to this iteration's number.
 pub fn decide(prev: &Counters, outcome: &Outcome) -> (Counters, Decision) {
     let mut next = prev.clone();
-    let progress = outcome.done > prev.best_done;
-    if progress {
+    let progress = outcome.done > prev.best_done || outcome.figures_changed;
+    if outcome.done > prev.best_done {
         next.best_done = outcome.done;
-        next.no_progress_streak = 0;
-    } else {
-        next.no_progress_streak = prev.no_progress_streak + 1;
     }
+    next.no_progress_streak = if progress {
+        0
+    } else {
+        prev.no_progress_streak + 1
+    };
+    next.verdict_failures = match outcome.verdict {
+        Some(VerdictClass::Unavailable) => prev.verdict_failures + 1,
+        _ => 0,
+    };
     next.last_keys.push(outcome.key.clone());
     if next.last_keys.len() > 3 {
         next.last_keys.remove(0);
     }
+    // With a verdict command, its exit code decides completion; else the task source does.
+    let evidence = match &outcome.verdict {
+        Some(v) => *v == VerdictClass::Verified,
+        None => outcome.source_complete,
+    };
 
     let decision = if !outcome.tampered.is_empty() {
         Decision::Halt(Halt::Tampered(outcome.tampered.clone()))
-    } else if outcome.source_complete && outcome.tests_ok && outcome.promise_ok {
+    } else if let Some(VerdictClass::TargetOnly(rows)) = &outcome.verdict {
+        Decision::Halt(Halt::TargetOnly(rows.clone()))
+    } else if next.verdict_failures >= 2 {
+        Decision::Halt(Halt::VerdictUnavailable)
+    } else if let Some(h) = &outcome.source_halt {
+        Decision::Halt(h.clone())
+    } else if evidence && outcome.tests_ok && outcome.promise_ok {
         Decision::Halt(Halt::Complete)
     } else if next.last_keys.len() == 3 && next.last_keys.iter().all(|k| *k == next.last_keys[0]) {
         Decision::Halt(Halt::Stalled {
@@ -137,6 +178,7 @@ mod tests {
             no_progress_streak: 0,
             best_done: 0,
             last_keys: Vec::new(),
+            verdict_failures: 0,
         }
     }
 
@@ -148,6 +190,9 @@ mod tests {
             tests_ok: true,
             promise_ok: true,
             tampered: Vec::new(),
+            verdict: None,
+            figures_changed: false,
+            source_halt: None,
             key: key(&format!("{done}/{total} criteria"), commit),
         }
     }
@@ -315,6 +360,84 @@ mod tests {
         os[2].key.fingerprint = "1 2".into();
         let ds = simulate(counters(1), &os);
         assert!(matches!(ds[2], Decision::Continue { .. }));
+    }
+
+    fn verdict(class: VerdictClass, figures: &str, done: usize) -> Outcome {
+        Outcome {
+            verdict: Some(class),
+            key: key(figures, "c"),
+            ..outcome(done, 3, "c")
+        }
+    }
+
+    #[test]
+    fn verdict_three_then_zero_completes_on_zero_only() {
+        let mut o = verdict(VerdictClass::Unverified, "SUMMARY 1 unverified", 3);
+        o.figures_changed = true;
+        let (n, d) = decide(&counters(1), &o);
+        assert!(
+            matches!(d, Decision::Continue { .. }),
+            "all boxes checked but verdict 3"
+        );
+        let (_, d) = decide(
+            &Counters { iteration: 2, ..n },
+            &verdict(VerdictClass::Verified, "SUMMARY 0 unverified", 0),
+        );
+        assert_eq!(
+            d,
+            Decision::Halt(Halt::Complete),
+            "verdict 0 completes, whatever the boxes"
+        );
+    }
+
+    #[test]
+    fn verdict_five_halts_target_only() {
+        let (_, d) = decide(
+            &counters(1),
+            &verdict(VerdictClass::TargetOnly(vec!["R1".into()]), "s", 0),
+        );
+        assert_eq!(d, Decision::Halt(Halt::TargetOnly(vec!["R1".into()])));
+        assert_eq!(Halt::TargetOnly(vec![]).exit_code(), 6);
+    }
+
+    #[test]
+    fn verdict_unavailable_twice_in_a_row_halts() {
+        let (n, d) = decide(&counters(1), &verdict(VerdictClass::Unavailable, "x", 0));
+        assert!(matches!(d, Decision::Continue { .. }));
+        let n = Counters { iteration: 2, ..n };
+        // A good run in between resets the count.
+        let (n2, _) = decide(&n, &verdict(VerdictClass::Unverified, "y", 0));
+        let (_, d) = decide(
+            &Counters { iteration: 3, ..n2 },
+            &verdict(VerdictClass::Unavailable, "z", 0),
+        );
+        assert!(matches!(d, Decision::Continue { .. }));
+        let (_, d) = decide(&n, &verdict(VerdictClass::Unavailable, "w", 0));
+        assert_eq!(d, Decision::Halt(Halt::VerdictUnavailable));
+        assert_eq!(Halt::VerdictUnavailable.exit_code(), 7);
+    }
+
+    #[test]
+    fn changed_verdict_figures_are_progress() {
+        let mut o = verdict(VerdictClass::Unverified, "SUMMARY 2", 0);
+        o.figures_changed = true;
+        let (n, _) = decide(&counters(1), &o);
+        assert_eq!(n.no_progress_streak, 0);
+        o.figures_changed = false;
+        let (n, _) = decide(&Counters { iteration: 2, ..n }, &o);
+        assert_eq!(n.no_progress_streak, 1);
+    }
+
+    #[test]
+    fn source_halt_is_taken() {
+        let mut o = outcome(1, 3, "c");
+        o.source_halt = Some(Halt::Partial(vec!["task 2 blocked".into()]));
+        let (_, d) = decide(&counters(1), &o);
+        assert_eq!(
+            d,
+            Decision::Halt(Halt::Partial(vec!["task 2 blocked".into()]))
+        );
+        assert_eq!(Halt::Partial(vec![]).exit_code(), 9);
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::signals::Interrupts;
 use crate::state::{self, IterKey, RalphDir, RunState};
 use crate::task::checklist::{Checklist, normalize};
 use crate::task::document::load_task_file;
+use crate::task::verdict::{Verdict, VerdictClass};
 use crate::ui::{Report, Ui, human_duration};
 use decide::{Counters, Decision, Halt, Outcome, decide};
 
@@ -226,31 +227,23 @@ impl Loop {
         }
         let newly_checked = newly_checked(&self.previous, &current);
 
-        // The test command, after the agent, with its output in the same transcript.
+        // The test command, then the verdict command, with their output in the transcript.
         let tests_ok = match self.settings.test_command.clone() {
             None => true,
             Some(cmd) => {
-                use std::io::Write;
-                let _ = writeln!(transcript, "\n--- ralph: test command: {cmd} ---");
-                let test = Invocation {
-                    program: "sh".into(),
-                    args: vec!["-c".into(), cmd.clone().into()],
-                    stdin: None,
-                    env: inv.env.clone(),
-                };
-                let fin = process::run(
-                    &test,
-                    &root,
-                    &mut transcript,
-                    &limits,
-                    &mut self.interrupts,
-                    echo,
-                )
-                .await
-                .map_err(|e| Error::io(format!("failed to run the test command `{cmd}`"), e))?;
-                if fin.stopped == Some(StopCause::Interrupt) {
+                let Some(fin) = self
+                    .run_shell(
+                        "test command",
+                        &cmd,
+                        &mut transcript,
+                        &inv.env,
+                        &limits,
+                        echo,
+                    )
+                    .await?
+                else {
                     return self.interrupted(n).await.map(Some);
-                }
+                };
                 if !fin.success() {
                     let why = match fin.stopped {
                         Some(_) => "timed out".to_string(),
@@ -262,12 +255,37 @@ impl Loop {
                 fin.success()
             }
         };
+        let verdict = match self.settings.verdict_command.clone() {
+            None => None,
+            Some(cmd) => {
+                let Some(fin) = self
+                    .run_shell(
+                        "verdict command",
+                        &cmd,
+                        &mut transcript,
+                        &inv.env,
+                        &limits,
+                        echo,
+                    )
+                    .await?
+                else {
+                    return self.interrupted(n).await.map(Some);
+                };
+                let v =
+                    Verdict::from_output(fin.exit_code, &String::from_utf8_lossy(&fin.stdout_tail));
+                self.note_verdict(n, &v, &mut notes)?;
+                Some(v)
+            }
+        };
         let promise_ok = match &self.settings.completion_promise {
             None => true,
             Some(word) => promise_in_final_message(&finished.stdout_tail, word, &prompt),
         };
         let source_complete = current.total() > 0 && current.done() == current.total();
-        let status_text = if source_complete && tests_ok && promise_ok && tampered.is_empty() {
+        let evidence = verdict
+            .as_ref()
+            .map_or(source_complete, |v| v.class == VerdictClass::Verified);
+        let status_text = if evidence && tests_ok && promise_ok && tampered.is_empty() {
             "Complete"
         } else {
             "In progress"
@@ -282,11 +300,19 @@ impl Loop {
             (status_text, current.done(), current.total()),
         )?;
         let fingerprint = self.repo.fingerprint()?;
+        let figures = match &verdict {
+            Some(v) => v.figures(),
+            None => format!("{}/{} criteria", current.done(), current.total()),
+        };
+        let figures_changed =
+            verdict.is_some() && prev.last_keys.last().is_some_and(|k| k.figures != figures);
         let key = IterKey {
-            figures: format!("{}/{} criteria", current.done(), current.total()),
+            figures,
             commit: committed.head.clone(),
             fingerprint,
         };
+        // The ITER exit is the verdict's when there is one, else the agent's.
+        let iter_exit = verdict.as_ref().map_or(finished.exit_code, |v| v.exit_code);
         let outcome = Outcome {
             done: current.done(),
             total: current.total(),
@@ -294,6 +320,9 @@ impl Loop {
             tests_ok,
             promise_ok,
             tampered: tampered.clone(),
+            verdict: verdict.as_ref().map(|v| v.class.clone()),
+            figures_changed,
+            source_halt: None,
             key: key.clone(),
         };
         let (counters, mut decision) = decide(prev, &outcome);
@@ -308,6 +337,7 @@ impl Loop {
                 "total": current.total(),
                 "figures": key.figures,
                 "exit_code": finished.exit_code,
+                "verdict_exit_code": verdict.as_ref().map(|v| v.exit_code),
                 "timed_out": matches!(finished.stopped, Some(StopCause::Timeout | StopCause::IdleTimeout)),
                 "tests_passed": self.settings.test_command.as_ref().map(|_| tests_ok),
                 "commit": key.commit,
@@ -330,7 +360,7 @@ impl Loop {
             &self.rd.iterations_log(),
             &format!(
                 "ITER {n} | {} | exit {} | {} | {}",
-                key.figures, finished.exit_code, key.commit, key.fingerprint
+                key.figures, iter_exit, key.commit, key.fingerprint
             ),
         )?;
         if let Decision::Continue {
@@ -368,6 +398,7 @@ impl Loop {
         self.state.done = current.done();
         self.state.total = current.total();
         self.state.best_done = self.counters.best_done;
+        self.state.verdict_failures = self.counters.verdict_failures;
         self.state.no_progress_streak = self.counters.no_progress_streak;
         self.state.last_keys = self.counters.last_keys.clone();
         self.previous = current;
@@ -402,6 +433,68 @@ impl Loop {
                 Ok(Some(code))
             }
         }
+    }
+
+    /// Run one of the user's shell commands (`sh -c`) under the same supervision as the agent,
+    /// its output appended to the transcript. `None` when an interrupt stopped it.
+    async fn run_shell(
+        &mut self,
+        label: &str,
+        cmd: &str,
+        transcript: &mut std::fs::File,
+        env: &[(String, String)],
+        limits: &Limits,
+        echo: Echo,
+    ) -> Result<Option<Finished>> {
+        use std::io::Write;
+        let _ = writeln!(transcript, "\n--- ralph: {label}: {cmd} ---");
+        let inv = Invocation {
+            program: "sh".into(),
+            args: vec!["-c".into(), cmd.into()],
+            stdin: None,
+            env: env.to_vec(),
+        };
+        let root = self.repo.root().to_path_buf();
+        let fin = process::run(&inv, &root, transcript, limits, &mut self.interrupts, echo)
+            .await
+            .map_err(|e| Error::io(format!("failed to run the {label} `{cmd}`"), e))?;
+        Ok((fin.stopped != Some(StopCause::Interrupt)).then_some(fin))
+    }
+
+    /// Relay what the verdict command said into the log and the report.
+    fn note_verdict(&self, n: u32, v: &Verdict, notes: &mut Vec<String>) -> Result<()> {
+        let figures = v.figures();
+        match &v.class {
+            VerdictClass::Verified => {
+                self.log(&format!(
+                    "Iteration {n}: verdict exit 0 (every row verified): {figures}"
+                ))?;
+            }
+            VerdictClass::Unverified | VerdictClass::NothingPlanned => {
+                self.log(&format!(
+                    "Iteration {n}: verdict exit {}: {figures}",
+                    v.exit_code
+                ))?;
+                notes.push(format!("Verdict exit {}: {figures}", v.exit_code));
+            }
+            VerdictClass::TargetOnly(rows) => {
+                self.log(&format!(
+                    "Iteration {n}: verdict exit 5: TARGET-ONLY: {} rows unverifiable in this environment",
+                    rows.len()
+                ))?;
+            }
+            VerdictClass::Unavailable => {
+                self.log(&format!(
+                    "Iteration {n}: the verdict command could not run (exit {}): {figures}",
+                    v.exit_code
+                ))?;
+                notes.push(format!(
+                    "The verdict command could not run (exit {}); neither progress nor work remaining",
+                    v.exit_code
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Log what happened to the agent process and collect report notes.
@@ -629,6 +722,29 @@ impl Loop {
                 ));
                 self.print_remaining();
                 ui.plain("\nAdjust the task (split hard criteria, add guardrails) and run again.");
+            }
+            Halt::TargetOnly(rows) => {
+                ui.alert(&format!(
+                    "TARGET-ONLY: {} rows unverifiable in this environment",
+                    rows.len()
+                ));
+                for r in rows {
+                    ui.plain(&format!("- {r}"));
+                }
+                ui.plain("\nThese rows can only be verified against the real deployment target.");
+            }
+            Halt::VerdictUnavailable => {
+                ui.alert("## ⛔ RALPH Loop — the verdict command could not run twice in a row");
+                ui.plain(&format!(
+                    "Check it by hand: {}",
+                    self.settings.verdict_command.as_deref().unwrap_or("")
+                ));
+            }
+            Halt::Partial(lines) => {
+                ui.alert("## ⚠️ RALPH Loop — PARTIAL");
+                for l in lines {
+                    ui.plain(l);
+                }
             }
             Halt::Tampered(gone) => {
                 ui.alert("## ⛔ RALPH Loop — Criteria tampered");

@@ -2,6 +2,7 @@
 
 pub mod checklist;
 pub mod document;
+pub mod verdict;
 
 /// The default task file name.
 pub const TASK_FILE: &str = "RALPH_TASK.md";

@@ -8,3 +8,4 @@ mod init;
 mod run;
 mod status;
 mod supervise;
+mod verdict;

@@ -1,0 +1,138 @@
+//! The verdict command (SPEC §3.3): a roll-up whose exit code decides, relayed verbatim.
+
+/// What a verdict command's exit code means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VerdictClass {
+    /// 0: every row verified.
+    Verified,
+    /// 3: rows unverified: keep working.
+    Unverified,
+    /// 4: nothing planned for this spec yet (spec mode only).
+    NothingPlanned,
+    /// 5: target-only rows that cannot be verified here (their labels).
+    TargetOnly(Vec<String>),
+    /// Any other code (or none): the check could not run.
+    Unavailable,
+}
+
+/// One run of the verdict command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub exit_code: i32,
+    pub class: VerdictClass,
+    /// The `SUMMARY` line, else the last non-empty stdout line, verbatim (trimmed).
+    pub summary: Option<String>,
+}
+
+impl Verdict {
+    pub fn from_output(exit_code: i32, stdout: &str) -> Verdict {
+        let class = match exit_code {
+            0 => VerdictClass::Verified,
+            3 => VerdictClass::Unverified,
+            4 => VerdictClass::NothingPlanned,
+            5 => VerdictClass::TargetOnly(target_only_rows(stdout)),
+            _ => VerdictClass::Unavailable,
+        };
+        Verdict {
+            exit_code,
+            class,
+            summary: summary_line(stdout),
+        }
+    }
+
+    /// The ITER figures: the summary verbatim, or a placeholder naming the exit code.
+    pub fn figures(&self) -> String {
+        self.summary
+            .clone()
+            .unwrap_or_else(|| format!("verdict exit {} (no output)", self.exit_code))
+    }
+}
+
+/// The `SUMMARY` line (verbatim, trimmed), else the last non-empty line.
+pub fn summary_line(stdout: &str) -> Option<String> {
+    let lines: Vec<&str> = stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("SUMMARY"))
+        .or(lines.last())
+        .map(|l| l.to_string())
+}
+
+/// The labels of target-only rows a verdict exit 5 printed: lines starting with `TARGET-ONLY`
+/// or `TARGET` (one per row), else every non-summary line.
+pub fn target_only_rows(stdout: &str) -> Vec<String> {
+    let lines: Vec<&str> = stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("SUMMARY"))
+        .collect();
+    let tagged: Vec<String> = lines
+        .iter()
+        .filter(|l| l.starts_with("TARGET"))
+        .map(|l| {
+            l.trim_start_matches("TARGET-ONLY")
+                .trim_start_matches("TARGET")
+                .trim_start_matches([':', ' ', '\t'])
+                .to_string()
+        })
+        .filter(|l| !l.is_empty())
+        .collect();
+    if tagged.is_empty() {
+        lines.into_iter().map(str::to_string).collect()
+    } else {
+        tagged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_map_to_classes() {
+        assert_eq!(Verdict::from_output(0, "").class, VerdictClass::Verified);
+        assert_eq!(Verdict::from_output(3, "").class, VerdictClass::Unverified);
+        assert_eq!(
+            Verdict::from_output(4, "").class,
+            VerdictClass::NothingPlanned
+        );
+        assert_eq!(Verdict::from_output(1, "").class, VerdictClass::Unavailable);
+        assert_eq!(
+            Verdict::from_output(127, "").class,
+            VerdictClass::Unavailable
+        );
+        assert_eq!(
+            Verdict::from_output(
+                5,
+                "TARGET-ONLY: R3 deploy works\nTARGET-ONLY: R7 cdn\nSUMMARY x"
+            )
+            .class,
+            VerdictClass::TargetOnly(vec!["R3 deploy works".into(), "R7 cdn".into()])
+        );
+    }
+
+    #[test]
+    fn summary_is_verbatim_else_last_line() {
+        let out = "row 1 unverified\nSUMMARY verified=3 unverified=2  \nbye\n\n";
+        assert_eq!(
+            summary_line(out).as_deref(),
+            Some("SUMMARY verified=3 unverified=2")
+        );
+        assert_eq!(summary_line("a\nb\n  \n").as_deref(), Some("b"));
+        assert_eq!(summary_line(""), None);
+        assert_eq!(
+            Verdict::from_output(2, "").figures(),
+            "verdict exit 2 (no output)"
+        );
+    }
+
+    #[test]
+    fn target_rows_fall_back_to_all_lines() {
+        assert_eq!(target_only_rows("R1\nR2\nSUMMARY s\n"), vec!["R1", "R2"]);
+    }
+}
