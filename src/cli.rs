@@ -115,7 +115,8 @@ pub struct InitArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The task file (default: RALPH_TASK.md).
+    /// RALPH_TASK.md (default) or another checklist file; CPM epic paths, a range like
+    /// `23..26`, or one spec under docs/specifications/.
     #[arg(value_name = "TARGET")]
     pub targets: Vec<String>,
 
@@ -182,6 +183,14 @@ pub struct RunOptions {
     /// 0 complete, 3 keep working, 5 target-only (exit 6), other twice in a row: exit 7.
     #[arg(long, env = "RALPH_VERDICT_CMD", value_name = "CMD")]
     pub verdict_cmd: Option<String>,
+
+    /// CPM: the coverage roll-up script (default: $CLAUDE_PLUGIN_ROOT, then the plugin cache).
+    #[arg(long, value_name = "PATH")]
+    pub rollup: Option<PathBuf>,
+
+    /// CPM: which stories to work, passed to /cpm:do (e.g. `1-3`).
+    #[arg(long, value_name = "SPEC")]
+    pub story_filter: Option<String>,
 
     /// Also require `<promise>WORD</promise>` in the agent's final message to complete.
     #[arg(long, env = "RALPH_COMPLETION_PROMISE", value_name = "WORD")]

@@ -269,6 +269,9 @@ pub struct RunState {
     pub task: String,
     pub task_file: String,
     pub mode: String,
+    /// CPM: the resolved target paths, so a resume works on the same ones.
+    #[serde(default)]
+    pub targets: Vec<String>,
     pub pid: u32,
     pub running: bool,
     pub started_at: String,
@@ -286,6 +289,9 @@ pub struct RunState {
     pub halt_reason: Option<String>,
     pub exit_code: Option<i32>,
     pub cost_usd: f64,
+    /// Where the ITER records go when not `.ralph/iterations.log` (CPM mode), repo-relative.
+    #[serde(default)]
+    pub iterations_log: Option<String>,
 }
 
 impl RunState {

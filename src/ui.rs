@@ -150,6 +150,8 @@ pub struct Report<'a> {
     pub max_iterations: u32,
     pub done: usize,
     pub total: usize,
+    /// What done/total count: criteria, tasks, requirements.
+    pub unit: &'a str,
     pub last_commit: Option<&'a str>,
     pub started: &'a str,
     pub ended: &'a str,
@@ -217,6 +219,7 @@ mod tests {
             max_iterations: 5,
             done: 1,
             total: 3,
+            unit: "criteria",
             last_commit: Some("ralph: iteration 2 — x"),
             started: "s",
             ended: "e",

@@ -18,6 +18,8 @@
 //!   grandchild       start `sleep 300` holding stdout (recording its pid)
 //!   leak             start `sleep 300` holding stdout, then exit 0 at once
 //!   garble           make the task file's frontmatter unparseable
+//!   touch:PATH       create PATH (and its directories) holding the iteration number
+//!   copy:SRC|DST     copy SRC (outside the repository) to DST
 //! With `FAKE_AGENT_LOG=DIR`, it records `prompt-N.txt`, `argv-N.txt`, `env-N.txt` and `pids-N.txt`.
 
 use std::io::{Read, Write};
@@ -106,6 +108,21 @@ fn main() {
                     let _ = std::io::stdout().flush();
                     std::process::exit(0);
                 }
+            }
+            "touch" => {
+                if let Some(dir) = std::path::Path::new(arg).parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                let _ = std::fs::write(arg, format!("{iteration}\n"));
+                println!("wrote {arg}");
+            }
+            "copy" => {
+                let (src, dst) = arg.split_once('|').unwrap_or((arg, arg));
+                if let Some(dir) = std::path::Path::new(dst).parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                let _ = std::fs::copy(src, dst);
+                println!("copied {dst}");
             }
             "garble" => {
                 let text = std::fs::read_to_string(&task).unwrap_or_default();

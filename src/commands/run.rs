@@ -6,15 +6,17 @@ use std::time::{Duration, Instant};
 use super::Context;
 use crate::agent::Agent;
 use crate::cli::{ResumeArgs, RunArgs, RunOptions};
-use crate::config::{self, AgentChoice, Layer, Settings, Source};
+use crate::config::{self, AgentChoice, Layer, Settings, Source as ConfigSource};
 use crate::error::{Error, Result, exit};
 use crate::git::Repo;
 use crate::signals::Interrupts;
 use crate::state::{self, Lock, RalphDir, RunState};
 use crate::supervisor::decide::Counters;
-use crate::supervisor::{self, Loop, prompt};
+use crate::supervisor::source::{ChecklistSource, CpmSource, PromptCtx, Source, cpm_error};
+use crate::supervisor::{self, Loop};
 use crate::task::TASK_FILE;
 use crate::task::checklist::normalize;
+use crate::task::cpm::{self, Phase, Targets};
 use crate::task::document::{TaskDocument, load_task_file};
 use crate::ui::human_duration;
 
@@ -47,6 +49,99 @@ pub fn resume(ctx: &Context, args: &ResumeArgs) -> Result<i32> {
     start(ctx, &[], &args.options, false, Continuation::Resume)
 }
 
+/// What a run works on, resolved from the targets (SPEC §2.2).
+enum Plan {
+    Checklist {
+        doc: Box<TaskDocument>,
+        path: PathBuf,
+        rel: String,
+    },
+    Cpm {
+        targets: Targets,
+    },
+}
+
+impl Plan {
+    fn name(&self) -> String {
+        match self {
+            Plan::Checklist { doc, .. } => doc.name.clone(),
+            Plan::Cpm {
+                targets: Targets::Spec(s),
+            } => format!("spec {}", s.display()),
+            Plan::Cpm {
+                targets: Targets::Epics(e),
+            } => format!("epics {}", cpm::epic_range(e)),
+        }
+    }
+
+    fn counts(&self) -> (usize, usize) {
+        match self {
+            Plan::Checklist { doc, .. } => (doc.checklist.done(), doc.checklist.total()),
+            Plan::Cpm { .. } => (0, 0),
+        }
+    }
+
+    fn mode(&self) -> &'static str {
+        match self {
+            Plan::Checklist { .. } => "checklist",
+            Plan::Cpm { targets } if targets.is_spec() => "cpm-spec",
+            Plan::Cpm { .. } => "cpm-epic",
+        }
+    }
+
+    /// What `state.json` records so a resume finds the same work.
+    fn recorded_targets(&self) -> (String, Vec<String>) {
+        match self {
+            Plan::Checklist { rel, .. } => (rel.clone(), Vec::new()),
+            Plan::Cpm { targets } => {
+                let paths: Vec<String> = match targets {
+                    Targets::Spec(s) => vec![s.to_string_lossy().into_owned()],
+                    Targets::Epics(e) => {
+                        e.iter().map(|p| p.to_string_lossy().into_owned()).collect()
+                    }
+                };
+                (paths.first().cloned().unwrap_or_default(), paths)
+            }
+        }
+    }
+}
+
+/// Resolve the targets of a new run into a plan.
+fn resolve_plan(ctx: &Context, root: &Path, targets: &[String]) -> Result<Plan> {
+    let has_cpm_target = targets.iter().any(|t| cpm::is_cpm_target(t));
+    let task_here = ctx.cwd.join(TASK_FILE).exists();
+    let auto_cpm = targets.is_empty() && !task_here && root.join(cpm::EPICS_DIR).is_dir();
+    if has_cpm_target || auto_cpm {
+        let targets = cpm::resolve_targets(root, targets).map_err(cpm_error)?;
+        return Ok(Plan::Cpm { targets });
+    }
+    let path = resolve_target(&ctx.cwd, targets)?;
+    let doc = Box::new(load_task_file(&path)?);
+    let rel = relative_to(&path, root);
+    Ok(Plan::Checklist { doc, path, rel })
+}
+
+/// The plan of the run being resumed.
+fn recorded_plan(root: &Path, p: &RunState) -> Result<Plan> {
+    match p.mode.as_str() {
+        "cpm-spec" => Ok(Plan::Cpm {
+            targets: Targets::Spec(PathBuf::from(&p.task_file)),
+        }),
+        "cpm-epic" => Ok(Plan::Cpm {
+            targets: Targets::Epics(p.targets.iter().map(PathBuf::from).collect()),
+        }),
+        _ => {
+            let path = root.join(&p.task_file);
+            let doc = Box::new(load_task_file(&path)?);
+            Ok(Plan::Checklist {
+                doc,
+                path,
+                rel: p.task_file.clone(),
+            })
+        }
+    }
+}
+
 fn start(
     ctx: &Context,
     targets: &[String],
@@ -56,7 +151,8 @@ fn start(
 ) -> Result<i32> {
     let ui = ctx.ui;
     let repo = Repo::discover(&ctx.cwd)?;
-    let rd = RalphDir::new(repo.root());
+    let root = repo.root().to_path_buf();
+    let rd = RalphDir::new(&root);
     let prior = RunState::load(&rd.state_file())?;
     if how == Continuation::Resume {
         match &prior {
@@ -76,7 +172,8 @@ fn start(
             }
             Some(p)
                 if !targets.is_empty()
-                    && repo.root().join(&p.task_file) != ctx.cwd.join(&targets[0]) =>
+                    && p.mode == "checklist"
+                    && root.join(&p.task_file) != ctx.cwd.join(&targets[0]) =>
             {
                 return Err(Error::usage(format!(
                     "the run to resume works on `{}`, not `{}`",
@@ -86,27 +183,39 @@ fn start(
             Some(_) => {}
         }
     }
-    let task_path = match (&prior, how) {
-        (Some(p), Continuation::Resume) => repo.root().join(&p.task_file),
-        _ => resolve_target(&ctx.cwd, targets)?,
+    let plan = match (&prior, how) {
+        (Some(p), Continuation::Resume) => recorded_plan(&root, p)?,
+        _ => resolve_plan(ctx, &root, targets)?,
     };
-    let doc = load_task_file(&task_path)?;
-    for w in &doc.warnings {
-        ui.warn(&format!("{}: {w}", task_path.display()));
-    }
-    let mut layers = vec![Source {
+    let frontmatter = match &plan {
+        Plan::Checklist { doc, path, .. } => {
+            for w in &doc.warnings {
+                ui.warn(&format!("{}: {w}", path.display()));
+            }
+            doc.frontmatter.clone()
+        }
+        Plan::Cpm { .. } => None,
+    };
+    let mut layers = vec![ConfigSource {
         name: "the command line or RALPH_* variables".into(),
         layer: Layer::from_options(options),
     }];
-    layers.extend(config::file_layers(&rd.path, doc.frontmatter.as_ref())?);
+    layers.extend(config::file_layers(&rd.path, frontmatter.as_ref())?);
     let mut settings = config::merge(&layers)?;
-    let agent = Agent::resolve(&settings.agent, !dry_run)?;
-    let task_rel = relative_to(&task_path, repo.root());
+    let agent_chosen = layers
+        .iter()
+        .any(|l| l.layer.agent.is_some() || l.layer.agent_cmd.is_some());
+    if matches!(plan, Plan::Cpm { .. }) && !agent_chosen {
+        // CPM's skills are Claude Code slash commands.
+        settings.agent = AgentChoice::Preset("claude".into());
+    }
 
-    if doc.checklist.done() == doc.checklist.total() {
+    if let Plan::Checklist { doc, rel, .. } = &plan
+        && doc.checklist.done() == doc.checklist.total()
+    {
         ui.success(&format!(
             "{}: already complete ({}/{} criteria checked). Nothing to run.",
-            task_rel,
+            rel,
             doc.checklist.done(),
             doc.checklist.total()
         ));
@@ -117,8 +226,43 @@ fn start(
         );
         return Ok(exit::COMPLETE);
     }
+    if let Plan::Cpm {
+        targets: Targets::Epics(e),
+    } = &plan
+        && e.is_empty()
+    {
+        ui.plain(&cpm::nothing_to_run_message(&root).map_err(cpm_error)?);
+        ui.event(
+            "halted",
+            serde_json::json!({"reason": "complete", "exit_code": exit::COMPLETE, "iteration": 0}),
+        );
+        return Ok(exit::COMPLETE);
+    }
+    let agent = Agent::resolve(&settings.agent, !dry_run)?;
+    let rollup = match &plan {
+        Plan::Cpm { .. } => cpm::resolve_rollup(
+            options.rollup.as_deref(),
+            std::env::var_os("CLAUDE_PLUGIN_ROOT")
+                .map(PathBuf::from)
+                .as_deref(),
+            std::env::var_os("HOME").map(PathBuf::from).as_deref(),
+        ),
+        Plan::Checklist { .. } => None,
+    };
+    if matches!(plan, Plan::Cpm { .. }) && rollup.is_none() {
+        let err = match &options.rollup {
+            Some(p) => Error::user(format!("the roll-up script `{}` does not exist", p.display())),
+            None => Error::user("no coverage roll-up script found (coverage-rollup.sh)"),
+        }
+        .with_hint("pass --rollup PATH, or set CLAUDE_PLUGIN_ROOT to the CPM plugin (--yes runs without one)");
+        if !options.yes || options.rollup.is_some() {
+            return Err(err);
+        }
+        ui.warn("no coverage roll-up script found: without it only max iterations, stalls and stuck detection end the run");
+    }
+    let source = build_source(&plan, &root, options, rollup, &settings, dry_run)?;
     if dry_run {
-        return dry_run_report(ctx, &doc, &task_rel, &task_path, &settings, &agent, &rd);
+        return dry_run_report(ctx, &plan, &source, &settings, &agent, &rd);
     }
 
     repo.check_ready(INDEX_LOCK_WAIT)?;
@@ -135,6 +279,10 @@ fn start(
         && let Some(p) = unfinished
     {
         how = ask_resume_or_reset(p, options.yes)?;
+        if how == Continuation::Resume {
+            // Resuming works on what the recorded run worked on.
+            return start(ctx, &[], options, false, Continuation::Resume);
+        }
     }
     let resumed = match (how, prior) {
         (Continuation::Resume, Some(p)) => Some(p),
@@ -163,7 +311,9 @@ fn start(
     for note in &agent.notes {
         ui.note(note);
     }
-    rd.scaffold(&doc.name, doc.checklist.total(), settings.max_iterations)?;
+    let (done, total) = plan.counts();
+    let name = plan.name();
+    rd.scaffold(&name, total, settings.max_iterations)?;
     let mut repo = repo;
 
     let run_state = match resumed {
@@ -189,7 +339,7 @@ fn start(
             p.halt_reason = None;
             p.exit_code = None;
             p.max_iterations = settings.max_iterations;
-            p.task = doc.name.clone();
+            p.task = name.clone();
             p.save(&rd.state_file())?;
             state::append_line(
                 &rd.activity_log(),
@@ -203,12 +353,11 @@ fn start(
                 ),
             )?;
             ui.line(&format!(
-                "ralph: resuming run {} at iteration {}/{} — {}/{} criteria, agent {}",
+                "ralph: resuming run {} at iteration {}/{} — {done}/{total} {}, agent {}",
                 p.run_id,
                 p.iteration + 1,
                 settings.max_iterations,
-                doc.checklist.done(),
-                doc.checklist.total(),
+                source.unit(),
                 agent.name
             ));
             p
@@ -230,16 +379,20 @@ fn start(
                 }
             }
             ui.line(&format!(
-                "ralph: {} — {}/{} criteria, agent {}, up to {} iterations (run {run_id})",
-                doc.name,
-                doc.checklist.done(),
-                doc.checklist.total(),
+                "ralph: {name} — {done}/{total} {}, agent {}, up to {} iterations (run {run_id})",
+                source.unit(),
                 agent.name,
                 settings.max_iterations
             ));
-            fresh_state(&rd, &run_id, &doc, &task_rel, &settings, &agent)?
+            fresh_state(&rd, &run_id, &plan, &settings, &agent)?
         }
     };
+    let mut source = source;
+    if let Source::Cpm(c) = &mut source {
+        c.log = cpm::log_path(&run_state.run_id);
+        c.resuming = run_state.iteration > 0;
+        cpm_preflight(ui, &root, &rd, c, options.yes)?;
+    }
     ui.event(
         "run_started",
         serde_json::json!({
@@ -250,8 +403,8 @@ fn start(
             "agent": agent.name,
             "max_iterations": settings.max_iterations,
             "iteration": run_state.iteration,
-            "done": doc.checklist.done(),
-            "total": doc.checklist.total(),
+            "done": done,
+            "total": total,
             "resumed": run_state.iteration > 0,
         }),
     );
@@ -272,25 +425,161 @@ fn start(
     runtime.block_on(async move {
         let interrupts =
             Interrupts::install().map_err(|e| Error::io("failed to install signal handlers", e))?;
-        let the_loop = Loop {
+        let mut the_loop = Loop {
             repo,
             rd,
-            task_path,
-            task_rel,
-            task_name: doc.name.clone(),
+            source,
+            task_name: name,
             unattended: !supervisor::is_interactive(options.yes),
             settings,
             agent,
             ui,
             state: run_state,
             counters,
-            previous: doc.checklist,
             interrupts,
             started: Instant::now(),
             stream: options.stream,
         };
+        if let Some(code) = the_loop.preflight_verdict().await? {
+            return Ok(code);
+        }
         the_loop.run().await
     })
+}
+
+/// Turn a plan into the loop's task source.
+fn build_source(
+    plan: &Plan,
+    root: &Path,
+    options: &RunOptions,
+    rollup: Option<PathBuf>,
+    settings: &Settings,
+    _dry_run: bool,
+) -> Result<Source> {
+    Ok(match plan {
+        Plan::Checklist { doc, path, rel } => Source::Checklist(ChecklistSource {
+            path: path.clone(),
+            rel: rel.clone(),
+            previous: doc.checklist.clone(),
+            baseline: baseline(doc),
+        }),
+        Plan::Cpm { targets } => {
+            let spec = match targets {
+                Targets::Spec(s) => Some(root.join(s)),
+                Targets::Epics(_) => None,
+            };
+            let phase = match targets {
+                Targets::Spec(s) if cpm::epics_for_spec(root, s).map_err(cpm_error)?.is_empty() => {
+                    Phase::Planning
+                }
+                _ => Phase::Delivery,
+            };
+            let test_runner = settings
+                .test_command
+                .clone()
+                .or_else(|| cpm::discover_test_runner(root, spec.as_deref()).map(|(cmd, _)| cmd));
+            Source::Cpm(CpmSource {
+                root: root.to_path_buf(),
+                targets: match targets {
+                    Targets::Spec(s) => Targets::Spec(s.clone()),
+                    Targets::Epics(e) => Targets::Epics(e.clone()),
+                },
+                rollup,
+                phase,
+                planned: false,
+                story_filter: options.story_filter.clone(),
+                test_runner,
+                resuming: false,
+                last_summary: None,
+                log: cpm::log_path("RUN_ID"),
+            })
+        }
+    })
+}
+
+/// The unchecked criteria at the start of a run (normalised).
+fn baseline(doc: &TaskDocument) -> Vec<String> {
+    doc.checklist
+        .criteria
+        .iter()
+        .filter(|c| !c.checked)
+        .map(|c| normalize(&c.text))
+        .collect()
+}
+
+/// CPM pre-flight (SPEC §3.4): strip `[plan]`, report earlier runs, the session-state ignore
+/// check and the stop-hook warning.
+fn cpm_preflight(
+    ui: crate::ui::Ui,
+    root: &Path,
+    rd: &RalphDir,
+    c: &CpmSource,
+    yes: bool,
+) -> Result<()> {
+    let log = |line: &str| {
+        state::append_line(
+            &rd.activity_log(),
+            &format!("[{}] {line}", state::now_rfc3339()),
+        )
+    };
+    for epic in c.epics()? {
+        let path = root.join(&epic);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let (new, lines) = cpm::strip_plan_markers(&text);
+        if !lines.is_empty() {
+            std::fs::write(&path, new).map_err(|e| Error::file("write", &path, e))?;
+            for l in lines {
+                ui.line(&l);
+                log(&format!("{l} ({})", epic.display()))?;
+            }
+        }
+    }
+    for run in cpm::earlier_runs(root).map_err(cpm_error)? {
+        ui.line(&format!("earlier run: {}", run.describe()));
+    }
+    if let Some(r) = &c.rollup {
+        ui.line(&format!("roll-up: {}", r.display()));
+    }
+    if let Some(t) = &c.test_runner {
+        ui.line(&format!("test runner: {t}"));
+    }
+    let missing = cpm::missing_ignore_lines(root);
+    if !missing.is_empty() {
+        let apply = if yes {
+            true
+        } else if supervisor::is_interactive(false) {
+            use std::io::Write;
+            eprint!(
+                "Add {} to .gitignore (session state, not project history)? [Y/n] ",
+                missing.join(", ")
+            );
+            let _ = std::io::stderr().flush();
+            let mut answer = String::new();
+            let _ = std::io::stdin().read_line(&mut answer);
+            !answer.trim().eq_ignore_ascii_case("n")
+        } else {
+            false
+        };
+        if apply {
+            cpm::apply_ignore_lines(root, &missing).map_err(cpm_error)?;
+            ui.note(&format!("added to .gitignore: {}", missing.join(", ")));
+            log(&format!("Added to .gitignore: {}", missing.join(", ")))?;
+        } else {
+            ui.warn(&format!(
+                ".gitignore does not cover session state ({}): pass --yes to add it",
+                missing.join(", ")
+            ));
+        }
+    }
+    if cpm::stop_hook_armed(root) {
+        ui.warn(&format!(
+            "{} exists: an armed stop-hook loop would fight ralph's fresh iterations; delete it",
+            cpm::STOP_HOOK_STATE
+        ));
+    }
+    Ok(())
 }
 
 fn warn_fallback(ui: crate::ui::Ui, used: bool) {
@@ -328,49 +617,52 @@ fn ask_resume_or_reset(p: &RunState, yes: bool) -> Result<Continuation> {
 fn fresh_state(
     rd: &RalphDir,
     run_id: &str,
-    doc: &TaskDocument,
-    task_rel: &str,
+    plan: &Plan,
     settings: &Settings,
     agent: &Agent,
 ) -> Result<RunState> {
-    let baseline: Vec<String> = doc
-        .checklist
-        .criteria
-        .iter()
-        .filter(|c| !c.checked)
-        .map(|c| normalize(&c.text))
-        .collect();
+    let (done, total) = plan.counts();
+    let (task_file, targets) = plan.recorded_targets();
     let now = state::now_rfc3339();
     let mut run_state = RunState {
         schema_version: state::SCHEMA_VERSION,
         run_id: run_id.to_string(),
-        task: doc.name.clone(),
-        task_file: task_rel.to_string(),
-        mode: "checklist".into(),
+        task: plan.name(),
+        task_file,
+        mode: plan.mode().into(),
+        targets,
         pid: std::process::id(),
         running: true,
         started_at: now.clone(),
         updated_at: now,
         iteration: 0,
         max_iterations: settings.max_iterations,
-        done: doc.checklist.done(),
-        total: doc.checklist.total(),
-        best_done: doc.checklist.done(),
+        done,
+        total,
+        best_done: done,
         no_progress_streak: 0,
-        baseline,
+        baseline: match plan {
+            Plan::Checklist { doc, .. } => baseline(doc),
+            Plan::Cpm { .. } => Vec::new(),
+        },
         last_keys: Vec::new(),
         verdict_failures: 0,
         halt_reason: None,
         exit_code: None,
         cost_usd: 0.0,
+        iterations_log: match plan {
+            Plan::Cpm { .. } => Some(cpm::log_path(run_id).to_string_lossy().into_owned()),
+            Plan::Checklist { .. } => None,
+        },
     };
     run_state.save(&rd.state_file())?;
     state::append_line(
         &rd.activity_log(),
         &format!(
-            "[{}] Run {run_id} started: task \"{}\", agent {}, max iterations {}",
+            "[{}] Run {run_id} started: {} \"{}\", agent {}, max iterations {}",
             state::now_rfc3339(),
-            doc.name,
+            plan.mode(),
+            plan.name(),
             agent.name,
             settings.max_iterations
         ),
@@ -419,43 +711,69 @@ fn new_run_id() -> String {
 
 fn dry_run_report(
     ctx: &Context,
-    doc: &TaskDocument,
-    task_rel: &str,
-    task_path: &Path,
+    plan: &Plan,
+    source: &Source,
     settings: &Settings,
     agent: &Agent,
     rd: &RalphDir,
 ) -> Result<i32> {
     let ui = ctx.ui;
-    let first = prompt::checklist_prompt(&prompt::PromptInput {
+    let first = source.prompt(&PromptCtx {
         iteration: 1,
         max_iterations: settings.max_iterations,
-        task_file: task_rel,
-        next_criterion: doc.checklist.remaining().next().map(|c| c.text.as_str()),
-        done: doc.checklist.done(),
-        total: doc.checklist.total(),
         test_command: settings.test_command.as_deref(),
         stuck_alert: false,
         stuck_streak: 0,
         completion_promise: settings.completion_promise.as_deref(),
-    });
+    })?;
     let prompt_file = rd.run_dir("RUN_ID").join("iter-001.prompt.md");
     let inv = agent.invocation(&first, &prompt_file)?;
     let opt = |d: Option<Duration>| d.map_or_else(|| "none".to_string(), human_duration);
     ui.plain("ralph run --dry-run: nothing is spawned or written");
-    ui.plain("mode: checklist");
-    ui.plain(&format!(
-        "task: {} ({}; {}/{} criteria checked)",
-        doc.name,
-        task_path.display(),
-        doc.checklist.done(),
-        doc.checklist.total()
-    ));
-    let source = match &settings.agent {
+    ui.plain(&format!("mode: {}", plan.mode()));
+    let (done, total) = plan.counts();
+    match plan {
+        Plan::Checklist { doc, path, .. } => ui.plain(&format!(
+            "task: {} ({}; {done}/{total} criteria checked)",
+            doc.name,
+            path.display()
+        )),
+        Plan::Cpm { targets } => {
+            match targets {
+                Targets::Spec(s) => ui.plain(&format!("targets: spec {}", s.display())),
+                Targets::Epics(e) => {
+                    ui.plain("targets:");
+                    for p in e {
+                        ui.plain(&format!("  {}", p.display()));
+                    }
+                }
+            }
+            if let Source::Cpm(c) = source {
+                ui.plain(&format!(
+                    "roll-up: {}",
+                    c.rollup
+                        .as_ref()
+                        .map_or("none".to_string(), |r| r.display().to_string())
+                ));
+                ui.plain(&format!(
+                    "test runner: {}",
+                    c.test_runner.as_deref().unwrap_or("none found")
+                ));
+                ui.plain(&format!(
+                    "phase: {}",
+                    match c.phase {
+                        Phase::Planning => "planning (/cpm:epics on the spec)",
+                        Phase::Delivery => "delivery (/cpm:do on the epics)",
+                    }
+                ));
+            }
+        }
+    }
+    let agent_source = match &settings.agent {
         AgentChoice::Preset(p) => format!("preset `{p}`"),
         AgentChoice::Template(t) => format!("--agent-cmd `{t}`"),
     };
-    ui.plain(&format!("agent: {source}"));
+    ui.plain(&format!("agent: {agent_source}"));
     ui.plain(&format!("argv: {}", inv.display()));
     for note in &agent.notes {
         ui.plain(&format!("note: {note}"));
@@ -473,6 +791,9 @@ fn dry_run_report(
         "test command: {}",
         settings.test_command.as_deref().unwrap_or("none")
     ));
+    if let Some((display, _)) = source.verdict_invocation(settings) {
+        ui.plain(&format!("verdict command: {display}"));
+    }
     if let Some(p) = &settings.completion_promise {
         ui.plain(&format!("completion promise: <promise>{p}</promise>"));
     }

@@ -12,7 +12,11 @@ pub fn run(ctx: &Context, json_out: bool) -> Result<i32> {
     let repo = Repo::discover(&ctx.cwd)?;
     let rd = RalphDir::new(repo.root());
     let st = RunState::load(&rd.state_file())?;
-    let records = state::tail_lines(&rd.iterations_log(), 3)?;
+    let log = st
+        .as_ref()
+        .and_then(|s| s.iterations_log.as_ref())
+        .map_or_else(|| rd.iterations_log(), |l| repo.root().join(l));
+    let records = state::tail_lines(&log, 3)?;
     let stalled = records.len() == 3 && {
         let key = |r: &str| {
             let parts: Vec<&str> = r.split(" | ").collect();

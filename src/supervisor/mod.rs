@@ -3,10 +3,10 @@
 
 pub mod decide;
 pub mod prompt;
+pub mod source;
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use serde_json::json;
@@ -19,27 +19,32 @@ use crate::git::Repo;
 use crate::signals::Interrupts;
 use crate::state::{self, IterKey, RalphDir, RunState};
 use crate::task::checklist::{Checklist, normalize};
-use crate::task::document::load_task_file;
 use crate::task::verdict::{Verdict, VerdictClass};
 use crate::ui::{Report, Ui, human_duration};
 use decide::{Counters, Decision, Halt, Outcome, decide};
+use source::{PromptCtx, Source};
+
+/// `sh -c CMD` for the user's own commands.
+fn shell(cmd: &str) -> Invocation {
+    Invocation {
+        program: "sh".into(),
+        args: vec!["-c".into(), cmd.into()],
+        stdin: None,
+        env: Vec::new(),
+    }
+}
 
 /// Everything the loop needs, resolved by `ralph run`.
 pub struct Loop {
     pub repo: Repo,
     pub rd: RalphDir,
-    /// Absolute path of the task file.
-    pub task_path: PathBuf,
-    /// The task file relative to the repository root, as the prompt names it.
-    pub task_rel: String,
+    pub source: Source,
     pub task_name: String,
     pub settings: Settings,
     pub agent: Agent,
     pub ui: Ui,
     pub state: RunState,
     pub counters: Counters,
-    /// The checklist as of the end of the previous iteration (the baseline at first).
-    pub previous: Checklist,
     pub interrupts: Interrupts,
     pub started: Instant,
     pub stream: bool,
@@ -89,19 +94,14 @@ impl Loop {
     ) -> Result<Option<i32>> {
         let started_at = state::now_rfc3339();
         let t0 = Instant::now();
-        let next = self.previous.remaining().next().map(|c| c.text.clone());
-        let prompt = prompt::checklist_prompt(&prompt::PromptInput {
+        let prompt = self.source.prompt(&PromptCtx {
             iteration: n,
             max_iterations: self.settings.max_iterations,
-            task_file: &self.task_rel,
-            next_criterion: next.as_deref(),
-            done: self.previous.done(),
-            total: self.previous.total(),
             test_command: self.settings.test_command.as_deref(),
             stuck_alert,
             stuck_streak: prev.no_progress_streak,
             completion_promise: self.settings.completion_promise.as_deref(),
-        });
+        })?;
         let run_dir = self.rd.run_dir(&self.state.run_id);
         state::create_private_dir(&run_dir)?;
         let prompt_file = run_dir.join(format!("iter-{n:03}.prompt.md"));
@@ -114,24 +114,12 @@ impl Loop {
             .map_err(|e| Error::file("create", &transcript_path, e))?;
 
         let mut inv = self.agent.invocation(&prompt, &prompt_file)?;
-        inv.env.extend([
-            ("RALPH_ITERATION".to_string(), n.to_string()),
-            (
-                "RALPH_MAX_ITERATIONS".to_string(),
-                self.settings.max_iterations.to_string(),
-            ),
-            ("RALPH_RUN_ID".to_string(), self.state.run_id.clone()),
-            (
-                "RALPH_TASK_FILE".to_string(),
-                self.task_path.to_string_lossy().into_owned(),
-            ),
-        ]);
+        inv.env.extend(self.ralph_env(n));
+        let (done_before, total_before) = self.source.counts();
+        let unit = self.source.unit();
         self.ui.line(&format!(
-            "▶ Iteration {n}/{} — {} ({}/{} criteria)",
-            self.settings.max_iterations,
-            self.agent.name,
-            self.previous.done(),
-            self.previous.total()
+            "▶ Iteration {n}/{} — {} ({done_before}/{total_before} {unit})",
+            self.settings.max_iterations, self.agent.name,
         ));
         self.ui.event(
             "iteration_started",
@@ -139,8 +127,8 @@ impl Loop {
                 "run_id": self.state.run_id,
                 "iteration": n,
                 "max_iterations": self.settings.max_iterations,
-                "done": self.previous.done(),
-                "total": self.previous.total(),
+                "done": done_before,
+                "total": total_before,
                 "stuck_alert": stuck_alert,
             }),
         );
@@ -155,11 +143,7 @@ impl Loop {
             self.repo.reload_index()?;
             Some(staged.tree)
         };
-        let limits = Limits {
-            timeout: self.settings.timeout,
-            idle_timeout: self.settings.idle_timeout,
-            grace: self.settings.grace,
-        };
+        let limits = self.limits();
         let echo = if self.stream {
             Echo::Stdout
         } else {
@@ -177,6 +161,7 @@ impl Loop {
         .await
         .map_err(|e| Error::io(format!("failed to spawn agent `{}`", inv.program), e))?;
         let ended_at = state::now_rfc3339();
+        self.source.mark_planning_ran();
 
         let mut notes = Vec::new();
         self.note_agent_end(n, &finished, &limits, &mut notes)?;
@@ -186,26 +171,23 @@ impl Loop {
         }
 
         // Read the task source.
-        let doc = match load_task_file(&self.task_path) {
-            Ok(doc) => doc,
+        let judged = match self.source.judge() {
+            Ok(j) => j,
             Err(e) => {
                 self.log(&format!(
-                    "Iteration {n}: the task file is unreadable after the agent ran: {e}"
+                    "Iteration {n}: the task source is unreadable after the agent ran: {e}"
                 ))?;
+                let (d, t) = self.source.counts();
                 let committed = self.commit(
                     n,
                     None,
                     head_before.as_deref(),
                     tree_before,
-                    (
-                        "Task file unreadable",
-                        self.previous.done(),
-                        self.previous.total(),
-                    ),
+                    ("Task file unreadable", d, t),
                 )?;
                 self.finish_state("error", exit::ERROR)?;
                 self.ui.plain(&format!(
-                    "Iteration {n} left the task file unreadable; its work is {}.",
+                    "Iteration {n} left the task source unreadable; its work is {}.",
                     committed
                         .subject
                         .as_deref()
@@ -213,31 +195,27 @@ impl Loop {
                             "committed as \"{s}\""
                         ))
                 ));
-                return Err(Error::Task(e));
+                return Err(e);
             }
         };
-        let current = doc.checklist;
-        let tampered = tampered(&self.state.baseline, &current);
-        let regressions = regressions(&self.previous, &current);
-        for r in &regressions {
+        for r in &judged.regressions {
             self.log(&format!(
                 "Iteration {n}: regression: criterion unchecked: \"{r}\""
             ))?;
             notes.push(format!("Regression: \"{r}\" was unchecked"));
         }
-        let newly_checked = newly_checked(&self.previous, &current);
 
         // The test command, then the verdict command, with their output in the transcript.
         let tests_ok = match self.settings.test_command.clone() {
             None => true,
             Some(cmd) => {
                 let Some(fin) = self
-                    .run_shell(
+                    .run_aux(
                         "test command",
                         &cmd,
+                        shell(&cmd),
                         &mut transcript,
                         &inv.env,
-                        &limits,
                         echo,
                     )
                     .await?
@@ -255,54 +233,54 @@ impl Loop {
                 fin.success()
             }
         };
-        let verdict = match self.settings.verdict_command.clone() {
+        let verdict = match self.source.verdict_invocation(&self.settings) {
             None => None,
-            Some(cmd) => {
+            Some((display, vinv)) => {
                 let Some(fin) = self
-                    .run_shell(
+                    .run_aux(
                         "verdict command",
-                        &cmd,
+                        &display,
+                        vinv,
                         &mut transcript,
                         &inv.env,
-                        &limits,
                         echo,
                     )
                     .await?
                 else {
                     return self.interrupted(n).await.map(Some);
                 };
-                let v =
-                    Verdict::from_output(fin.exit_code, &String::from_utf8_lossy(&fin.stdout_tail));
+                let v = self
+                    .source
+                    .verdict(fin.exit_code, &String::from_utf8_lossy(&fin.stdout_tail));
                 self.note_verdict(n, &v, &mut notes)?;
                 Some(v)
             }
         };
+        let source_halt = verdict.as_ref().and_then(|v| self.source.after_verdict(v));
         let promise_ok = match &self.settings.completion_promise {
             None => true,
             Some(word) => promise_in_final_message(&finished.stdout_tail, word, &prompt),
         };
-        let source_complete = current.total() > 0 && current.done() == current.total();
-        let evidence = verdict
-            .as_ref()
-            .map_or(source_complete, |v| v.class == VerdictClass::Verified);
-        let status_text = if evidence && tests_ok && promise_ok && tampered.is_empty() {
+        let evidence = verdict.as_ref().map_or(judged.source_complete, |v| {
+            v.class == VerdictClass::Verified
+        });
+        let status_text = if evidence && tests_ok && promise_ok && judged.tampered.is_empty() {
             "Complete"
         } else {
             "In progress"
         };
 
-        let what = newly_checked.first().cloned();
         let committed = self.commit(
             n,
-            what,
+            judged.what.clone(),
             head_before.as_deref(),
             tree_before,
-            (status_text, current.done(), current.total()),
+            (status_text, judged.done, judged.total),
         )?;
         let fingerprint = self.repo.fingerprint()?;
         let figures = match &verdict {
             Some(v) => v.figures(),
-            None => format!("{}/{} criteria", current.done(), current.total()),
+            None => format!("{}/{} {unit}", judged.done, judged.total),
         };
         let figures_changed =
             verdict.is_some() && prev.last_keys.last().is_some_and(|k| k.figures != figures);
@@ -314,15 +292,15 @@ impl Loop {
         // The ITER exit is the verdict's when there is one, else the agent's.
         let iter_exit = verdict.as_ref().map_or(finished.exit_code, |v| v.exit_code);
         let outcome = Outcome {
-            done: current.done(),
-            total: current.total(),
-            source_complete,
+            done: judged.done,
+            total: judged.total,
+            source_complete: judged.source_complete,
             tests_ok,
             promise_ok,
-            tampered: tampered.clone(),
+            tampered: judged.tampered.clone(),
             verdict: verdict.as_ref().map(|v| v.class.clone()),
             figures_changed,
-            source_halt: None,
+            source_halt,
             key: key.clone(),
         };
         let (counters, mut decision) = decide(prev, &outcome);
@@ -333,8 +311,8 @@ impl Loop {
             json!({
                 "run_id": self.state.run_id,
                 "iteration": n,
-                "done": current.done(),
-                "total": current.total(),
+                "done": judged.done,
+                "total": judged.total,
                 "figures": key.figures,
                 "exit_code": finished.exit_code,
                 "verdict_exit_code": verdict.as_ref().map(|v| v.exit_code),
@@ -345,19 +323,23 @@ impl Loop {
                 "fingerprint": key.fingerprint,
                 "duration_s": duration.as_secs_f64(),
                 "cost_usd": 0.0,
-                "regressions": regressions,
+                "regressions": judged.regressions,
             }),
         );
 
         // Logs after the commit, so the record describes the tree the iteration leaves behind.
         self.log(&format!(
-            "Iteration {n}: {}/{} criteria complete (started: {started_at}, ended: {ended_at}, duration: {})",
-            current.done(),
-            current.total(),
+            "Iteration {n}: {}/{} {unit} complete (started: {started_at}, ended: {ended_at}, duration: {})",
+            judged.done,
+            judged.total,
             human_duration(duration)
         ))?;
+        let iter_log = self.source.iter_log(&self.rd.iterations_log());
+        if let Some(dir) = iter_log.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::file("create directory", dir, e))?;
+        }
         state::append_line(
-            &self.rd.iterations_log(),
+            &iter_log,
             &format!(
                 "ITER {n} | {} | exit {} | {} | {}",
                 key.figures, iter_exit, key.commit, key.fingerprint
@@ -395,20 +377,20 @@ impl Loop {
                 Decision::Halt(Halt::Stuck)
             };
         }
-        self.state.done = current.done();
-        self.state.total = current.total();
+        self.state.done = judged.done;
+        self.state.total = judged.total;
         self.state.best_done = self.counters.best_done;
         self.state.verdict_failures = self.counters.verdict_failures;
         self.state.no_progress_streak = self.counters.no_progress_streak;
         self.state.last_keys = self.counters.last_keys.clone();
-        self.previous = current;
 
         let next_iteration = matches!(decision, Decision::Continue { .. }).then_some(n + 1);
         let report = Report {
             iteration: n,
             max_iterations: self.settings.max_iterations,
-            done: self.previous.done(),
-            total: self.previous.total(),
+            done: judged.done,
+            total: judged.total,
+            unit,
             last_commit: committed.subject.as_deref(),
             started: &started_at,
             ended: &ended_at,
@@ -435,29 +417,93 @@ impl Loop {
         }
     }
 
-    /// Run one of the user's shell commands (`sh -c`) under the same supervision as the agent,
-    /// its output appended to the transcript. `None` when an interrupt stopped it.
-    async fn run_shell(
+    /// The environment every process of an iteration gets.
+    fn ralph_env(&self, n: u32) -> Vec<(String, String)> {
+        vec![
+            ("RALPH_ITERATION".to_string(), n.to_string()),
+            (
+                "RALPH_MAX_ITERATIONS".to_string(),
+                self.settings.max_iterations.to_string(),
+            ),
+            ("RALPH_RUN_ID".to_string(), self.state.run_id.clone()),
+            ("RALPH_TASK_FILE".to_string(), self.source.task_file()),
+        ]
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            timeout: self.settings.timeout,
+            idle_timeout: self.settings.idle_timeout,
+            grace: self.settings.grace,
+        }
+    }
+
+    /// Spec mode: run the roll-up once before the first iteration to learn the phase.
+    /// `Some(exit code)` when that already ends the run.
+    pub async fn preflight_verdict(&mut self) -> Result<Option<i32>> {
+        if self.source.mode() != "cpm-spec" || self.counters.iteration > 0 {
+            return Ok(None);
+        }
+        let Some((display, vinv)) = self.source.verdict_invocation(&self.settings) else {
+            return Ok(None);
+        };
+        let run_dir = self.rd.run_dir(&self.state.run_id);
+        state::create_private_dir(&run_dir)?;
+        let path = run_dir.join("preflight.log");
+        let mut transcript =
+            std::fs::File::create(&path).map_err(|e| Error::file("create", &path, e))?;
+        let env = self.ralph_env(0);
+        let Some(fin) = self
+            .run_aux("roll-up", &display, vinv, &mut transcript, &env, Echo::None)
+            .await?
+        else {
+            return self.interrupted(0).await.map(Some);
+        };
+        let v = self
+            .source
+            .verdict(fin.exit_code, &String::from_utf8_lossy(&fin.stdout_tail));
+        self.log(&format!(
+            "Pre-flight roll-up: exit {}: {}",
+            v.exit_code,
+            v.figures()
+        ))?;
+        if v.exit_code == 0 {
+            self.ui
+                .success("The roll-up already verifies every row of the spec.");
+            self.finish_state("complete", exit::COMPLETE)?;
+            for l in self.source.completion_lines() {
+                self.ui.plain(&l);
+            }
+            return Ok(Some(exit::COMPLETE));
+        }
+        if let Some(halt) = self.source.after_verdict(&v) {
+            let code = halt.exit_code();
+            self.finish_state(halt.reason(), code)?;
+            self.summary(&halt);
+            return Ok(Some(code));
+        }
+        Ok(None)
+    }
+
+    /// Run a test or verdict command under the same supervision as the agent, its output
+    /// appended to the transcript. `None` when an interrupt stopped it.
+    async fn run_aux(
         &mut self,
         label: &str,
-        cmd: &str,
+        display: &str,
+        mut inv: Invocation,
         transcript: &mut std::fs::File,
         env: &[(String, String)],
-        limits: &Limits,
         echo: Echo,
     ) -> Result<Option<Finished>> {
         use std::io::Write;
-        let _ = writeln!(transcript, "\n--- ralph: {label}: {cmd} ---");
-        let inv = Invocation {
-            program: "sh".into(),
-            args: vec!["-c".into(), cmd.into()],
-            stdin: None,
-            env: env.to_vec(),
-        };
+        let _ = writeln!(transcript, "\n--- ralph: {label}: {display} ---");
+        inv.env.extend_from_slice(env);
         let root = self.repo.root().to_path_buf();
-        let fin = process::run(&inv, &root, transcript, limits, &mut self.interrupts, echo)
+        let limits = self.limits();
+        let fin = process::run(&inv, &root, transcript, &limits, &mut self.interrupts, echo)
             .await
-            .map_err(|e| Error::io(format!("failed to run the {label} `{cmd}`"), e))?;
+            .map_err(|e| Error::io(format!("failed to run the {label} `{display}`"), e))?;
         Ok((fin.stopped != Some(StopCause::Interrupt)).then_some(fin))
     }
 
@@ -674,8 +720,8 @@ impl Loop {
 
     fn summary(&self, halt: &Halt) {
         let ui = self.ui;
-        let done = self.previous.done();
-        let total = self.previous.total();
+        let (done, total) = self.source.counts();
+        let unit = self.source.unit();
         let n = self.counters.iteration;
         let max = self.settings.max_iterations;
         let elapsed = human_duration(self.started.elapsed());
@@ -685,7 +731,12 @@ impl Loop {
                 ui.plain(&format!("**Task:** {}", self.task_name));
                 ui.plain(&format!("**Iterations:** {n} of {max}"));
                 ui.plain(&format!("**Duration:** {elapsed}"));
-                ui.plain(&format!("**Criteria:** {total}/{total} ✅"));
+                if self.source.mode() == "checklist" {
+                    ui.plain(&format!("**Criteria:** {total}/{total} ✅"));
+                }
+                for l in self.source.completion_lines() {
+                    ui.plain(&l);
+                }
                 ui.plain(&format!("\nAll success criteria are met. Review the changes with:\n  git log --oneline -{n}"));
             }
             Halt::MaxIterations => {
@@ -707,7 +758,7 @@ impl Loop {
                     "STALLED: {iterations} iterations with no change at {commit}"
                 ));
                 ui.plain(&format!(
-                    "**Criteria:** {done}/{total} after {n} iterations ({elapsed})"
+                    "**Progress:** {done}/{total} {unit} after {n} iterations ({elapsed})"
                 ));
                 self.print_remaining();
                 ui.plain("\nThe agent changed nothing for three iterations: check its transcript in .ralph/runs/ and the task.");
@@ -718,7 +769,7 @@ impl Loop {
                     "## 🤚 RALPH Loop — Stuck: no progress for {t} iterations"
                 ));
                 ui.plain(&format!(
-                    "**Criteria:** {done}/{total} after {n} iterations ({elapsed})"
+                    "**Progress:** {done}/{total} {unit} after {n} iterations ({elapsed})"
                 ));
                 self.print_remaining();
                 ui.plain("\nAdjust the task (split hard criteria, add guardrails) and run again.");
@@ -750,7 +801,7 @@ impl Loop {
                 ui.alert("## ⛔ RALPH Loop — Criteria tampered");
                 ui.plain(&format!(
                     "Iteration {n} removed or reworded unchecked criteria from {}:",
-                    self.task_rel
+                    self.task_name
                 ));
                 for g in gone {
                     ui.plain(&format!("- [ ] {g}"));
@@ -761,11 +812,11 @@ impl Loop {
     }
 
     fn print_remaining(&self) {
-        let remaining: Vec<_> = self.previous.remaining().collect();
+        let remaining = self.source.remaining();
         if !remaining.is_empty() {
             self.ui.plain("\nRemaining criteria:");
             for c in remaining {
-                self.ui.plain(&format!("- [ ] {}", c.text));
+                self.ui.plain(&format!("- [ ] {c}"));
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Task sources (SPEC §3): what the loop reads to judge progress. Checklist mode for now.
 
 pub mod checklist;
+pub mod cpm;
 pub mod document;
 pub mod verdict;
 

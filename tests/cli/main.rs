@@ -3,6 +3,7 @@
 
 mod agents;
 mod common;
+mod cpm;
 mod errors;
 mod init;
 mod run;

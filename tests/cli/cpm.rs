@@ -1,0 +1,251 @@
+//! CPM epic and spec mode (SPEC §3.4) over fake roll-up scripts.
+
+use std::time::Duration;
+
+use crate::common::*;
+
+/// A fake coverage roll-up. Epic mode: two rows, verified when `verified-1` / `verified-2`
+/// exist. Spec mode: exit 4 until an epic names the spec, then the SUMMARY record with
+/// untraced 0, and exit 0 once `verified-1` exists.
+const ROLLUP: &str = r#"#!/bin/sh
+mode=$1; shift
+case "$mode" in
+--epic)
+  n=0; [ -f verified-1 ] && n=$((n+1)); [ -f verified-2 ] && n=$((n+1))
+  if [ $n -ge 2 ]; then echo "ROW	e	R1	login works	verified"; echo "ROW	e	R2	logout works	verified"; exit 0; fi
+  [ -f verified-1 ] || echo "ROW	e	R1	login works	unverified [unit]"
+  [ -f verified-2 ] || echo "ROW	e	R2	logout works	unverified [unit]"
+  exit 3;;
+--spec)
+  spec=$1
+  grep -l "Source spec" docs/epics/*.md >/dev/null 2>&1 || { echo "no matrix names $spec"; exit 4; }
+  if [ -f verified-1 ]; then printf 'SUMMARY\tspec\t1\t0\t1\t0\n'; exit 0; fi
+  printf 'SUMMARY\tspec\t1\t0\t0\t1\n'; exit 3;;
+esac
+exit 2
+"#;
+
+fn setup() -> (TestEnv, String) {
+    let env = TestEnv::new();
+    let rollup = env.home.join("coverage-rollup.sh");
+    std::fs::write(&rollup, ROLLUP).unwrap();
+    env.write("README.md", "project\n");
+    (env, rollup.display().to_string())
+}
+
+fn epic(status: &str, spec: Option<&str>) -> String {
+    let source = spec.map_or(String::new(), |s| format!("**Source spec**: {s}\n"));
+    format!(
+        "# Epic: Accounts\n\n**Status**: {status}\n{source}\n## Story 1: Login [plan]\n\n**Story**: 1\n\n### Task 1.1: Form [plan]\n\n## Story 2: Logout\n"
+    )
+}
+
+fn run_cpm(env: &TestEnv, script: &str, args: &[&str]) -> std::process::Output {
+    let agent = format!("'{}'", fake_agent().display());
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    all.extend(["--agent-cmd", &agent, "--yes", "--grace", "1s"]);
+    env.ralph_with_limit(
+        &all,
+        &[("FAKE_AGENT_SCRIPT", script)],
+        Duration::from_secs(60),
+    )
+}
+
+#[test]
+fn epic_mode_completes_when_the_rollup_says_zero() {
+    let (env, rollup) = setup();
+    env.write("docs/epics/01-epic-accounts.md", &epic("In Progress", None));
+    env.commit_all("initial");
+    let out = run_cpm(
+        &env,
+        "touch:verified-1,touch:verified-2",
+        &["docs/epics/01-epic-accounts.md", "--rollup", &rollup],
+    );
+    assert_exit(&out, 0);
+    let so = stdout(&out);
+    assert!(so.contains("ALL_EPICS_COMPLETE"), "{so}");
+    assert!(so.lines().any(|l| l.starts_with("COVERAGE: ")), "{so}");
+    assert!(env.agent_ran(2) && !env.agent_ran(3));
+    // [plan] stripped before the first iteration, and logged.
+    let doc = env.read("docs/epics/01-epic-accounts.md");
+    assert!(!doc.contains("[plan]"), "{doc}");
+    assert!(so.contains("Stripped [plan] from Story 1: "), "{so}");
+    assert!(env.activity().contains("Stripped [plan] from Story 1: "));
+    // The prompt is the CPM template working the epic.
+    let p1 = env.agent_prompt(1);
+    assert!(
+        p1.contains("/cpm:do") && p1.contains("01-epic-accounts.md"),
+        "{p1}"
+    );
+    assert!(!p1.contains("/cpm:epics"));
+    // ITER records go to the CPM log, with the roll-up's exit code.
+    let st: serde_json::Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    let log = st["iterations_log"].as_str().unwrap().to_string();
+    assert!(log.starts_with("docs/plans/.cpm-ralph-log-"), "{log}");
+    let recs = env.read(&log);
+    let recs: Vec<&str> = recs.lines().collect();
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    assert!(
+        recs[0].starts_with("ITER 1 | ") && recs[0].contains("| exit 3 |"),
+        "{recs:?}"
+    );
+    assert!(
+        recs[1].starts_with("ITER 2 | ") && recs[1].contains("| exit 0 |"),
+        "{recs:?}"
+    );
+    assert_eq!(recs[1].rsplit(" | ").next().unwrap(), env.porcelain_cksum());
+    // The session-state ignore lines were applied (--yes) and said.
+    assert!(env.read(".gitignore").contains("/docs/plans/.cpm-*"));
+}
+
+#[test]
+fn auto_discovery_with_every_epic_complete_has_nothing_to_run() {
+    let (env, rollup) = setup();
+    env.write("docs/epics/01-epic-accounts.md", &epic("Complete", None));
+    env.write("docs/epics/02-epic-billing.md", &epic("Done", None));
+    env.write("docs/specifications/03-spec-search.md", "# Spec: search\n");
+    env.commit_all("initial");
+    let out = run_cpm(&env, "check", &["--rollup", &rollup]);
+    assert_exit(&out, 0);
+    let so = stdout(&out);
+    assert!(
+        so.contains("No incomplete epics found. Nothing to run."),
+        "{so}"
+    );
+    assert!(
+        so.contains("ralph run docs/specifications/03-spec-search.md"),
+        "{so}"
+    );
+    assert!(!env.agent_ran(1));
+}
+
+#[test]
+fn spec_mixed_with_epic_is_a_usage_error() {
+    let (env, rollup) = setup();
+    env.write("docs/epics/01-epic-accounts.md", &epic("In Progress", None));
+    env.write("docs/specifications/03-spec-search.md", "# Spec\n");
+    env.commit_all("initial");
+    let out = run_cpm(
+        &env,
+        "check",
+        &[
+            "docs/specifications/03-spec-search.md",
+            "docs/epics/01-epic-accounts.md",
+            "--rollup",
+            &rollup,
+        ],
+    );
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("03-spec-search.md") && err.contains("01-epic-accounts.md"),
+        "{err}"
+    );
+    assert!(!env.agent_ran(1));
+}
+
+#[test]
+fn spec_mode_plans_once_then_delivers() {
+    let (env, rollup) = setup();
+    env.write(
+        "docs/specifications/03-spec-search.md",
+        "# Spec: search\n\n## Requirements\n- R1 search works\n",
+    );
+    env.commit_all("initial");
+    let epic_src = env.home.join("epic.md");
+    std::fs::write(
+        &epic_src,
+        epic("In Progress", Some("docs/specifications/03-spec-search.md")),
+    )
+    .unwrap();
+    let script = format!(
+        "copy:{}|docs/epics/03-01-epic-search.md,churn,touch:verified-1",
+        epic_src.display()
+    );
+    let out = run_cpm(
+        &env,
+        &script,
+        &["docs/specifications/03-spec-search.md", "--rollup", &rollup],
+    );
+    assert_exit(&out, 0);
+    let so = stdout(&out);
+    assert!(so.contains("SPEC_DELIVERED"), "{so}");
+    assert!(so.lines().any(|l| l.starts_with("COVERAGE: ")), "{so}");
+    let p1 = env.agent_prompt(1);
+    assert!(p1.contains("/cpm:epics"), "iteration 1 plans: {p1}");
+    for n in 2..=3 {
+        let p = env.agent_prompt(n);
+        assert!(p.contains("/cpm:do"), "iteration {n}: {p}");
+        assert!(
+            !p.contains("/cpm:epics"),
+            "iteration {n} must not plan again"
+        );
+    }
+    assert!(!env.agent_ran(4));
+    let st: serde_json::Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    assert_eq!(st["mode"], "cpm-spec");
+    let recs = env.read(st["iterations_log"].as_str().unwrap());
+    assert_eq!(recs.lines().count(), 3, "{recs}");
+    assert!(recs.lines().nth(1).unwrap().contains("SUMMARY"), "{recs}");
+}
+
+#[test]
+fn dry_run_in_each_mode_prints_everything_and_touches_nothing() {
+    let (env, rollup) = setup();
+    env.write("docs/epics/01-epic-accounts.md", &epic("In Progress", None));
+    env.write("docs/specifications/03-spec-search.md", "# Spec\n");
+    env.write_task(&["c1"], "");
+    env.commit_all("initial");
+    let agent = format!("'{}'", fake_agent().display());
+    let cases: [(&[&str], &str, &str); 3] = [
+        (&[], "mode: checklist", "You are iteration 1"),
+        (
+            &["docs/epics/01-epic-accounts.md"],
+            "mode: cpm-epic",
+            "/cpm:do",
+        ),
+        (
+            &["docs/specifications/03-spec-search.md"],
+            "mode: cpm-spec",
+            "/cpm:epics",
+        ),
+    ];
+    for (targets, mode, prompt) in cases {
+        let mut args = vec!["run", "--dry-run"];
+        args.extend_from_slice(targets);
+        args.extend([
+            "--agent-cmd",
+            &agent,
+            "--rollup",
+            &rollup,
+            "--max-iterations",
+            "9",
+        ]);
+        let out = env.ralph(&args);
+        assert_exit(&out, 0);
+        let so = stdout(&out);
+        for needle in [
+            mode,
+            "argv: ",
+            "max iterations 9",
+            "--- prompt of iteration 1 ---",
+            prompt,
+        ] {
+            assert!(
+                so.contains(needle),
+                "{targets:?}: {needle:?} missing from\n{so}"
+            );
+        }
+        assert_eq!(
+            env.git(&["status", "--porcelain", "--ignored"]),
+            "",
+            "{targets:?} wrote something"
+        );
+    }
+    assert!(
+        env.read("docs/epics/01-epic-accounts.md")
+            .contains("[plan]"),
+        "dry-run strips nothing"
+    );
+}
