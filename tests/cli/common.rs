@@ -65,6 +65,13 @@ impl TestEnv {
             .env("FAKE_AGENT_LOG", &self.log);
     }
 
+    /// A command with the isolated environment of this test.
+    pub fn command(&self, program: &str) -> std::process::Command {
+        let mut cmd = std::process::Command::new(program);
+        self.isolate(&mut cmd);
+        cmd
+    }
+
     pub fn git(&self, args: &[&str]) -> String {
         let mut cmd = std::process::Command::new("git");
         self.isolate(&mut cmd);

@@ -6,6 +6,7 @@ mod common;
 mod cpm;
 mod errors;
 mod init;
+mod real_agents;
 mod run;
 mod status;
 mod supervise;

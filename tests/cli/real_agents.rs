@@ -1,0 +1,164 @@
+//! The real agent CLIs (Claude Code, Copilot CLI, Codex) against the stand-in model server in
+//! `testing/standin/`, inside a loopback-only network namespace when root. Each test skips, with
+//! a message, when its CLI is not installed: `bash scripts/install-agent-clis.sh` installs them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::common::*;
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The CLI's path when installed, else `None` after saying the test is skipped.
+fn installed(cli: &str) -> Option<PathBuf> {
+    let bin = std::env::var_os("AGENT_CLIS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".cache/agent-clis/bin"));
+    let p = bin.join(cli);
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!(
+            "skipping: the real `{cli}` CLI is not installed ({}); run `bash scripts/install-agent-clis.sh`",
+            p.display()
+        );
+        None
+    }
+}
+
+/// Run `ralph ARGS` in the test repository with the stand-in server up for `cli`.
+fn with_standin(
+    env: &TestEnv,
+    cli: &str,
+    scenario: Option<&str>,
+    extra: &[&str],
+    ralph_args: &[&str],
+) -> std::process::Output {
+    let work = env.home.join(format!("standin-{cli}"));
+    std::fs::create_dir_all(&work).unwrap();
+    let script = repo_root().join("testing/standin/with-standin.sh");
+    let mut cmd = env.command("bash");
+    cmd.arg(&script).args(["--cli", cli, "--work"]).arg(&work);
+    if let Some(s) = scenario {
+        let path = work.join("scenario.json");
+        std::fs::write(&path, s).unwrap();
+        cmd.arg("--scenario").arg(path);
+    }
+    cmd.args(extra)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_ralph"))
+        .args(ralph_args)
+        .current_dir(&env.repo);
+    run_with_limit(cmd, Duration::from_secs(240))
+}
+
+/// The prompts of the main requests the stand-in received (length, first characters).
+fn requests(env: &TestEnv, cli: &str) -> Vec<serde_json::Value> {
+    let log = env
+        .home
+        .join(format!("standin-{cli}/standin.requests.jsonl"));
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn two_criteria(env: &TestEnv) {
+    env.write_task(&["first box", "second box"], "");
+    env.commit_all("initial");
+}
+
+fn completes_two_criteria_in_two_iterations(cli: &str) {
+    if installed(cli).is_none() {
+        return;
+    }
+    let env = TestEnv::new();
+    two_criteria(&env);
+    let out = with_standin(
+        &env,
+        cli,
+        None,
+        &[],
+        &[
+            "run",
+            "--agent",
+            cli,
+            "--yes",
+            "--max-iterations",
+            "4",
+            "--timeout",
+            "120s",
+        ],
+    );
+    assert_exit(&out, 0);
+    let recs = env.iter_records();
+    assert_eq!(recs.len(), 2, "{recs:?}\n{}", stdout(&out));
+    assert!(
+        recs[1].starts_with("ITER 2 | 2/2 criteria | exit 0 |"),
+        "{recs:?}"
+    );
+    assert!(env.read("RALPH_TASK.md").contains("- [x] second box"));
+    assert_eq!(env.commits().len(), 3, "{:?}", env.commits());
+}
+
+#[test]
+fn claude_completes_two_criteria_in_two_iterations() {
+    completes_two_criteria_in_two_iterations("claude");
+}
+
+#[test]
+fn copilot_completes_two_criteria_in_two_iterations() {
+    completes_two_criteria_in_two_iterations("copilot");
+}
+
+#[test]
+fn codex_completes_two_criteria_in_two_iterations() {
+    completes_two_criteria_in_two_iterations("codex");
+}
+
+#[test]
+fn a_300_kib_prompt_reaches_every_preset_intact() {
+    for cli in ["claude", "copilot", "codex"] {
+        if installed(cli).is_none() {
+            continue;
+        }
+        let env = TestEnv::new();
+        let long = format!("BEGIN{}END", "x".repeat(300 * 1024));
+        env.write_task(&[&long, "short"], "");
+        env.commit_all("initial");
+        let out = with_standin(
+            &env,
+            cli,
+            None,
+            &[],
+            &[
+                "run",
+                "--agent",
+                cli,
+                "--yes",
+                "--max-iterations",
+                "1",
+                "--timeout",
+                "120s",
+            ],
+        );
+        assert_exit(&out, 3);
+        let reqs = requests(&env, cli);
+        let biggest = reqs
+            .iter()
+            .filter_map(|r| r["prompt_bytes"].as_u64())
+            .max()
+            .unwrap_or(0);
+        assert!(
+            biggest > 300 * 1024,
+            "{cli}: the largest prompt the server saw was {biggest} bytes"
+        );
+        assert!(
+            env.read("RALPH_TASK.md").contains("- [x] BEGIN"),
+            "{cli} checked the box"
+        );
+    }
+}
