@@ -184,6 +184,18 @@ pub struct RunOptions {
     #[arg(long, env = "RALPH_VERDICT_CMD", value_name = "CMD")]
     pub verdict_cmd: Option<String>,
 
+    /// Halt (exit 10) once the cost the agent reports (Claude's result events) reaches USD.
+    #[arg(long, env = "RALPH_MAX_COST", value_name = "USD")]
+    pub max_cost: Option<f64>,
+
+    /// The most time to spend waiting for usage limits to lift, in all (default 6h; exit 10).
+    #[arg(long, env = "RALPH_MAX_WAIT", value_name = "DUR")]
+    pub max_wait: Option<humantime::Duration>,
+
+    /// The first wait after a usage limit that gives no reset time (default 60s, doubling).
+    #[arg(long, env = "RALPH_LIMIT_BACKOFF", value_name = "DUR")]
+    pub limit_backoff: Option<humantime::Duration>,
+
     /// CPM: the coverage roll-up script (default: $CLAUDE_PLUGIN_ROOT, then the plugin cache).
     #[arg(long, value_name = "PATH")]
     pub rollup: Option<PathBuf>,

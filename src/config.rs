@@ -14,6 +14,8 @@ pub const DEFAULT_MAX_ITERATIONS: u32 = 50;
 pub const DEFAULT_STUCK_THRESHOLD: u32 = 3;
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 pub const DEFAULT_AGENT: &str = "copilot";
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(6 * 3600);
+pub const DEFAULT_LIMIT_BACKOFF: Duration = Duration::from_secs(60);
 
 /// One layer as written in a config file; every key optional, unknown keys rejected.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
@@ -30,6 +32,9 @@ pub struct Layer {
     pub stuck_threshold: Option<u32>,
     pub no_commit: Option<bool>,
     pub verdict_command: Option<String>,
+    pub max_cost: Option<f64>,
+    pub max_wait: Option<String>,
+    pub limit_backoff: Option<String>,
 }
 
 /// Where a layer came from, for messages.
@@ -60,6 +65,12 @@ pub struct Settings {
     pub no_commit: bool,
     /// Runs after every iteration (after the tests); its exit code decides (SPEC §3.3).
     pub verdict_command: Option<String>,
+    /// Halt (exit 10) once the agents' reported cost reaches this many USD.
+    pub max_cost: Option<f64>,
+    /// The most time the run may spend waiting for usage limits to lift (exit 10 past it).
+    pub max_wait: Duration,
+    /// The first wait after a usage limit that names no reset time (doubling, up to 30 min).
+    pub limit_backoff: Duration,
 }
 
 impl Layer {
@@ -78,6 +89,9 @@ impl Layer {
             stuck_threshold: o.stuck_threshold,
             no_commit: o.no_commit.then_some(true),
             verdict_command: o.verdict_cmd.clone(),
+            max_cost: o.max_cost,
+            max_wait: o.max_wait.map(|d| d.to_string()),
+            limit_backoff: o.limit_backoff.map(|d| d.to_string()),
         }
     }
 
@@ -94,6 +108,9 @@ impl Layer {
             stuck_threshold: f.stuck_threshold,
             no_commit: None,
             verdict_command: f.verdict_command.clone(),
+            max_cost: None,
+            max_wait: None,
+            limit_backoff: None,
         }
     }
 
@@ -230,6 +247,17 @@ pub fn merge(layers: &[Source]) -> Result<Settings> {
         verdict_command: first!(verdict_command)
             .map(|(_, v)| v)
             .filter(|c| !c.trim().is_empty()),
+        max_cost: match first!(max_cost) {
+            Some((src, v)) if !(v.is_finite() && v > 0.0) => {
+                return Err(Error::user(format!(
+                    "{src}: `max_cost` must be a positive number of USD, not {v}"
+                )));
+            }
+            other => other.map(|(_, v)| v),
+        },
+        max_wait: duration(first!(max_wait), "max_wait")?.unwrap_or(DEFAULT_MAX_WAIT),
+        limit_backoff: duration(first!(limit_backoff), "limit_backoff")?
+            .unwrap_or(DEFAULT_LIMIT_BACKOFF),
     })
 }
 

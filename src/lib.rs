@@ -6,6 +6,7 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod git;
+pub mod live;
 pub mod signals;
 pub mod state;
 pub mod supervisor;

@@ -289,6 +289,13 @@ pub struct RunState {
     pub halt_reason: Option<String>,
     pub exit_code: Option<i32>,
     pub cost_usd: f64,
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// Seconds spent waiting for agents' usage limits to lift.
+    #[serde(default)]
+    pub waited_s: f64,
     /// Where the ITER records go when not `.ralph/iterations.log` (CPM mode), repo-relative.
     #[serde(default)]
     pub iterations_log: Option<String>,

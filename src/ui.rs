@@ -161,6 +161,17 @@ pub struct Report<'a> {
     pub next: Option<u32>,
     /// Extra lines: timeouts, agent failures, regressions, test results.
     pub notes: &'a [String],
+    /// Cost and tokens, when the agent reported them.
+    pub cost: Option<CostLine>,
+}
+
+/// What an iteration cost, as the agent reported it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostLine {
+    pub iteration_usd: f64,
+    pub total_usd: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
 }
 
 impl Report<'_> {
@@ -189,6 +200,12 @@ impl Report<'_> {
             "⏱️  Total elapsed: {}\n",
             human_duration(self.elapsed)
         ));
+        if let Some(c) = self.cost {
+            s.push_str(&format!(
+                "💰 Cost: ${:.4} (total ${:.4}), tokens: {} in / {} out\n",
+                c.iteration_usd, c.total_usd, c.input_tokens, c.output_tokens
+            ));
+        }
         for n in self.notes {
             s.push_str(&format!("⚠️  {n}\n"));
         }
@@ -227,6 +244,12 @@ mod tests {
             elapsed: Duration::from_secs(70),
             next: Some(3),
             notes: &["agent exited with code 1".into()],
+            cost: Some(CostLine {
+                iteration_usd: 0.19,
+                total_usd: 0.38,
+                input_tokens: 38498,
+                output_tokens: 24,
+            }),
         }
         .render();
         for needle in [
@@ -239,6 +262,7 @@ mod tests {
             "Total elapsed: 1m 10s",
             "agent exited with code 1",
             "Starting iteration 3...",
+            "Cost: $0.1900 (total $0.3800), tokens: 38498 in / 24 out",
         ] {
             assert!(r.contains(needle), "{needle:?} missing from\n{r}");
         }

@@ -20,6 +20,10 @@
 //!   garble           make the task file's frontmatter unparseable
 //!   touch:PATH       create PATH (and its directories) holding the iteration number
 //!   copy:SRC|DST     copy SRC (outside the repository) to DST
+//!   claude-result:USD  print a Claude stream-json session (a Bash tool call, then the result
+//!                    event with this cost and 1000/50 tokens)
+//!   limit-once:SECS  on the first attempt of this iteration only, print Claude's
+//!                    `rate_limit_event` (resets in SECS) and a limit result, and exit 1
 //! With `FAKE_AGENT_LOG=DIR`, it records `prompt-N.txt`, `argv-N.txt`, `env-N.txt` and `pids-N.txt`.
 
 use std::io::{Read, Write};
@@ -123,6 +127,41 @@ fn main() {
                 }
                 let _ = std::fs::copy(src, dst);
                 println!("copied {dst}");
+            }
+            "claude-result" => {
+                let cost: f64 = arg.parse().unwrap_or(0.1);
+                println!(
+                    r#"{{"type":"system","subtype":"init","session_id":"fake-session","tools":["Bash"]}}"#
+                );
+                println!(
+                    r#"{{"type":"assistant","message":{{"content":[{{"type":"tool_use","id":"t1","name":"Bash","input":{{"command":"sed -i s/x/y/ RALPH_TASK.md"}}}}]}}}}"#
+                );
+                println!(
+                    r#"{{"type":"user","message":{{"content":[{{"type":"tool_result","tool_use_id":"t1","content":"ok"}}]}}}}"#
+                );
+                println!(
+                    r#"{{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Checked one box.","session_id":"fake-session","total_cost_usd":{cost},"usage":{{"input_tokens":1000,"output_tokens":50,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}},"permission_denials":[]}}"#
+                );
+            }
+            "limit-once" => {
+                let marker = log.as_ref().map(|d| d.join(format!("limited-{iteration}")));
+                if let Some(m) = marker.filter(|m| !m.exists()) {
+                    let _ = std::fs::write(&m, "");
+                    let secs: u64 = arg.parse().unwrap_or(2);
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_secs())
+                        .unwrap_or(0);
+                    println!(
+                        r#"{{"type":"rate_limit_event","rate_limit_info":{{"status":"rejected","resetsAt":{},"rateLimitType":"five_hour"}}}}"#,
+                        now + secs
+                    );
+                    println!(
+                        r#"{{"type":"result","subtype":"success","is_error":true,"num_turns":1,"result":"You've hit your session limit","session_id":"fake-session","total_cost_usd":0,"usage":{{"input_tokens":0,"output_tokens":0}}}}"#
+                    );
+                    let _ = std::io::stdout().flush();
+                    std::process::exit(1);
+                }
             }
             "garble" => {
                 let text = std::fs::read_to_string(&task).unwrap_or_default();

@@ -1,6 +1,7 @@
 //! Agents (SPEC §4): presets and custom templates turned into an argv, never through a shell.
 
 pub mod process;
+pub mod stream;
 pub mod unix;
 
 use std::ffi::OsString;

@@ -71,6 +71,27 @@ impl Finished {
     }
 }
 
+/// Who else watches the output as it arrives: the agent-output observer (activity, cost,
+/// limits) and the live terminal view.
+#[derive(Default)]
+pub struct Watchers<'a> {
+    pub observer: Option<&'a mut super::stream::Observer>,
+    pub view: Option<&'a crate::live::LiveView>,
+}
+
+impl Watchers<'_> {
+    fn chunk(&mut self, chunk: &[u8], is_stderr: bool) {
+        if let Some(o) = self.observer.as_deref_mut() {
+            o.feed(chunk, is_stderr);
+            if o.take_activity_changed()
+                && let (Some(v), Some(a)) = (self.view, o.activity())
+            {
+                v.set_activity(a);
+            }
+        }
+    }
+}
+
 /// Where the output goes besides the transcript.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Echo {
@@ -88,6 +109,7 @@ pub async fn run(
     limits: &Limits,
     interrupts: &mut Interrupts,
     echo: Echo,
+    mut watchers: Watchers<'_>,
 ) -> std::io::Result<Finished> {
     let started = Instant::now();
     let mut cmd = CommandWrap::with_new(&inv.program, |c| {
@@ -174,6 +196,7 @@ pub async fn run(
                     Some(n) => {
                         let chunk = &buf_out[..n];
                         transcript.write_all(chunk)?;
+                        watchers.chunk(chunk, false);
                         if echo == Echo::Stdout {
                             let _ = stdout.write_all(chunk);
                             let _ = stdout.flush();
@@ -195,6 +218,7 @@ pub async fn run(
                     Some(n) => {
                         let chunk = &buf_err[..n];
                         transcript.write_all(chunk)?;
+                        watchers.chunk(chunk, true);
                         if echo == Echo::Stdout {
                             let _ = std::io::stderr().write_all(chunk);
                         }
@@ -237,6 +261,9 @@ pub async fn run(
         g.release();
     }
     transcript.flush()?;
+    if let Some(o) = watchers.observer {
+        o.finish();
+    }
     let status = status.unwrap_or_else(|| std::process::ExitStatus::from_raw(9));
     let exit_code = status
         .code()

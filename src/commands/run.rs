@@ -650,6 +650,9 @@ fn fresh_state(
         halt_reason: None,
         exit_code: None,
         cost_usd: 0.0,
+        input_tokens: 0,
+        output_tokens: 0,
+        waited_s: 0.0,
         iterations_log: match plan {
             Plan::Cpm { .. } => Some(cpm::log_path(run_id).to_string_lossy().into_owned()),
             Plan::Checklist { .. } => None,

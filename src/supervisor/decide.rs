@@ -34,6 +34,8 @@ pub struct Outcome {
     pub promise_ok: bool,
     /// Baseline criteria that disappeared while unchecked.
     pub tampered: Vec<String>,
+    /// The run's total cost reached `--max-cost`.
+    pub over_budget: bool,
     /// The verdict command's judgement, when there is one: it then decides completion.
     pub verdict: Option<VerdictClass>,
     /// The verdict figures differ from the previous iteration's (progress in verdict mode).
@@ -59,6 +61,8 @@ pub enum Halt {
     VerdictUnavailable,
     /// Work ended with parts that cannot be done (BLOCKED tasks, an uncovered spec).
     Partial(Vec<String>),
+    /// `--max-cost` or the waiting budget reached (why).
+    Budget(String),
 }
 
 impl Halt {
@@ -73,6 +77,7 @@ impl Halt {
             Halt::TargetOnly(_) => exit::TARGET_ONLY,
             Halt::VerdictUnavailable => exit::VERDICT_UNAVAILABLE,
             Halt::Partial(_) => exit::PARTIAL,
+            Halt::Budget(_) => exit::BUDGET,
         }
     }
 
@@ -87,6 +92,7 @@ impl Halt {
             Halt::TargetOnly(_) => "target_only",
             Halt::VerdictUnavailable => "verdict_unavailable",
             Halt::Partial(_) => "partial",
+            Halt::Budget(_) => "budget",
         }
     }
 }
@@ -140,6 +146,8 @@ pub fn decide(prev: &Counters, outcome: &Outcome) -> (Counters, Decision) {
         Decision::Halt(h.clone())
     } else if evidence && outcome.tests_ok && outcome.promise_ok {
         Decision::Halt(Halt::Complete)
+    } else if outcome.over_budget {
+        Decision::Halt(Halt::Budget("the total cost reached --max-cost".into()))
     } else if next.last_keys.len() == 3 && next.last_keys.iter().all(|k| *k == next.last_keys[0]) {
         Decision::Halt(Halt::Stalled {
             iterations: 3,
@@ -190,6 +198,7 @@ mod tests {
             tests_ok: true,
             promise_ok: true,
             tampered: Vec::new(),
+            over_budget: false,
             verdict: None,
             figures_changed: false,
             source_halt: None,
@@ -438,6 +447,18 @@ mod tests {
             Decision::Halt(Halt::Partial(vec!["task 2 blocked".into()]))
         );
         assert_eq!(Halt::Partial(vec![]).exit_code(), 9);
+    }
+
+    #[test]
+    fn budget_halts_unless_the_iteration_completed() {
+        let mut o = outcome(1, 3, "c");
+        o.over_budget = true;
+        let (_, d) = decide(&counters(1), &o);
+        assert!(matches!(d, Decision::Halt(Halt::Budget(_))));
+        assert_eq!(Halt::Budget(String::new()).exit_code(), 10);
+        let mut o = outcome(3, 3, "c");
+        o.over_budget = true;
+        assert_eq!(decide(&counters(1), &o).1, Decision::Halt(Halt::Complete));
     }
 
     #[test]

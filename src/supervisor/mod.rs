@@ -11,11 +11,13 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::agent::process::{self, Echo, Finished, Limits, StopCause};
+use crate::agent::process::{self, Echo, Finished, Limits, StopCause, Watchers};
+use crate::agent::stream::{Limit, Observer, format_for};
 use crate::agent::{Agent, Invocation};
 use crate::config::Settings;
 use crate::error::{Error, Result, exit};
 use crate::git::Repo;
+use crate::live::LiveView;
 use crate::signals::Interrupts;
 use crate::state::{self, IterKey, RalphDir, RunState};
 use crate::task::checklist::{Checklist, normalize};
@@ -149,17 +151,61 @@ impl Loop {
         } else {
             Echo::None
         };
-        let root = self.repo.root().to_path_buf();
-        let finished = process::run(
-            &inv,
-            &root,
-            &mut transcript,
-            &limits,
-            &mut self.interrupts,
-            echo,
-        )
-        .await
-        .map_err(|e| Error::io(format!("failed to spawn agent `{}`", inv.program), e))?;
+        // A usage or rate limit is not an iteration: wait for the reset and run the same
+        // iteration again (SPEC §6).
+        let mut limited_attempts = 0u32;
+        let (finished, observer) = loop {
+            let mut observer = Observer::new(format_for(&self.agent.name), chrono::Utc::now());
+            let view = (!self.stream && !self.ui.quiet && LiveView::available())
+                .then(|| self.live_view(n));
+            let watchers = Watchers {
+                observer: Some(&mut observer),
+                view: view.as_ref(),
+            };
+            let root = self.repo.root().to_path_buf();
+            let finished = process::run(
+                &inv,
+                &root,
+                &mut transcript,
+                &limits,
+                &mut self.interrupts,
+                echo,
+                watchers,
+            )
+            .await
+            .map_err(|e| Error::io(format!("failed to spawn agent `{}`", inv.program), e))?;
+            if let Some(v) = view {
+                v.finish();
+            }
+            if finished.stopped == Some(StopCause::Interrupt) {
+                break (finished, observer);
+            }
+            if let Some(limit) = observer.limit().cloned() {
+                limited_attempts += 1;
+                if let Some(code) = self.wait_for_limit(n, &limit, limited_attempts).await? {
+                    return Ok(Some(code));
+                }
+                use std::io::Write;
+                let _ = writeln!(
+                    transcript,
+                    "\n--- ralph: usage limit; retrying iteration {n} ---"
+                );
+                continue;
+            }
+            break (finished, observer);
+        };
+        if let Some(auth) = observer.auth_error() {
+            let message = format!("agent `{}` cannot work: {auth}", self.agent.name);
+            self.log(&format!("Iteration {n}: {message}"))?;
+            self.finish_state("error", exit::ERROR)?;
+            return Err(Error::user(message).with_hint(
+                "log the agent CLI in (or set its API key), then continue with `ralph resume`",
+            ));
+        }
+        let usage = observer.usage();
+        self.state.cost_usd += usage.cost_usd;
+        self.state.input_tokens += usage.input_tokens;
+        self.state.output_tokens += usage.output_tokens;
         let ended_at = state::now_rfc3339();
         self.source.mark_planning_ran();
 
@@ -259,7 +305,10 @@ impl Loop {
         let source_halt = verdict.as_ref().and_then(|v| self.source.after_verdict(v));
         let promise_ok = match &self.settings.completion_promise {
             None => true,
-            Some(word) => promise_in_final_message(&finished.stdout_tail, word, &prompt),
+            Some(word) => {
+                let last = observer.final_message().unwrap_or_default();
+                promise_in_final_message(last.as_bytes(), word, &prompt)
+            }
         };
         let evidence = verdict.as_ref().map_or(judged.source_complete, |v| {
             v.class == VerdictClass::Verified
@@ -298,6 +347,10 @@ impl Loop {
             tests_ok,
             promise_ok,
             tampered: judged.tampered.clone(),
+            over_budget: self
+                .settings
+                .max_cost
+                .is_some_and(|max| self.state.cost_usd >= max),
             verdict: verdict.as_ref().map(|v| v.class.clone()),
             figures_changed,
             source_halt,
@@ -322,7 +375,11 @@ impl Loop {
                 "committed": committed.subject.is_some(),
                 "fingerprint": key.fingerprint,
                 "duration_s": duration.as_secs_f64(),
-                "cost_usd": 0.0,
+                "cost_usd": usage.cost_usd,
+                "total_cost_usd": self.state.cost_usd,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "turns": usage.turns,
                 "regressions": judged.regressions,
             }),
         );
@@ -398,6 +455,12 @@ impl Loop {
             elapsed: self.started.elapsed(),
             next: next_iteration,
             notes: &notes,
+            cost: (usage.cost_usd > 0.0 || usage.input_tokens > 0).then_some(crate::ui::CostLine {
+                iteration_usd: usage.cost_usd,
+                total_usd: self.state.cost_usd,
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+            }),
         };
         self.ui.line(&report.render());
 
@@ -415,6 +478,125 @@ impl Loop {
                 Ok(Some(code))
             }
         }
+    }
+
+    /// The spinner of one agent run, watching the task file when there is one.
+    fn live_view(&self, n: u32) -> LiveView {
+        let (done, total) = self.source.counts();
+        let unit = self.source.unit();
+        let watch = match &self.source {
+            Source::Checklist(c) => {
+                let path = c.path.clone();
+                let counter: crate::live::Counter = Box::new(move || {
+                    crate::task::document::load_task_file(&path)
+                        .ok()
+                        .map(|d| format!("{}/{} criteria", d.checklist.done(), d.checklist.total()))
+                });
+                Some((c.path.clone(), counter))
+            }
+            _ => None,
+        };
+        LiveView::start(
+            format!("iteration {n}/{}", self.settings.max_iterations),
+            format!("{done}/{total} {unit}"),
+            watch,
+        )
+    }
+
+    /// A usage limit ended the attempt: wait until it lifts (or back off), showing the wait,
+    /// then let the caller retry. `Some(exit code)` when the run ends instead (interrupted, or
+    /// the waiting budget is spent).
+    async fn wait_for_limit(&mut self, n: u32, limit: &Limit, attempt: u32) -> Result<Option<i32>> {
+        let now = chrono::Utc::now();
+        let wait = match limit.reset_at {
+            // A little past the reset, so the retry does not land just before it.
+            Some(t) => (t - now).to_std().unwrap_or_default() + std::time::Duration::from_secs(1),
+            None => {
+                let doubled = self
+                    .settings
+                    .limit_backoff
+                    .saturating_mul(1 << (attempt - 1).min(16));
+                doubled.min(std::time::Duration::from_secs(1800))
+            }
+        };
+        let waited = std::time::Duration::from_secs_f64(self.state.waited_s);
+        if waited + wait > self.settings.max_wait {
+            self.log(&format!(
+                "Iteration {n}: usage limit ({}: {}); waiting {} more would pass --max-wait {}",
+                limit.kind,
+                limit.message,
+                human_duration(wait),
+                human_duration(self.settings.max_wait)
+            ))?;
+            let halt = Halt::Budget(format!(
+                "the agent's usage limit ({}) would need {} more waiting, past --max-wait {}",
+                limit.kind,
+                human_duration(wait),
+                human_duration(self.settings.max_wait)
+            ));
+            let code = halt.exit_code();
+            self.finish_state(halt.reason(), code)?;
+            self.summary(&halt);
+            return Ok(Some(code));
+        }
+        let until = limit.reset_at.map(|t| {
+            t.with_timezone(&chrono::Local)
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, false)
+        });
+        let when = until.clone().map_or_else(
+            || format!("backing off {}", human_duration(wait)),
+            |u| format!("until {u}"),
+        );
+        self.log(&format!(
+            "Iteration {n}: usage limit ({}: {}); waiting {} ({when}), then retrying the same iteration",
+            limit.kind,
+            limit.message,
+            human_duration(wait)
+        ))?;
+        self.ui.alert(&format!(
+            "⏸ Usage limit ({}): waiting {} ({when}); iteration {n} will run again",
+            limit.kind,
+            human_duration(wait)
+        ));
+        self.ui.event(
+            "waiting",
+            json!({
+                "iteration": n,
+                "kind": limit.kind,
+                "message": limit.message,
+                "reset_at": limit.reset_at.map(|t| t.to_rfc3339()),
+                "wait_s": wait.as_secs_f64(),
+            }),
+        );
+        let countdown = (!self.ui.quiet && LiveView::available()).then(|| {
+            LiveView::start(
+                format!("waiting for the usage limit ({})", limit.kind),
+                String::new(),
+                None,
+            )
+        });
+        let seen = self.interrupts.count();
+        let deadline = tokio::time::Instant::now() + wait;
+        let interrupted = loop {
+            if let Some(v) = &countdown {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                v.set_activity(&format!("{} left", human_duration(left)));
+            }
+            tokio::select! {
+                _ = self.interrupts.after(seen) => break true,
+                _ = tokio::time::sleep_until(deadline) => break false,
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)), if countdown.is_some() => {}
+            }
+        };
+        if let Some(v) = countdown {
+            v.finish();
+        }
+        self.state.waited_s += wait.as_secs_f64();
+        if interrupted {
+            return self.interrupted(n).await.map(Some);
+        }
+        self.state.save(&self.rd.state_file())?;
+        Ok(None)
     }
 
     /// The environment every process of an iteration gets.
@@ -501,9 +683,17 @@ impl Loop {
         inv.env.extend_from_slice(env);
         let root = self.repo.root().to_path_buf();
         let limits = self.limits();
-        let fin = process::run(&inv, &root, transcript, &limits, &mut self.interrupts, echo)
-            .await
-            .map_err(|e| Error::io(format!("failed to run the {label} `{display}`"), e))?;
+        let fin = process::run(
+            &inv,
+            &root,
+            transcript,
+            &limits,
+            &mut self.interrupts,
+            echo,
+            Watchers::default(),
+        )
+        .await
+        .map_err(|e| Error::io(format!("failed to run the {label} `{display}`"), e))?;
         Ok((fin.stopped != Some(StopCause::Interrupt)).then_some(fin))
     }
 
@@ -790,6 +980,15 @@ impl Loop {
                     "Check it by hand: {}",
                     self.settings.verdict_command.as_deref().unwrap_or("")
                 ));
+            }
+            Halt::Budget(why) => {
+                ui.alert("## 💸 RALPH Loop — Budget reached");
+                ui.plain(&format!("{why}."));
+                ui.plain(&format!(
+                    "**Progress:** {done}/{total} {unit} after {n} iterations ({elapsed}); total cost ${:.2}",
+                    self.state.cost_usd
+                ));
+                ui.plain("\nContinue later with: ralph resume (raise --max-cost or --max-wait if needed)");
             }
             Halt::Partial(lines) => {
                 ui.alert("## ⚠️ RALPH Loop — PARTIAL");

@@ -6,6 +6,7 @@ mod common;
 mod cpm;
 mod errors;
 mod init;
+mod observe;
 mod real_agents;
 mod run;
 mod status;
