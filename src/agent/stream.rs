@@ -924,7 +924,15 @@ impl Observer {
     /// Records a limit; a later one replaces an earlier one, keeping its reset time when the
     /// later one has none.
     fn set_limit(&mut self, kind: &str, message: &str, reset_at: Option<DateTime<Utc>>) {
-        let reset_at = reset_at.or_else(|| self.limit.as_ref().and_then(|l| l.reset_at));
+        let earlier = self.limit.as_ref().and_then(|l| l.reset_at);
+        let reset_at = match (reset_at, earlier) {
+            // The same reset said twice (an exact event, then a text rounded to the minute):
+            // keep the later, so the retry never lands before it.
+            (Some(new), Some(old)) if (new - old).abs() < chrono::TimeDelta::minutes(2) => {
+                Some(new.max(old))
+            }
+            (new, old) => new.or(old),
+        };
         let message = one_line(message);
         let message = if message.is_empty() {
             kind.replace('_', " ")
@@ -1071,6 +1079,9 @@ const LIMIT_PATTERNS: &[(&str, &str)] = &[
     ("request rejected (429)", "rate_limit"),
     ("api error: 429", "rate_limit"),
     ("exceeded retry limit, last status: 429", "rate_limit"),
+    // Copilot's text mode after its own retries: `Failed to get response from the AI model;
+    // retried 5 times (…) Last error: 429 …`.
+    ("last error: 429", "rate_limit"),
     ("api error: 529", "overloaded"),
     ("529 overloaded", "overloaded"),
     ("overloaded_error", "overloaded"),
@@ -1442,6 +1453,10 @@ fn instant(
             let today = at(local_now.date_naive())?;
             if today > now {
                 Some(today)
+            } else if now - today < chrono::TimeDelta::minutes(2) {
+                // Times of day are printed to the minute: one just past means "about now",
+                // not tomorrow.
+                Some(now)
             } else {
                 at(local_now.date_naive().succ_opt()?)
             }
@@ -2038,8 +2053,8 @@ mod tests {
             Some(at("2026-03-11T12:43:00Z"))
         );
 
-        // Across a month end, and exactly at the time → the next day.
-        let mut o = Observer::new(Format::Text, at("2026-03-31T12:43:00Z"));
+        // Across a month end, a few minutes past the time → the next day.
+        let mut o = Observer::new(Format::Text, at("2026-03-31T12:46:00Z"));
         o.feed(text.as_bytes(), false);
         assert_eq!(
             o.limit().unwrap().reset_at,
@@ -2070,7 +2085,8 @@ mod tests {
             (
                 "You've hit your limit · resets 6pm (UTC)",
                 "usage_limit",
-                Some("2026-09-21T18:00:00Z"),
+                // Exactly now (printed to the minute): lifting now, not tomorrow.
+                Some("2026-09-20T18:00:00Z"),
             ),
             (
                 "You've hit your session limit · resets in 47 minutes",
@@ -2789,5 +2805,34 @@ mod tests {
             let lower = digits.to_ascii_lowercase();
             let _ = o.parse_reset(&digits, &lower);
         }
+    }
+
+    #[test]
+    fn copilot_text_mode_rate_limit_after_its_retries() {
+        let mut o = Observer::new(Format::Text, chrono::Utc::now());
+        o.feed(b"Failed to get response from the AI model; retried 5 times (total retry wait time: 5.00 seconds) Last error: 429 Rate limit exceeded. Please retry later.\n", false);
+        o.finish();
+        let l = o.limit().expect("a limit");
+        assert_eq!(l.kind, "rate_limit");
+        assert_eq!(l.reset_at, None);
+    }
+
+    #[test]
+    fn a_time_of_day_just_past_means_now_and_an_exact_event_time_is_kept() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-03-10T13:41:56Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let mut o = Observer::new(Format::ClaudeStreamJson, now)
+            .with_local_zone(chrono::FixedOffset::east_opt(0).unwrap(), Some("UTC"));
+        let exact = now.timestamp() + 3;
+        o.feed(format!("{{\"type\":\"rate_limit_event\",\"rate_limit_info\":{{\"status\":\"rejected\",\"resetsAt\":{exact},\"rateLimitType\":\"five_hour\"}}}}\n").as_bytes(), false);
+        o.feed(b"{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":true,\"result\":\"You've hit your session limit \xc2\xb7 resets 1:41pm (UTC)\",\"usage\":{},\"permission_denials\":[]}\n", false);
+        o.finish();
+        let l = o.limit().expect("a limit");
+        assert_eq!(
+            l.reset_at.map(|t| t.timestamp()),
+            Some(exact),
+            "not tomorrow"
+        );
     }
 }

@@ -3,6 +3,7 @@
 pub mod checklist;
 pub mod cpm;
 pub mod document;
+pub mod table;
 pub mod verdict;
 
 /// The default task file name.

@@ -162,3 +162,179 @@ fn a_300_kib_prompt_reaches_every_preset_intact() {
         );
     }
 }
+
+#[test]
+fn claude_shows_tools_live_and_reports_cost_and_tokens() {
+    if installed("claude").is_none() {
+        return;
+    }
+    let env = TestEnv::new();
+    two_criteria(&env);
+    let out = with_standin(
+        &env,
+        "claude",
+        None,
+        &[],
+        &[
+            "run",
+            "--agent",
+            "claude",
+            "--yes",
+            "--json",
+            "--timeout",
+            "120s",
+        ],
+    );
+    assert_exit(&out, 0);
+    let events: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let finished: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"] == "iteration_finished")
+        .collect();
+    assert_eq!(finished.len(), 2);
+    for f in &finished {
+        assert!(f["cost_usd"].as_f64().unwrap() > 0.0, "{f}");
+        assert!(f["input_tokens"].as_u64().unwrap() > 0, "{f}");
+    }
+    let total = finished[1]["total_cost_usd"].as_f64().unwrap();
+    let sum = finished[0]["cost_usd"].as_f64().unwrap() + finished[1]["cost_usd"].as_f64().unwrap();
+    assert!((total - sum).abs() < 1e-9);
+    assert!(stderr(&out).contains("Cost: $"), "{}", stderr(&out));
+
+    // Under a pseudo-terminal the spinner line shows the tool in use.
+    let env = TestEnv::new();
+    two_criteria(&env);
+    let ralph = env!("CARGO_BIN_EXE_ralph");
+    let inner = format!("{ralph} run --agent claude --yes --timeout 120s");
+    let work = env.home.join("standin-claude-tty");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut cmd = env.command("script");
+    cmd.env("TERM", "xterm")
+        .args(["-qfec"])
+        .arg(format!(
+            "bash {} --cli claude --work {} -- {inner}",
+            repo_root()
+                .join("testing/standin/with-standin.sh")
+                .display(),
+            work.display()
+        ))
+        .arg("/dev/null")
+        .current_dir(&env.repo);
+    let out = run_with_limit(cmd, Duration::from_secs(240));
+    let screen = stdout(&out);
+    assert!(
+        screen.contains("Bash: "),
+        "the tool in use is shown live:\n{screen}"
+    );
+    assert!(screen.contains("criteria"), "{screen}");
+}
+
+#[test]
+fn claude_session_limit_is_waited_out_without_counting_an_iteration() {
+    if installed("claude").is_none() {
+        return;
+    }
+    let env = TestEnv::new();
+    two_criteria(&env);
+    let scenario = r#"{"rate_limit": {"first": 1, "kind": "usage_limit", "resets_in": 3}}"#;
+    let out = with_standin(
+        &env,
+        "claude",
+        Some(scenario),
+        &["--claude-oauth"],
+        &[
+            "run",
+            "--agent",
+            "claude",
+            "--yes",
+            "--json",
+            "--timeout",
+            "120s",
+        ],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(env.iter_records().len(), 2, "{:?}", env.iter_records());
+    let so = stdout(&out);
+    assert!(
+        so.lines().any(|l| l.contains("\"event\":\"waiting\"")),
+        "{so}"
+    );
+    assert!(stderr(&out).contains("Usage limit ("), "{}", stderr(&out));
+}
+
+#[test]
+fn copilot_rate_limit_is_backed_off_and_retried() {
+    if installed("copilot").is_none() {
+        return;
+    }
+    let env = TestEnv::new();
+    two_criteria(&env);
+    // Copilot retries a 429 five times by itself; the sixth makes it give up.
+    let scenario = r#"{"rate_limit": {"first": 6, "kind": "429", "retry_after": 0}}"#;
+    let out = with_standin(
+        &env,
+        "copilot",
+        Some(scenario),
+        &[],
+        &[
+            "run",
+            "--agent",
+            "copilot",
+            "--yes",
+            "--json",
+            "--limit-backoff",
+            "1s",
+            "--timeout",
+            "120s",
+        ],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(env.iter_records().len(), 2, "{:?}", env.iter_records());
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.contains("\"event\":\"waiting\"")),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn codex_rate_limit_is_backed_off_and_retried() {
+    if installed("codex").is_none() {
+        return;
+    }
+    let env = TestEnv::new();
+    two_criteria(&env);
+    let scenario =
+        r#"{"rate_limit": {"first": 8, "kind": "429", "retry_after": 0, "no_retry": true}}"#;
+    let out = with_standin(
+        &env,
+        "codex",
+        Some(scenario),
+        &[],
+        &[
+            "run",
+            "--agent",
+            "codex",
+            "--yes",
+            "--json",
+            "--limit-backoff",
+            "1s",
+            "--timeout",
+            "120s",
+        ],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(env.iter_records().len(), 2, "{:?}", env.iter_records());
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.contains("\"event\":\"waiting\"")),
+        "{}",
+        stdout(&out)
+    );
+}
