@@ -65,6 +65,7 @@ Examples:
   ralph init \"Add OAuth login\" --criterion \"GET /login redirects to the provider\" \\
              --criterion \"Token refresh is covered by a test\" --test-command \"cargo test\"
   ralph init \"Port the CLI to clap 4\" --max-iterations 20 --agent claude
+  ralph init --table \"Ship v2\" --criterion \"Migrate the schema\" --criterion \"Port the API\"
   ralph init --force             # overwrite an existing RALPH_TASK.md";
 
 const RUN_EXAMPLES: &str = "\
@@ -107,6 +108,10 @@ pub struct InitArgs {
     /// Agent written to the frontmatter (copilot, claude, codex, gemini).
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
+
+    /// Scaffold PRD.md + PROGRESS.md (a task table: one task per --criterion) instead.
+    #[arg(long)]
+    pub table: bool,
 
     /// Overwrite an existing task file.
     #[arg(long)]
@@ -195,6 +200,11 @@ pub struct RunOptions {
     /// The first wait after a usage limit that gives no reset time (default 60s, doubling).
     #[arg(long, env = "RALPH_LIMIT_BACKOFF", value_name = "DUR")]
     pub limit_backoff: Option<humantime::Duration>,
+
+    /// Table mode: a second fresh agent run reviews every task marked DONE
+    /// (`REVIEW: PASS` / `REVIEW: FAIL <reason>`).
+    #[arg(long, env = "RALPH_REVIEW")]
+    pub review: bool,
 
     /// CPM: the coverage roll-up script (default: $CLAUDE_PLUGIN_ROOT, then the plugin cache).
     #[arg(long, value_name = "PATH")]

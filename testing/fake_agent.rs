@@ -22,6 +22,11 @@
 //!   copy:SRC|DST     copy SRC (outside the repository) to DST
 //!   claude-result:USD  print a Claude stream-json session (a Bash tool call, then the result
 //!                    event with this cost and 1000/50 tokens)
+//!   done-task        table mode: mark the task the prompt names DONE in PROGRESS.md
+//!   done-task-except:K  the same, except for task K (never finished)
+//!   review:VERDICT   as the reviewer (a prompt starting `# Ralph review`): print
+//!                    `REVIEW: VERDICT` (PASS, or FAIL reason); ignored in a work prompt
+//!   write-table:N    write PRD.md and PROGRESS.md with N tasks (the planning run)
 //!   limit-once:SECS  on the first attempt of this iteration only, print Claude's
 //!                    `rate_limit_event` (resets in SECS) and a limit result, and exit 1
 //! With `FAKE_AGENT_LOG=DIR`, it records `prompt-N.txt`, `argv-N.txt`, `env-N.txt` and `pids-N.txt`.
@@ -60,6 +65,21 @@ fn main() {
     let mut exit_code = 0;
     let mut hang = false;
     println!("fake agent: iteration {iteration}, step `{step}`");
+    if prompt.starts_with("# Ralph review") {
+        // The reviewer run: only the `review:` action applies.
+        let verdict = step
+            .split('+')
+            .find_map(|a| a.strip_prefix("review:"))
+            .unwrap_or("PASS");
+        println!("Reviewed the task.\nREVIEW: {verdict}");
+        std::process::exit(0);
+    }
+    let task_number: Option<u32> = prompt
+        .lines()
+        .next()
+        .and_then(|l| l.split(": task ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok());
     for action in step.split('+') {
         let (name, arg) = action.split_once(':').unwrap_or((action, ""));
         match name {
@@ -163,6 +183,36 @@ fn main() {
                     std::process::exit(1);
                 }
             }
+            "done-task" | "done-task-except" => {
+                let skip: Option<u32> = arg.parse().ok();
+                if let Some(k) = task_number.filter(|k| Some(*k) != skip) {
+                    set_row_done("PROGRESS.md", k);
+                    let _ = std::fs::create_dir_all("work");
+                    let _ = std::fs::write(format!("work/task-{k}.txt"), format!("{iteration}\n"));
+                    println!("finished task {k}");
+                } else {
+                    println!("could not finish task {task_number:?}");
+                }
+            }
+            "write-table" if !prompt.starts_with("# Ralph iteration") => {
+                let n: u32 = arg.parse().unwrap_or(2);
+                let mut prd =
+                    String::from("# Planned\n\n## Goal\n\nThe planned goal.\n\n## Tasks\n\n");
+                let mut progress = String::from(
+                    "# Progress\n\n## Status: IN_PROGRESS\n\n| # | Task | Status | Notes |\n|---|---|---|---|\n",
+                );
+                for k in 1..=n {
+                    prd.push_str(&format!(
+                        "### Task {k}: Step {k}\n\n**Acceptance Criteria:**\n- [ ] step {k} works\n\n"
+                    ));
+                    progress.push_str(&format!("| {k} | Step {k} | PENDING | |\n"));
+                }
+                prd.push_str("## Completion Promise\n\n`SHIPPED`\n");
+                let _ = std::fs::write("PRD.md", prd);
+                let _ = std::fs::write("PROGRESS.md", progress);
+            }
+            // The reviewer's verdict, and a plan outside a planning run, do nothing here.
+            "review" | "write-table" => {}
             "garble" => {
                 let text = std::fs::read_to_string(&task).unwrap_or_default();
                 let _ = std::fs::write(&task, text.replacen("---\n", "---\n: : [unclosed\n", 1));
@@ -235,6 +285,28 @@ fn edit_first(task: &str, from: &str, to: &str) -> Option<String> {
     }
     std::fs::write(task, out).ok()?;
     found
+}
+
+/// Set the Status cell of row `k` of a progress table to DONE.
+fn set_row_done(path: &str, k: u32) {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return;
+    };
+    let out: String = text
+        .split_inclusive('\n')
+        .map(|line| {
+            let cells: Vec<&str> = line.trim_end().split('|').collect();
+            if cells.len() >= 5 && cells[1].trim() == k.to_string() {
+                let mut cells: Vec<String> = cells.iter().map(|c| c.to_string()).collect();
+                cells[3] = " DONE ".into();
+                cells[4] = " done by the fake agent ".into();
+                format!("{}\n", cells.join("|"))
+            } else {
+                line.to_string()
+            }
+        })
+        .collect();
+    let _ = std::fs::write(path, out);
 }
 
 fn delete_first_unchecked(task: &str) {

@@ -18,6 +18,9 @@ const EXAMPLE_CRITERIA: &[&str] = &[
 pub fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
     let ui = ctx.ui;
     let repo = Repo::discover(&ctx.cwd)?;
+    if args.table {
+        return init_table(ctx, &repo, args);
+    }
     let path = ctx.cwd.join(TASK_FILE);
     if path.exists() && !args.force {
         return Err(Error::user(format!("`{}` already exists", path.display()))
@@ -54,6 +57,44 @@ pub fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
     ui.plain(&format!(
         "\nNext: review {TASK_FILE}, then run:\n  ralph run"
     ));
+    Ok(exit::COMPLETE)
+}
+
+/// `ralph init --table`: PRD.md and PROGRESS.md, one task per `--criterion`.
+fn init_table(ctx: &Context, repo: &Repo, args: &InitArgs) -> Result<i32> {
+    use crate::task::table;
+    let ui = ctx.ui;
+    let prd_path = ctx.cwd.join(table::PRD_FILE);
+    let progress_path = ctx.cwd.join(table::PROGRESS_FILE);
+    for p in [&prd_path, &progress_path] {
+        if p.exists() && !args.force {
+            return Err(Error::user(format!("`{}` already exists", p.display()))
+                .with_hint("edit it, or pass --force to overwrite it"));
+        }
+    }
+    let description = match &args.description {
+        Some(d) if !d.trim().is_empty() => d.trim().to_string(),
+        Some(_) => return Err(Error::user("the task description is empty")),
+        None if std::io::stdin().is_terminal() => ask("Describe the goal: ")?,
+        None => "Describe the goal here".to_string(),
+    };
+    let (prd, progress) = table::scaffold(&description, &args.criteria, table::DEFAULT_PROMISE);
+    std::fs::write(&prd_path, prd).map_err(|e| Error::file("write", &prd_path, e))?;
+    std::fs::write(&progress_path, progress)
+        .map_err(|e| Error::file("write", &progress_path, e))?;
+    let rd = RalphDir::new(repo.root());
+    let created = rd.scaffold(
+        &task_name(&description),
+        args.criteria.len().max(1),
+        args.max_iterations,
+    )?;
+    ui.plain(&format!("wrote {}", prd_path.display()));
+    ui.plain(&format!("wrote {}", progress_path.display()));
+    for c in created {
+        ui.plain(&format!("wrote {}", c.display()));
+    }
+    ui.note("each task has a placeholder acceptance criterion: make them specific before running");
+    ui.plain("\nNext: review PRD.md, then run:\n  ralph run");
     Ok(exit::COMPLETE)
 }
 

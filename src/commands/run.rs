@@ -12,12 +12,15 @@ use crate::git::Repo;
 use crate::signals::Interrupts;
 use crate::state::{self, Lock, RalphDir, RunState};
 use crate::supervisor::decide::Counters;
-use crate::supervisor::source::{ChecklistSource, CpmSource, PromptCtx, Source, cpm_error};
+use crate::supervisor::source::{
+    ChecklistSource, CpmSource, PromptCtx, Source, TableSource, cpm_error, table_error,
+};
 use crate::supervisor::{self, Loop};
 use crate::task::TASK_FILE;
 use crate::task::checklist::normalize;
 use crate::task::cpm::{self, Phase, Targets};
 use crate::task::document::{TaskDocument, load_task_file};
+use crate::task::table;
 use crate::ui::human_duration;
 
 /// How long to wait for someone else's `index.lock` before giving up.
@@ -59,6 +62,14 @@ enum Plan {
     Cpm {
         targets: Targets,
     },
+    Table {
+        prd_path: PathBuf,
+        progress_path: PathBuf,
+        prd: Box<table::Prd>,
+        progress: table::Progress,
+    },
+    /// `ralph run "a description"`: plan first (a matching plan, else one planning run).
+    Describe(String),
 }
 
 impl Plan {
@@ -71,13 +82,16 @@ impl Plan {
             Plan::Cpm {
                 targets: Targets::Epics(e),
             } => format!("epics {}", cpm::epic_range(e)),
+            Plan::Table { prd, .. } => prd.title.clone(),
+            Plan::Describe(d) => d.clone(),
         }
     }
 
     fn counts(&self) -> (usize, usize) {
         match self {
             Plan::Checklist { doc, .. } => (doc.checklist.done(), doc.checklist.total()),
-            Plan::Cpm { .. } => (0, 0),
+            Plan::Cpm { .. } | Plan::Describe(_) => (0, 0),
+            Plan::Table { progress, .. } => (table::done_count(progress), progress.rows.len()),
         }
     }
 
@@ -86,6 +100,7 @@ impl Plan {
             Plan::Checklist { .. } => "checklist",
             Plan::Cpm { targets } if targets.is_spec() => "cpm-spec",
             Plan::Cpm { .. } => "cpm-epic",
+            Plan::Table { .. } | Plan::Describe(_) => "table",
         }
     }
 
@@ -93,6 +108,18 @@ impl Plan {
     fn recorded_targets(&self) -> (String, Vec<String>) {
         match self {
             Plan::Checklist { rel, .. } => (rel.clone(), Vec::new()),
+            Plan::Table {
+                prd_path,
+                progress_path,
+                ..
+            } => (
+                prd_path.to_string_lossy().into_owned(),
+                vec![
+                    prd_path.to_string_lossy().into_owned(),
+                    progress_path.to_string_lossy().into_owned(),
+                ],
+            ),
+            Plan::Describe(_) => (String::new(), Vec::new()),
             Plan::Cpm { targets } => {
                 let paths: Vec<String> = match targets {
                     Targets::Spec(s) => vec![s.to_string_lossy().into_owned()],
@@ -115,10 +142,70 @@ fn resolve_plan(ctx: &Context, root: &Path, targets: &[String]) -> Result<Plan> 
         let targets = cpm::resolve_targets(root, targets).map_err(cpm_error)?;
         return Ok(Plan::Cpm { targets });
     }
+    match targets {
+        [] if !task_here
+            && ctx.cwd.join(table::PRD_FILE).is_file()
+            && ctx.cwd.join(table::PROGRESS_FILE).is_file() =>
+        {
+            return load_table(
+                root,
+                &ctx.cwd.join(table::PRD_FILE),
+                &ctx.cwd.join(table::PROGRESS_FILE),
+            );
+        }
+        [one] => {
+            let path = ctx.cwd.join(one);
+            let rel = relative_to(&path, root);
+            if path.is_file() && path.file_name().is_some_and(|n| n == table::PRD_FILE) {
+                let progress = path.with_file_name(table::PROGRESS_FILE);
+                return load_table(root, &path, &progress);
+            }
+            if path.is_file() && rel.starts_with(&format!("{}/", cpm::PLANS_DIR)) {
+                return load_table(root, &path, &root.join(table::PROGRESS_FILE));
+            }
+            if !path.exists() && one.trim().contains(char::is_whitespace) && !one.ends_with(".md") {
+                return Ok(Plan::Describe(one.trim().to_string()));
+            }
+        }
+        _ => {}
+    }
     let path = resolve_target(&ctx.cwd, targets)?;
     let doc = Box::new(load_task_file(&path)?);
     let rel = relative_to(&path, root);
     Ok(Plan::Checklist { doc, path, rel })
+}
+
+/// Read and validate a task table. A plan under docs/plans/ without a progress table gets one
+/// (every task PENDING), written when the run starts.
+fn load_table(root: &Path, prd_path: &Path, progress_path: &Path) -> Result<Plan> {
+    let prd_rel = relative_to(prd_path, root);
+    let prd_text =
+        std::fs::read_to_string(prd_path).map_err(|e| Error::file("read", prd_path, e))?;
+    let prd = table::parse_prd(Path::new(&prd_rel), &prd_text).map_err(table_error)?;
+    let progress_rel = relative_to(progress_path, root);
+    let progress_text = match std::fs::read_to_string(progress_path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let titles: Vec<String> = prd.tasks.iter().map(|t| t.title.clone()).collect();
+            table::scaffold(&prd.goal, &titles, &prd.promise).1
+        }
+        Err(e) => return Err(Error::file("read", progress_path, e)),
+    };
+    let progress =
+        table::parse_progress(Path::new(&progress_rel), &progress_text).map_err(table_error)?;
+    table::validate(
+        &prd,
+        Path::new(&prd_rel),
+        &progress,
+        Path::new(&progress_rel),
+    )
+    .map_err(table_error)?;
+    Ok(Plan::Table {
+        prd_path: PathBuf::from(prd_rel),
+        progress_path: PathBuf::from(progress_rel),
+        prd: Box::new(prd),
+        progress,
+    })
 }
 
 /// The plan of the run being resumed.
@@ -130,6 +217,13 @@ fn recorded_plan(root: &Path, p: &RunState) -> Result<Plan> {
         "cpm-epic" => Ok(Plan::Cpm {
             targets: Targets::Epics(p.targets.iter().map(PathBuf::from).collect()),
         }),
+        "table" => match p.targets.as_slice() {
+            [prd, progress] => load_table(root, &root.join(prd), &root.join(progress)),
+            _ => Err(
+                Error::user("state.json does not name the task table of the run")
+                    .with_hint("start over with `ralph run --reset`"),
+            ),
+        },
         _ => {
             let path = root.join(&p.task_file);
             let doc = Box::new(load_task_file(&path)?);
@@ -183,7 +277,7 @@ fn start(
             Some(_) => {}
         }
     }
-    let plan = match (&prior, how) {
+    let mut plan = match (&prior, how) {
         (Some(p), Continuation::Resume) => recorded_plan(&root, p)?,
         _ => resolve_plan(ctx, &root, targets)?,
     };
@@ -194,7 +288,7 @@ fn start(
             }
             doc.frontmatter.clone()
         }
-        Plan::Cpm { .. } => None,
+        _ => None,
     };
     let mut layers = vec![ConfigSource {
         name: "the command line or RALPH_* variables".into(),
@@ -247,7 +341,7 @@ fn start(
                 .as_deref(),
             std::env::var_os("HOME").map(PathBuf::from).as_deref(),
         ),
-        Plan::Checklist { .. } => None,
+        _ => None,
     };
     if matches!(plan, Plan::Cpm { .. }) && rollup.is_none() {
         let err = match &options.rollup {
@@ -260,10 +354,40 @@ fn start(
         }
         ui.warn("no coverage roll-up script found: without it only max iterations, stalls and stuck detection end the run");
     }
-    let source = build_source(&plan, &root, options, rollup, &settings, dry_run)?;
-    if dry_run {
-        return dry_run_report(ctx, &plan, &source, &settings, &agent, &rd);
+    if let Plan::Describe(description) = &plan
+        && dry_run
+    {
+        ui.plain("ralph run --dry-run: nothing is spawned or written");
+        ui.plain("mode: table, after a planning phase");
+        match find_docs_plan(&root, description)? {
+            Some(p) => ui.plain(&format!("plan: {} matches the description", p.display())),
+            None => {
+                ui.plain("plan: none under docs/plans/ matches; one planning run writes PRD.md and PROGRESS.md");
+                ui.plain("--- planning prompt ---");
+                ui.plain(table::planning_prompt(description).trim_end());
+                ui.plain("--- end of prompt ---");
+            }
+        }
+        return Ok(exit::COMPLETE);
     }
+    let mut source = match &plan {
+        Plan::Describe(_) => None,
+        _ => Some(build_source(
+            &plan,
+            &root,
+            options,
+            rollup.clone(),
+            &settings,
+            dry_run,
+        )?),
+    };
+    if dry_run && let Some(source) = &mut source {
+        return dry_run_report(ctx, &plan, source, &settings, &agent, &rd);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("failed to start the async runtime", e))?;
 
     repo.check_ready(INDEX_LOCK_WAIT)?;
     // Only the user's own uncommitted work makes a "state before run" commit; ralph's new
@@ -271,6 +395,33 @@ fn start(
     let was_dirty = !settings.no_commit && repo.is_dirty()?;
     state::create_private_dir(&rd.path)?;
     let _lock = Lock::acquire(&rd.lock_file())?;
+    let mut repo = repo;
+    if let Plan::Describe(description) = &plan {
+        plan = runtime.block_on(plan_table(
+            ctx,
+            &root,
+            &rd,
+            description,
+            &agent,
+            &settings,
+            &mut repo,
+        ))?;
+        source = Some(build_source(
+            &plan, &root, options, rollup, &settings, dry_run,
+        )?);
+    }
+    let Some(source) = source else {
+        return Err(Error::user("nothing to run"));
+    };
+    if let Source::Table(t) = &source
+        && !t.progress_path.exists()
+    {
+        // A plan under docs/plans/ starts its progress table here (every task PENDING).
+        let titles: Vec<String> = t.prd.tasks.iter().map(|x| x.title.clone()).collect();
+        let text = table::scaffold(&t.prd.goal, &titles, &t.prd.promise).1;
+        state::write_atomic(&t.progress_path, text.as_bytes())?;
+        ui.note(&format!("wrote {} (every task PENDING)", t.progress_rel));
+    }
 
     let unfinished = prior
         .as_ref()
@@ -314,7 +465,6 @@ fn start(
     let (done, total) = plan.counts();
     let name = plan.name();
     rd.scaffold(&name, total, settings.max_iterations)?;
-    let mut repo = repo;
 
     let run_state = match resumed {
         Some(mut p) => {
@@ -418,10 +568,6 @@ fn start(
         verdict_failures: run_state.verdict_failures,
     };
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("failed to start the async runtime", e))?;
     runtime.block_on(async move {
         let interrupts =
             Interrupts::install().map_err(|e| Error::io("failed to install signal handlers", e))?;
@@ -445,6 +591,107 @@ fn start(
         }
         the_loop.run().await
     })
+}
+
+/// A plan under docs/plans/ that matches the description.
+fn find_docs_plan(root: &Path, description: &str) -> Result<Option<PathBuf>> {
+    let dir = root.join(cpm::PLANS_DIR);
+    let mut plans = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.is_file()
+                && !e.file_name().to_string_lossy().starts_with('.')
+                && let Ok(text) = std::fs::read_to_string(&path)
+            {
+                plans.push((PathBuf::from(relative_to(&path, root)), text));
+            }
+        }
+    }
+    Ok(table::find_plan(&plans, description))
+}
+
+/// The planning phase of `ralph run "description"` (SPEC §3.2): a matching plan under
+/// docs/plans/, else one agent run that writes PRD.md and PROGRESS.md, validated and committed.
+async fn plan_table(
+    ctx: &Context,
+    root: &Path,
+    rd: &RalphDir,
+    description: &str,
+    agent: &Agent,
+    settings: &Settings,
+    repo: &mut Repo,
+) -> Result<Plan> {
+    let ui = ctx.ui;
+    if let Some(plan) = find_docs_plan(root, description)? {
+        ui.line(&format!(
+            "planning: using {} (it matches the description)",
+            plan.display()
+        ));
+        return load_table(root, &root.join(&plan), &root.join(table::PROGRESS_FILE));
+    }
+    let prd = root.join(table::PRD_FILE);
+    let progress = root.join(table::PROGRESS_FILE);
+    if prd.exists() || progress.exists() {
+        return Err(Error::user(format!(
+            "{} or {} already exists: ralph will not plan over them",
+            table::PRD_FILE,
+            table::PROGRESS_FILE
+        ))
+        .with_hint("run the table as it is with `ralph run PRD.md`, or move the files away"));
+    }
+    let dir = rd.run_dir("planning");
+    state::create_private_dir(&dir)?;
+    let prompt = table::planning_prompt(description);
+    let prompt_file = dir.join("planning.prompt.md");
+    std::fs::write(&prompt_file, &prompt).map_err(|e| Error::file("write", &prompt_file, e))?;
+    let transcript_path = dir.join("planning.log");
+    let mut transcript = std::fs::File::create(&transcript_path)
+        .map_err(|e| Error::file("create", &transcript_path, e))?;
+    let inv = agent.invocation(&prompt, &prompt_file)?;
+    ui.line(&format!(
+        "planning: one {} run writes {} and {} for \"{description}\"",
+        agent.name,
+        table::PRD_FILE,
+        table::PROGRESS_FILE
+    ));
+    let mut interrupts =
+        Interrupts::install().map_err(|e| Error::io("failed to install signal handlers", e))?;
+    let limits = crate::agent::process::Limits {
+        timeout: settings.timeout,
+        idle_timeout: settings.idle_timeout,
+        grace: settings.grace,
+    };
+    let fin = crate::agent::process::run(
+        &inv,
+        root,
+        &mut transcript,
+        &limits,
+        &mut interrupts,
+        crate::agent::process::Echo::None,
+        crate::agent::process::Watchers::default(),
+    )
+    .await
+    .map_err(|e| Error::io(format!("failed to spawn agent `{}`", inv.program), e))?;
+    if fin.stopped == Some(crate::agent::process::StopCause::Interrupt) {
+        return Err(Error::user(
+            "interrupted during planning; nothing was committed",
+        ));
+    }
+    let plan = load_table(root, &prd, &progress).map_err(|e| match e {
+        Error::User { message, hint } => Error::User {
+            message: format!("the planning run did not write a valid task table: {message}"),
+            hint: hint.or_else(|| Some(format!("its transcript is {}", transcript_path.display()))),
+        },
+        other => other,
+    })?;
+    if !settings.no_commit {
+        let message = "ralph: initialize PRD and progress tracking\n";
+        if let Some(out) = repo.commit_all(message)? {
+            ui.note(&format!("committed the plan as {}", out.commit.short));
+        }
+    }
+    Ok(plan)
 }
 
 /// Turn a plan into the loop's task source.
@@ -493,6 +740,25 @@ fn build_source(
                 last_summary: None,
                 log: cpm::log_path("RUN_ID"),
             })
+        }
+        Plan::Table {
+            prd_path,
+            progress_path,
+            prd,
+            progress,
+        } => Source::Table(TableSource {
+            prd_path: root.join(prd_path),
+            prd_rel: prd_path.to_string_lossy().into_owned(),
+            progress_path: root.join(progress_path),
+            progress_rel: progress_path.to_string_lossy().into_owned(),
+            prd: (**prd).clone(),
+            progress: progress.clone(),
+            current: None,
+            review: options.review,
+            pending: None,
+        }),
+        Plan::Describe(_) => {
+            return Err(Error::user("a description must be planned before it runs"));
         }
     })
 }
@@ -643,7 +909,7 @@ fn fresh_state(
         no_progress_streak: 0,
         baseline: match plan {
             Plan::Checklist { doc, .. } => baseline(doc),
-            Plan::Cpm { .. } => Vec::new(),
+            _ => Vec::new(),
         },
         last_keys: Vec::new(),
         verdict_failures: 0,
@@ -655,7 +921,7 @@ fn fresh_state(
         waited_s: 0.0,
         iterations_log: match plan {
             Plan::Cpm { .. } => Some(cpm::log_path(run_id).to_string_lossy().into_owned()),
-            Plan::Checklist { .. } => None,
+            _ => None,
         },
     };
     run_state.save(&rd.state_file())?;
@@ -715,12 +981,13 @@ fn new_run_id() -> String {
 fn dry_run_report(
     ctx: &Context,
     plan: &Plan,
-    source: &Source,
+    source: &mut Source,
     settings: &Settings,
     agent: &Agent,
     rd: &RalphDir,
 ) -> Result<i32> {
     let ui = ctx.ui;
+    source.select_next();
     let first = source.prompt(&PromptCtx {
         iteration: 1,
         max_iterations: settings.max_iterations,
@@ -741,6 +1008,19 @@ fn dry_run_report(
             doc.name,
             path.display()
         )),
+        Plan::Table {
+            prd_path,
+            progress_path,
+            prd,
+            ..
+        } => ui.plain(&format!(
+            "table: {} ({} and {}; {done}/{total} tasks done; promise {})",
+            prd.title,
+            prd_path.display(),
+            progress_path.display(),
+            prd.promise
+        )),
+        Plan::Describe(_) => {}
         Plan::Cpm { targets } => {
             match targets {
                 Targets::Spec(s) => ui.plain(&format!("targets: spec {}", s.display())),

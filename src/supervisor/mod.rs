@@ -96,6 +96,7 @@ impl Loop {
     ) -> Result<Option<i32>> {
         let started_at = state::now_rfc3339();
         let t0 = Instant::now();
+        self.source.select_next();
         let prompt = self.source.prompt(&PromptCtx {
             iteration: n,
             max_iterations: self.settings.max_iterations,
@@ -216,8 +217,37 @@ impl Loop {
             return self.interrupted(n).await.map(Some);
         }
 
-        // Read the task source.
+        // Read the task source (and, for a table task marked DONE under --review, ask a second
+        // fresh agent run whether it really is).
         let judged = match self.source.judge() {
+            Ok(j) if j.review_task.is_some() => {
+                let k = j.review_task.unwrap_or_default();
+                let Some(verdict) = self.run_reviewer(n, k, &mut transcript, &inv.env).await?
+                else {
+                    return self.interrupted(n).await.map(Some);
+                };
+                match &verdict {
+                    Some(Ok(())) => {
+                        self.log(&format!("Iteration {n}: review of task {k}: PASS"))?
+                    }
+                    Some(Err(why)) => {
+                        self.log(&format!("Iteration {n}: review of task {k}: FAIL {why}"))?;
+                        notes.push(format!("Review of task {k} failed: {why}"));
+                    }
+                    None => {
+                        self.log(&format!(
+                            "Iteration {n}: the reviewer of task {k} gave no verdict"
+                        ))?;
+                        notes.push(format!(
+                            "The reviewer of task {k} gave no REVIEW line: counted as a fail"
+                        ));
+                    }
+                }
+                self.source.review_done(verdict)
+            }
+            other => other,
+        };
+        let judged = match judged {
             Ok(j) => j,
             Err(e) => {
                 self.log(&format!(
@@ -302,7 +332,8 @@ impl Loop {
                 Some(v)
             }
         };
-        let source_halt = verdict.as_ref().and_then(|v| self.source.after_verdict(v));
+        let verdict_halt = verdict.as_ref().and_then(|v| self.source.after_verdict(v));
+        let source_halt = judged.halt.clone().or(verdict_halt);
         let promise_ok = match &self.settings.completion_promise {
             None => true,
             Some(word) => {
@@ -327,9 +358,10 @@ impl Loop {
             (status_text, judged.done, judged.total),
         )?;
         let fingerprint = self.repo.fingerprint()?;
-        let figures = match &verdict {
-            Some(v) => v.figures(),
-            None => format!("{}/{} {unit}", judged.done, judged.total),
+        let figures = match (&verdict, &judged.figures) {
+            (Some(v), _) => v.figures(),
+            (None, Some(f)) => f.clone(),
+            (None, None) => format!("{}/{} {unit}", judged.done, judged.total),
         };
         let figures_changed =
             verdict.is_some() && prev.last_keys.last().is_some_and(|k| k.figures != figures);
@@ -478,6 +510,59 @@ impl Loop {
                 Ok(Some(code))
             }
         }
+    }
+
+    /// A second fresh agent run reviews task `k` (table `--review`). `None` when interrupted;
+    /// else the verdict it ended with (`None` inside: no REVIEW line).
+    async fn run_reviewer(
+        &mut self,
+        n: u32,
+        k: u32,
+        transcript: &mut std::fs::File,
+        env: &[(String, String)],
+    ) -> Result<Option<Option<std::result::Result<(), String>>>> {
+        use std::io::Write;
+        let Some(prompt) = self
+            .source
+            .review_prompt(k, self.settings.test_command.as_deref())
+        else {
+            return Ok(Some(Some(Ok(()))));
+        };
+        let run_dir = self.rd.run_dir(&self.state.run_id);
+        let prompt_file = run_dir.join(format!("iter-{n:03}.review.prompt.md"));
+        std::fs::write(&prompt_file, &prompt).map_err(|e| Error::file("write", &prompt_file, e))?;
+        let mut inv = self.agent.invocation(&prompt, &prompt_file)?;
+        inv.env.extend_from_slice(env);
+        let _ = writeln!(
+            transcript,
+            "\n--- ralph: review of task {k} (a fresh agent run) ---"
+        );
+        let mut observer = Observer::new(format_for(&self.agent.name), chrono::Utc::now());
+        let root = self.repo.root().to_path_buf();
+        let limits = self.limits();
+        let fin = process::run(
+            &inv,
+            &root,
+            transcript,
+            &limits,
+            &mut self.interrupts,
+            Echo::None,
+            Watchers {
+                observer: Some(&mut observer),
+                view: None,
+            },
+        )
+        .await
+        .map_err(|e| Error::io(format!("failed to spawn the reviewer `{}`", inv.program), e))?;
+        if fin.stopped == Some(StopCause::Interrupt) {
+            return Ok(None);
+        }
+        let usage = observer.usage();
+        self.state.cost_usd += usage.cost_usd;
+        let text = observer
+            .final_message()
+            .unwrap_or_else(|| String::from_utf8_lossy(&fin.stdout_tail).into_owned());
+        Ok(Some(crate::task::table::parse_review(&text)))
     }
 
     /// The spinner of one agent run, watching the task file when there is one.

@@ -12,12 +12,31 @@ use crate::error::{Error, Result};
 use crate::task::checklist::Checklist;
 use crate::task::cpm::{self, Phase, Targets};
 use crate::task::document::load_task_file;
+use crate::task::table;
 use crate::task::verdict::{Verdict, VerdictClass};
 
 /// The task source of a run.
 pub enum Source {
     Checklist(ChecklistSource),
     Cpm(CpmSource),
+    Table(TableSource),
+}
+
+/// The task table: `PRD.md` + `PROGRESS.md`, one task per iteration.
+pub struct TableSource {
+    pub prd_path: PathBuf,
+    pub prd_rel: String,
+    pub progress_path: PathBuf,
+    pub progress_rel: String,
+    pub prd: table::Prd,
+    /// The table as of the end of the previous iteration.
+    pub progress: table::Progress,
+    /// The task and attempt this iteration works.
+    pub current: Option<(u32, u32)>,
+    /// `--review`: a second fresh agent run reviews every task marked DONE.
+    pub review: bool,
+    /// The table read after the agent, waiting for the reviewer's verdict.
+    pub pending: Option<(table::Progress, String)>,
 }
 
 pub struct ChecklistSource {
@@ -57,6 +76,12 @@ pub struct Judged {
     pub regressions: Vec<String>,
     /// The first newly finished item, for the commit subject.
     pub what: Option<String>,
+    /// The ITER figures, when the source has its own (else `{done}/{total} {unit}`).
+    pub figures: Option<String>,
+    /// The task a reviewer must look at before the judgement is final (table `--review`).
+    pub review_task: Option<u32>,
+    /// A halt the source itself calls for (a table that ended PARTIAL).
+    pub halt: Option<Halt>,
 }
 
 /// Everything the prompt of one iteration depends on besides the source.
@@ -76,6 +101,7 @@ impl Source {
             Source::Checklist(_) => "checklist",
             Source::Cpm(c) if c.targets.is_spec() => "cpm-spec",
             Source::Cpm(_) => "cpm-epic",
+            Source::Table(_) => "table",
         }
     }
 
@@ -84,6 +110,7 @@ impl Source {
         match self {
             Source::Checklist(_) => "criteria",
             Source::Cpm(_) => "requirements",
+            Source::Table(_) => "tasks",
         }
     }
 
@@ -92,6 +119,7 @@ impl Source {
         match self {
             Source::Checklist(c) => (c.previous.done(), c.previous.total()),
             Source::Cpm(c) => cpm_counts(c.last_summary.as_deref()),
+            Source::Table(t) => (table::done_count(&t.progress), t.progress.rows.len()),
         }
     }
 
@@ -106,13 +134,14 @@ impl Source {
                     .map(|p| c.root.join(p).to_string_lossy().into_owned())
                     .unwrap_or_default(),
             },
+            Source::Table(t) => t.prd_path.to_string_lossy().into_owned(),
         }
     }
 
     /// Where the ITER records go.
     pub fn iter_log(&self, default: &Path) -> PathBuf {
         match self {
-            Source::Checklist(_) => default.to_path_buf(),
+            Source::Checklist(_) | Source::Table(_) => default.to_path_buf(),
             Source::Cpm(c) => c.root.join(&c.log),
         }
     }
@@ -162,6 +191,38 @@ impl Source {
                 }
                 Ok(text)
             }
+            Source::Table(t) => {
+                let Some((k, attempt)) = t.current else {
+                    return Err(Error::user("no task is left to work in the table"));
+                };
+                let mut text = table::task_prompt(
+                    &t.prd,
+                    k,
+                    attempt,
+                    p.iteration,
+                    p.max_iterations,
+                    p.test_command,
+                    &t.prd_rel,
+                    &t.progress_rel,
+                );
+                if p.stuck_alert {
+                    text.push_str(&format!(
+                        "\n⚠️ {}: the last {} iterations finished no task. Try a COMPLETELY \
+                         DIFFERENT approach.\n",
+                        prompt::STUCK_ALERT,
+                        p.stuck_streak
+                    ));
+                }
+                Ok(text)
+            }
+        }
+    }
+
+    /// Pick what the next iteration works (table mode: the next task and its attempt).
+    pub fn select_next(&mut self) {
+        if let Source::Table(t) = self {
+            t.current =
+                table::next_task(&t.progress).map(|k| (k, table::attempt_number(&t.progress, k)));
         }
     }
 
@@ -177,6 +238,9 @@ impl Source {
                     tampered: tampered(&c.baseline, &current),
                     regressions: regressions(&c.previous, &current),
                     what: newly_checked(&c.previous, &current).into_iter().next(),
+                    figures: None,
+                    review_task: None,
+                    halt: None,
                 };
                 c.previous = current;
                 Ok(judged)
@@ -191,8 +255,82 @@ impl Source {
                     tampered: Vec::new(),
                     regressions: Vec::new(),
                     what: None,
+                    figures: None,
+                    review_task: None,
+                    halt: None,
                 })
             }
+            Source::Table(t) => {
+                let (k, _) = t.current.unwrap_or((0, 1));
+                let original = std::fs::read_to_string(&t.progress_path)
+                    .map_err(|e| Error::file("read", &t.progress_path, e))?;
+                let mut after = table::parse_progress(Path::new(&t.progress_rel), &original)
+                    .map_err(table_error)?;
+                table::carry_attempts(&t.progress, &mut after);
+                let done_now = after
+                    .rows
+                    .iter()
+                    .any(|r| r.number == k && r.status == table::RowStatus::Done);
+                if done_now && t.review {
+                    t.pending = Some((after, original));
+                    let (done, total) = (table::done_count(&t.progress), t.progress.rows.len());
+                    return Ok(Judged {
+                        done,
+                        total,
+                        source_complete: false,
+                        tampered: Vec::new(),
+                        regressions: Vec::new(),
+                        what: None,
+                        figures: None,
+                        review_task: Some(k),
+                        halt: None,
+                    });
+                }
+                if !done_now {
+                    table::record_attempt(
+                        &mut after,
+                        k,
+                        "the iteration ended without marking it DONE",
+                    );
+                }
+                t.finalize(after, &original)
+            }
+        }
+    }
+
+    /// The reviewer's verdict on the task it reviewed (`None`: it gave no REVIEW line).
+    pub fn review_done(
+        &mut self,
+        verdict: Option<std::result::Result<(), String>>,
+    ) -> Result<Judged> {
+        let Source::Table(t) = self else {
+            return Err(Error::user("only a task table is reviewed"));
+        };
+        let Some((mut after, original)) = t.pending.take() else {
+            return Err(Error::user("no review is pending"));
+        };
+        let (k, _) = t.current.unwrap_or((0, 1));
+        match verdict {
+            Some(Ok(())) => {}
+            Some(Err(reason)) => {
+                table::review_failed(&mut after, k, &format!("review: {reason}"));
+            }
+            None => {
+                table::review_failed(
+                    &mut after,
+                    k,
+                    "review: the reviewer gave no REVIEW: PASS/FAIL line",
+                );
+            }
+        }
+        t.finalize(after, &original)
+    }
+
+    /// The reviewer's prompt for a task (table `--review`).
+    pub fn review_prompt(&self, k: u32, test_command: Option<&str>) -> Option<String> {
+        match self {
+            Source::Table(t) => Some(table::review_prompt(&t.prd, k, test_command)),
+            _ => None,
         }
     }
 
@@ -290,6 +428,13 @@ impl Source {
         match self {
             Source::Checklist(c) => c.previous.remaining().map(|x| x.text.clone()).collect(),
             Source::Cpm(_) => Vec::new(),
+            Source::Table(t) => t
+                .progress
+                .rows
+                .iter()
+                .filter(|r| r.status != table::RowStatus::Done)
+                .map(|r| format!("task {}: {} ({:?})", r.number, r.task, r.status))
+                .collect(),
         }
     }
 
@@ -302,7 +447,61 @@ impl Source {
                     cpm::completion_lines(c.targets.is_spec(), c.last_summary.as_deref());
                 vec![coverage, word]
             }
+            Source::Table(t) => t.closing_lines(),
         }
+    }
+}
+
+impl TableSource {
+    /// Close the iteration's judgement: finish the table when no task is left, write the cells
+    /// ralph owns, and report.
+    fn finalize(&mut self, mut after: table::Progress, original: &str) -> Result<Judged> {
+        let (k, attempt) = self.current.unwrap_or((0, 1));
+        let done_now = after
+            .rows
+            .iter()
+            .any(|r| r.number == k && r.status == table::RowStatus::Done);
+        let overall = if table::next_task(&after).is_none() {
+            Some(table::finish(&mut after))
+        } else {
+            None
+        };
+        let text = table::render_progress(original, &after);
+        if text != original {
+            crate::state::write_atomic(&self.progress_path, text.as_bytes())?;
+        }
+        let figures = table::figures(&after, k, attempt);
+        let title = self
+            .prd
+            .tasks
+            .iter()
+            .find(|t| t.number == k)
+            .map(|t| t.title.clone())
+            .unwrap_or_default();
+        self.progress = after;
+        let halt = (overall == Some(table::OverallStatus::Partial)).then(|| {
+            let mut lines = self.closing_lines();
+            lines.insert(0, "## Status: PARTIAL — some tasks are BLOCKED".to_string());
+            Halt::Partial(lines)
+        });
+        Ok(Judged {
+            done: table::done_count(&self.progress),
+            total: self.progress.rows.len(),
+            source_complete: overall == Some(table::OverallStatus::Complete),
+            tampered: Vec::new(),
+            regressions: Vec::new(),
+            what: done_now.then(|| format!("task {k}: {title}")),
+            figures: Some(figures),
+            review_task: None,
+            halt,
+        })
+    }
+
+    /// The promise on its own line, then the summary.
+    fn closing_lines(&self) -> Vec<String> {
+        let mut lines = vec![format!("<promise>{}</promise>", self.prd.promise)];
+        lines.extend(table::summary(&self.progress));
+        lines
     }
 }
 
@@ -338,6 +537,15 @@ fn cpm_counts(summary: Option<&str>) -> (usize, usize) {
     summary
         .and_then(cpm::summary_counts)
         .map_or((0, 0), |c| (c.delivered as usize, c.requirements as usize))
+}
+
+pub fn table_error(e: table::TableError) -> Error {
+    let hint = e.hint();
+    let err = Error::user(e.to_string());
+    match hint {
+        Some(h) => err.with_hint(h),
+        None => err,
+    }
 }
 
 pub fn cpm_error(e: cpm::CpmError) -> Error {

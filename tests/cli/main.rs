@@ -11,4 +11,5 @@ mod real_agents;
 mod run;
 mod status;
 mod supervise;
+mod table;
 mod verdict;
