@@ -14,6 +14,7 @@
 //!   fail             print to stderr and exit 1 (after the other actions)
 //!   exit:N           exit with code N
 //!   hang             sleep for a long time
+//!   slow             sleep for a second before exiting
 //!   ignore-term      ignore SIGTERM (combine with hang)
 //!   grandchild       start `sleep 300` holding stdout (recording its pid)
 //!   leak             start `sleep 300` holding stdout, then exit 0 at once
@@ -117,6 +118,7 @@ fn main() {
             }
             "exit" => exit_code = arg.parse().unwrap_or(1),
             "hang" => hang = true,
+            "slow" => std::thread::sleep(std::time::Duration::from_millis(1200)),
             "ignore-term" => unsafe {
                 libc::signal(libc::SIGTERM, libc::SIG_IGN);
             },

@@ -34,21 +34,44 @@ pub fn run(ctx: &Context, json_out: bool) -> Result<i32> {
         .as_ref()
         .map(|s| repo.root().join(&s.task_file))
         .unwrap_or_else(|| ctx.cwd.join(crate::task::TASK_FILE));
-    let doc = load_task_file(&task_file).ok();
-    let (done, total, remaining) = match &doc {
-        Some(d) => (
-            d.checklist.done(),
-            d.checklist.total(),
-            d.checklist
-                .remaining()
-                .map(|c| c.text.clone())
-                .collect::<Vec<_>>(),
+    let mode = st.as_ref().map_or("checklist", |s| s.mode.as_str());
+    let doc = (mode == "checklist")
+        .then(|| load_task_file(&task_file).ok())
+        .flatten();
+    let table_rows = match (mode, st.as_ref().map(|s| s.targets.as_slice())) {
+        ("table", Some([_, progress])) => {
+            let path = repo.root().join(progress);
+            std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|t| crate::task::table::parse_progress(&path, &t).ok())
+        }
+        _ => None,
+    };
+    let (done, total, remaining) = match (&doc, &table_rows) {
+        (None, Some(p)) => (
+            crate::task::table::done_count(p),
+            p.rows.len(),
+            p.rows
+                .iter()
+                .filter(|r| r.status != crate::task::table::RowStatus::Done)
+                .map(|r| format!("task {}: {}", r.number, r.task))
+                .collect(),
         ),
-        None => (
-            st.as_ref().map_or(0, |s| s.done),
-            st.as_ref().map_or(0, |s| s.total),
-            Vec::new(),
-        ),
+        _ => match &doc {
+            Some(d) => (
+                d.checklist.done(),
+                d.checklist.total(),
+                d.checklist
+                    .remaining()
+                    .map(|c| c.text.clone())
+                    .collect::<Vec<_>>(),
+            ),
+            None => (
+                st.as_ref().map_or(0, |s| s.done),
+                st.as_ref().map_or(0, |s| s.total),
+                Vec::new(),
+            ),
+        },
     };
     let halt_reason = st.as_ref().and_then(|s| {
         if running {
@@ -58,6 +81,16 @@ pub fn run(ctx: &Context, json_out: bool) -> Result<i32> {
         } else {
             s.halt_reason.clone()
         }
+    });
+    // Elapsed: to now while running, else to the last state update.
+    let elapsed_s = st.as_ref().and_then(|s| {
+        let start = chrono::DateTime::parse_from_rfc3339(&s.started_at).ok()?;
+        let end = if running {
+            chrono::Local::now().fixed_offset()
+        } else {
+            chrono::DateTime::parse_from_rfc3339(&s.updated_at).ok()?
+        };
+        Some((end - start).num_milliseconds().max(0) as f64 / 1000.0)
     });
     if json_out {
         let v = json!({
@@ -74,6 +107,9 @@ pub fn run(ctx: &Context, json_out: bool) -> Result<i32> {
             "halt_reason": halt_reason,
             "exit_code": if running { None } else { st.as_ref().and_then(|s| s.exit_code) },
             "cost_usd": st.as_ref().map_or(0.0, |s| s.cost_usd),
+            "input_tokens": st.as_ref().map_or(0, |s| s.input_tokens),
+            "output_tokens": st.as_ref().map_or(0, |s| s.output_tokens),
+            "elapsed_s": elapsed_s,
             "started_at": st.as_ref().map(|s| s.started_at.clone()),
             "updated_at": st.as_ref().map(|s| s.updated_at.clone()),
             "last_records": records,

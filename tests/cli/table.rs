@@ -100,6 +100,16 @@ fn a_task_never_finished_is_blocked_after_three_attempts_and_the_run_is_partial(
     );
     let st: serde_json::Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
     assert_eq!(st["halt_reason"], "partial");
+    let out = env.ralph(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["mode"], "table");
+    assert_eq!(
+        (v["done"].as_u64(), v["total"].as_u64()),
+        (Some(2), Some(3))
+    );
+    assert_eq!(v["remaining"], serde_json::json!(["task 2: Part 2"]));
+    assert_eq!(v["exit_code"], 9);
+    assert!(v["elapsed_s"].as_f64().unwrap() >= 0.0);
 }
 
 #[test]
