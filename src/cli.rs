@@ -66,6 +66,7 @@ Examples:
              --criterion \"Token refresh is covered by a test\" --test-command \"cargo test\"
   ralph init \"Port the CLI to clap 4\" --max-iterations 20 --agent claude
   ralph init --table \"Ship v2\" --criterion \"Migrate the schema\" --criterion \"Port the API\"
+  ralph init \"Add rate limiting to the API\" --plan --agent claude   # the agent writes the criteria
   ralph init --force             # overwrite an existing RALPH_TASK.md";
 
 const RUN_EXAMPLES: &str = "\
@@ -112,6 +113,20 @@ pub struct InitArgs {
     /// Scaffold PRD.md + PROGRESS.md (a task table: one task per --criterion) instead.
     #[arg(long)]
     pub table: bool,
+
+    /// Run the agent once to write the criteria (or, with --table, the PRD) from the
+    /// description, then validate what it wrote.
+    #[arg(long, conflicts_with = "criteria")]
+    pub plan: bool,
+
+    /// With --plan: a custom agent command (see `ralph run --help`).
+    #[arg(
+        long,
+        value_name = "TEMPLATE",
+        requires = "plan",
+        conflicts_with = "agent"
+    )]
+    pub agent_cmd: Option<String>,
 
     /// Overwrite an existing task file.
     #[arg(long)]

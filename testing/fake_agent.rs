@@ -28,6 +28,7 @@
 //!   review:VERDICT   as the reviewer (a prompt starting `# Ralph review`): print
 //!                    `REVIEW: VERDICT` (PASS, or FAIL reason); ignored in a work prompt
 //!   write-table:N    write PRD.md and PROGRESS.md with N tasks (the planning run)
+//!   plan-criteria:N  append N criteria to the task file (the `ralph init --plan` run)
 //!   limit-once:SECS  on the first attempt of this iteration only, print Claude's
 //!                    `rate_limit_event` (resets in SECS) and a limit result, and exit 1
 //! With `FAKE_AGENT_LOG=DIR`, it records `prompt-N.txt`, `argv-N.txt`, `env-N.txt` and `pids-N.txt`.
@@ -212,6 +213,14 @@ fn main() {
                 prd.push_str("## Completion Promise\n\n`SHIPPED`\n");
                 let _ = std::fs::write("PRD.md", prd);
                 let _ = std::fs::write("PROGRESS.md", progress);
+            }
+            "plan-criteria" => {
+                let n: u32 = arg.parse().unwrap_or(3);
+                let mut text = std::fs::read_to_string(&task).unwrap_or_default();
+                for i in 1..=n {
+                    text.push_str(&format!("- [ ] planned criterion {i}\n"));
+                }
+                let _ = std::fs::write(&task, text);
             }
             // The reviewer's verdict, and a plan outside a planning run, do nothing here.
             "review" | "write-table" => {}

@@ -19,7 +19,11 @@ pub fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
     let ui = ctx.ui;
     let repo = Repo::discover(&ctx.cwd)?;
     if args.table {
-        return init_table(ctx, &repo, args);
+        let code = init_table(ctx, &repo, args)?;
+        if args.plan {
+            return plan_with_agent(ctx, &repo, args, true);
+        }
+        return Ok(code);
     }
     let path = ctx.cwd.join(TASK_FILE);
     if path.exists() && !args.force {
@@ -38,9 +42,15 @@ pub fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
         None if std::io::stdin().is_terminal() => ask("Describe the task: ")?,
         None => "Describe the task here".to_string(),
     };
-    let text = render(&description, args);
-    // What we write must be what `ralph run` accepts.
-    parse_task_bytes(&path, text.as_bytes())?;
+    let text = if args.plan {
+        render_for_planning(&description, args)
+    } else {
+        render(&description, args)
+    };
+    // What we write must be what `ralph run` accepts (a plan gets its criteria from the agent).
+    if !args.plan {
+        parse_task_bytes(&path, text.as_bytes())?;
+    }
     std::fs::write(&path, &text).map_err(|e| Error::file("write", &path, e))?;
 
     let rd = RalphDir::new(repo.root());
@@ -50,6 +60,9 @@ pub fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
     ui.plain(&format!("wrote {}", path.display()));
     for c in created {
         ui.plain(&format!("wrote {}", c.display()));
+    }
+    if args.plan {
+        return plan_with_agent(ctx, &repo, args, false);
     }
     if args.criteria.is_empty() {
         ui.note("the criteria are examples: edit them before running");
@@ -95,6 +108,123 @@ fn init_table(ctx: &Context, repo: &Repo, args: &InitArgs) -> Result<i32> {
     }
     ui.note("each task has a placeholder acceptance criterion: make them specific before running");
     ui.plain("\nNext: review PRD.md, then run:\n  ralph run");
+    Ok(exit::COMPLETE)
+}
+
+/// The task file a planning run fills in: everything but the criteria.
+fn render_for_planning(description: &str, args: &InitArgs) -> String {
+    let full = render(description, args);
+    let cut = full.find("## Success Criteria").unwrap_or(full.len());
+    format!("{}## Success Criteria\n\n", &full[..cut])
+}
+
+/// `--plan`: one agent run writes the criteria (or the PRD and progress table), then ralph
+/// validates them by the rules `ralph run` applies.
+fn plan_with_agent(ctx: &Context, repo: &Repo, args: &InitArgs, table_mode: bool) -> Result<i32> {
+    use crate::agent::Agent;
+    use crate::agent::process::{self, Echo, Limits, StopCause, Watchers};
+    use crate::config::{self, AgentChoice, Layer, Source};
+    use crate::task::table;
+    let ui = ctx.ui;
+    let rd = RalphDir::new(repo.root());
+    let mut layers = vec![Source {
+        name: "the command line".into(),
+        layer: Layer {
+            agent: args.agent.clone(),
+            agent_cmd: args.agent_cmd.clone(),
+            ..Layer::default()
+        },
+    }];
+    layers.extend(config::file_layers(&rd.path, None)?);
+    let settings = config::merge(&layers)?;
+    let agent = Agent::resolve(&settings.agent, true)?;
+    let description = args.description.clone().unwrap_or_default();
+    let prompt = if table_mode {
+        table::planning_prompt(&description)
+    } else {
+        format!(
+            "You are planning a RALPH loop: later iterations, each a fresh agent, will work the \
+             criteria you write, one per iteration, and a supervisor will count the checkboxes.\n\n\
+             The task: {description}\n\n\
+             Read the repository to understand it. Then edit {TASK_FILE}: under its \
+             `## Success Criteria` heading, write between 3 and 12 criteria as `- [ ] ...` lines. \
+             Each must be specific and machine-verifiable (a command, a test, an endpoint, a file), \
+             and small enough for one iteration. Do not implement anything and do not change \
+             anything else.\n"
+        )
+    };
+    let dir = rd.run_dir("planning");
+    crate::state::create_private_dir(&dir)?;
+    let prompt_file = dir.join("init.prompt.md");
+    std::fs::write(&prompt_file, &prompt).map_err(|e| Error::file("write", &prompt_file, e))?;
+    let log = dir.join("init.log");
+    let mut transcript = std::fs::File::create(&log).map_err(|e| Error::file("create", &log, e))?;
+    let inv = agent.invocation(&prompt, &prompt_file)?;
+    for note in &agent.notes {
+        ui.note(note);
+    }
+    if let AgentChoice::Preset(p) = &settings.agent {
+        ui.line(&format!("planning with {p}…"));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("failed to start the async runtime", e))?;
+    let fin = runtime.block_on(async {
+        let mut interrupts = crate::signals::Interrupts::install()
+            .map_err(|e| Error::io("failed to install signal handlers", e))?;
+        let limits = Limits {
+            timeout: settings.timeout,
+            idle_timeout: settings.idle_timeout,
+            grace: settings.grace,
+        };
+        process::run(
+            &inv,
+            repo.root(),
+            &mut transcript,
+            &limits,
+            &mut interrupts,
+            Echo::None,
+            Watchers::default(),
+        )
+        .await
+        .map_err(|e| Error::io(format!("failed to spawn agent `{}`", inv.program), e))
+    })?;
+    if fin.stopped == Some(StopCause::Interrupt) {
+        return Err(Error::user("interrupted while planning"));
+    }
+    let hint = format!("the planning transcript is {}", log.display());
+    if table_mode {
+        let prd_path = ctx.cwd.join(table::PRD_FILE);
+        let progress_path = ctx.cwd.join(table::PROGRESS_FILE);
+        let read =
+            |p: &std::path::Path| std::fs::read_to_string(p).map_err(|e| Error::file("read", p, e));
+        let prd = table::parse_prd(&prd_path, &read(&prd_path)?)
+            .map_err(|e| Error::user(e.to_string()).with_hint(hint.clone()))?;
+        let progress = table::parse_progress(&progress_path, &read(&progress_path)?)
+            .map_err(|e| Error::user(e.to_string()).with_hint(hint.clone()))?;
+        table::validate(&prd, &prd_path, &progress, &progress_path)
+            .map_err(|e| Error::user(e.to_string()).with_hint(hint.clone()))?;
+        ui.plain(&format!(
+            "planned {} tasks in {} and {}",
+            prd.tasks.len(),
+            prd_path.display(),
+            progress_path.display()
+        ));
+    } else {
+        let path = ctx.cwd.join(TASK_FILE);
+        let doc = crate::task::document::load_task_file(&path)
+            .map_err(|e| Error::user(e.to_string()).with_hint(hint.clone()))?;
+        ui.plain(&format!(
+            "planned {} criteria in {}:",
+            doc.checklist.total(),
+            path.display()
+        ));
+        for c in &doc.checklist.criteria {
+            ui.plain(&format!("- [ ] {}", c.text));
+        }
+    }
+    ui.plain("\nNext: review them, then run:\n  ralph run");
     Ok(exit::COMPLETE)
 }
 

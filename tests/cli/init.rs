@@ -107,3 +107,55 @@ fn no_colour_codes_when_not_a_terminal_or_with_no_color() {
     );
     assert!(!stderr(&out).contains('\x1b'));
 }
+
+fn init_plan(env: &TestEnv, script: &str, extra: &[&str]) -> std::process::Output {
+    let agent = format!("'{}'", fake_agent().display());
+    let mut args = vec!["init", "Add rate limiting", "--plan", "--agent-cmd", &agent];
+    args.extend_from_slice(extra);
+    env.ralph_with_limit(
+        &args,
+        &[("FAKE_AGENT_SCRIPT", script)],
+        std::time::Duration::from_secs(60),
+    )
+}
+
+#[test]
+fn init_plan_lets_the_agent_write_the_criteria_then_validates_them() {
+    let env = TestEnv::new();
+    let out = init_plan(&env, "plan-criteria:3", &[]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("planned 3 criteria"),
+        "{}",
+        stdout(&out)
+    );
+    let task = env.read("RALPH_TASK.md");
+    assert!(
+        task.contains("# Task: Add rate limiting") && task.contains("- [ ] planned criterion 3"),
+        "{task}"
+    );
+    assert!(!task.contains("EXAMPLE"));
+    assert!(env.agent_prompt(1).contains("Add rate limiting"));
+}
+
+#[test]
+fn init_plan_reports_an_agent_that_wrote_no_criteria() {
+    let env = TestEnv::new();
+    let out = init_plan(&env, "idle", &[]);
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        err.contains("RALPH_TASK.md") && err.contains("no criteria"),
+        "{err}"
+    );
+    assert!(err.contains("hint: the planning transcript is"), "{err}");
+}
+
+#[test]
+fn init_plan_with_table_writes_a_valid_prd() {
+    let env = TestEnv::new();
+    let out = init_plan(&env, "write-table:2", &["--table", "--force"]);
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("planned 2 tasks"), "{}", stdout(&out));
+    assert!(env.read("PRD.md").contains("### Task 2: Step 2"));
+}
