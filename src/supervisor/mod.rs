@@ -287,12 +287,12 @@ impl Loop {
             Some(cmd) => {
                 let Some(fin) = self
                     .run_aux(
-                        "test command",
-                        &cmd,
+                        &format!("test command: {cmd}"),
                         shell(&cmd),
                         &mut transcript,
                         &inv.env,
                         echo,
+                        Watchers::default(),
                     )
                     .await?
                 else {
@@ -314,12 +314,12 @@ impl Loop {
             Some((display, vinv)) => {
                 let Some(fin) = self
                     .run_aux(
-                        "verdict command",
-                        &display,
+                        &format!("verdict command: {display}"),
                         vinv,
                         &mut transcript,
                         &inv.env,
                         echo,
+                        Watchers::default(),
                     )
                     .await?
                 else {
@@ -521,7 +521,6 @@ impl Loop {
         transcript: &mut std::fs::File,
         env: &[(String, String)],
     ) -> Result<Option<Option<std::result::Result<(), String>>>> {
-        use std::io::Write;
         let Some(prompt) = self
             .source
             .review_prompt(k, self.settings.test_command.as_deref())
@@ -531,32 +530,19 @@ impl Loop {
         let run_dir = self.rd.run_dir(&self.state.run_id);
         let prompt_file = run_dir.join(format!("iter-{n:03}.review.prompt.md"));
         std::fs::write(&prompt_file, &prompt).map_err(|e| Error::file("write", &prompt_file, e))?;
-        let mut inv = self.agent.invocation(&prompt, &prompt_file)?;
-        inv.env.extend_from_slice(env);
-        let _ = writeln!(
-            transcript,
-            "\n--- ralph: review of task {k} (a fresh agent run) ---"
-        );
+        let inv = self.agent.invocation(&prompt, &prompt_file)?;
         let mut observer = Observer::new(format_for(&self.agent.name), chrono::Utc::now());
-        let root = self.repo.root().to_path_buf();
-        let limits = self.limits();
-        let fin = process::run(
-            &inv,
-            &root,
-            transcript,
-            &limits,
-            &mut self.interrupts,
-            Echo::None,
-            Watchers {
-                observer: Some(&mut observer),
-                view: None,
-            },
-        )
-        .await
-        .map_err(|e| Error::io(format!("failed to spawn the reviewer `{}`", inv.program), e))?;
-        if fin.stopped == Some(StopCause::Interrupt) {
+        let watchers = Watchers {
+            observer: Some(&mut observer),
+            view: None,
+        };
+        let what = format!("review of task {k}: a fresh {} run", self.agent.name);
+        let Some(fin) = self
+            .run_aux(&what, inv, transcript, env, Echo::None, watchers)
+            .await?
+        else {
             return Ok(None);
-        }
+        };
         let usage = observer.usage();
         self.state.cost_usd += usage.cost_usd;
         let text = observer
@@ -721,7 +707,14 @@ impl Loop {
             std::fs::File::create(&path).map_err(|e| Error::file("create", &path, e))?;
         let env = self.ralph_env(0);
         let Some(fin) = self
-            .run_aux("roll-up", &display, vinv, &mut transcript, &env, Echo::None)
+            .run_aux(
+                &format!("roll-up: {display}"),
+                vinv,
+                &mut transcript,
+                &env,
+                Echo::None,
+                Watchers::default(),
+            )
             .await?
         else {
             return self.interrupted(0).await.map(Some);
@@ -756,15 +749,15 @@ impl Loop {
     /// appended to the transcript. `None` when an interrupt stopped it.
     async fn run_aux(
         &mut self,
-        label: &str,
-        display: &str,
+        what: &str,
         mut inv: Invocation,
         transcript: &mut std::fs::File,
         env: &[(String, String)],
         echo: Echo,
+        watchers: Watchers<'_>,
     ) -> Result<Option<Finished>> {
         use std::io::Write;
-        let _ = writeln!(transcript, "\n--- ralph: {label}: {display} ---");
+        let _ = writeln!(transcript, "\n--- ralph: {what} ---");
         inv.env.extend_from_slice(env);
         let root = self.repo.root().to_path_buf();
         let limits = self.limits();
@@ -775,10 +768,10 @@ impl Loop {
             &limits,
             &mut self.interrupts,
             echo,
-            Watchers::default(),
+            watchers,
         )
         .await
-        .map_err(|e| Error::io(format!("failed to run the {label} `{display}`"), e))?;
+        .map_err(|e| Error::io(format!("failed to run the {what}"), e))?;
         Ok((fin.stopped != Some(StopCause::Interrupt)).then_some(fin))
     }
 

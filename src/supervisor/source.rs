@@ -84,6 +84,23 @@ pub struct Judged {
     pub halt: Option<Halt>,
 }
 
+impl Judged {
+    /// A judgement with counts only: nothing finished, tampered or regressed.
+    fn counts(done: usize, total: usize) -> Judged {
+        Judged {
+            done,
+            total,
+            source_complete: false,
+            tampered: Vec::new(),
+            regressions: Vec::new(),
+            what: None,
+            figures: None,
+            review_task: None,
+            halt: None,
+        }
+    }
+}
+
 /// Everything the prompt of one iteration depends on besides the source.
 pub struct PromptCtx<'a> {
     pub iteration: u32,
@@ -246,19 +263,9 @@ impl Source {
                 Ok(judged)
             }
             Source::Cpm(c) => {
+                // Only the roll-up's exit code completes a CPM run.
                 let (done, total) = cpm_counts(c.last_summary.as_deref());
-                Ok(Judged {
-                    done,
-                    total,
-                    // Only the roll-up's exit code completes a CPM run.
-                    source_complete: false,
-                    tampered: Vec::new(),
-                    regressions: Vec::new(),
-                    what: None,
-                    figures: None,
-                    review_task: None,
-                    halt: None,
-                })
+                Ok(Judged::counts(done, total))
             }
             Source::Table(t) => {
                 let (k, _) = t.current.unwrap_or((0, 1));
@@ -273,17 +280,9 @@ impl Source {
                     .any(|r| r.number == k && r.status == table::RowStatus::Done);
                 if done_now && t.review {
                     t.pending = Some((after, original));
-                    let (done, total) = (table::done_count(&t.progress), t.progress.rows.len());
                     return Ok(Judged {
-                        done,
-                        total,
-                        source_complete: false,
-                        tampered: Vec::new(),
-                        regressions: Vec::new(),
-                        what: None,
-                        figures: None,
                         review_task: Some(k),
-                        halt: None,
+                        ..Judged::counts(table::done_count(&t.progress), t.progress.rows.len())
                     });
                 }
                 if !done_now {
@@ -485,15 +484,11 @@ impl TableSource {
             Halt::Partial(lines)
         });
         Ok(Judged {
-            done: table::done_count(&self.progress),
-            total: self.progress.rows.len(),
             source_complete: overall == Some(table::OverallStatus::Complete),
-            tampered: Vec::new(),
-            regressions: Vec::new(),
             what: done_now.then(|| format!("task {k}: {title}")),
             figures: Some(figures),
-            review_task: None,
             halt,
+            ..Judged::counts(table::done_count(&self.progress), self.progress.rows.len())
         })
     }
 
