@@ -196,10 +196,16 @@ fn dry_run_in_each_mode_prints_everything_and_touches_nothing() {
     env.write("docs/epics/01-epic-accounts.md", &epic("In Progress", None));
     env.write("docs/specifications/03-spec-search.md", "# Spec\n");
     env.write_task(&["c1"], "");
+    env.write(
+        "PRD.md",
+        "# P\n\n## Goal\n\nG.\n\n### Task 1: One\n\n**Acceptance Criteria:**\n- [ ] one works\n",
+    );
+    env.write("PROGRESS.md", "## Status: IN_PROGRESS\n\n| # | Task | Status | Notes |\n|---|---|---|---|\n| 1 | One | PENDING | |\n");
     env.commit_all("initial");
     let agent = format!("'{}'", fake_agent().display());
-    let cases: [(&[&str], &str, &str); 3] = [
+    let cases: [(&[&str], &str, &str); 4] = [
         (&[], "mode: checklist", "You are iteration 1"),
+        (&["PRD.md"], "mode: table", "# Ralph iteration 1/9: task 1"),
         (
             &["docs/epics/01-epic-accounts.md"],
             "mode: cpm-epic",
@@ -248,4 +254,58 @@ fn dry_run_in_each_mode_prints_everything_and_touches_nothing() {
             .contains("[plan]"),
         "dry-run strips nothing"
     );
+}
+
+#[test]
+fn preflight_reports_earlier_runs_and_warns_about_an_armed_stop_hook() {
+    let (env, rollup) = setup();
+    env.write("docs/epics/01-epic-accounts.md", &epic("In Progress", None));
+    env.write(
+        "docs/plans/.cpm-ralph-log-old.md",
+        "ITER 1 | a | exit 3 | abc1234 | 1 2\nITER 2 | a | exit 3 | abc1234 | 1 2\nITER 3 | a | exit 3 | abc1234 | 1 2\n",
+    );
+    env.write(".claude/ralph-loop.local.md", "armed\n");
+    env.commit_all("initial");
+    let out = run_cpm(
+        &env,
+        "touch:verified-1,touch:verified-2",
+        &["--rollup", &rollup],
+    );
+    assert_exit(&out, 0);
+    let so = stdout(&out);
+    assert!(
+        so.contains("earlier run: ") && so.contains(".cpm-ralph-log-old.md"),
+        "{so}"
+    );
+    assert!(
+        stderr(&out).contains(".claude/ralph-loop.local.md exists"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn without_a_rollup_cpm_mode_refuses_to_start_unless_yes() {
+    let (env, _) = setup();
+    env.write("docs/epics/01-epic-accounts.md", &epic("In Progress", None));
+    env.commit_all("initial");
+    let agent = format!("'{}'", fake_agent().display());
+    let out = env.ralph_with_limit(
+        &[
+            "run",
+            "docs/epics/01-epic-accounts.md",
+            "--agent-cmd",
+            &agent,
+        ],
+        &[("CLAUDE_PLUGIN_ROOT", "/nonexistent")],
+        Duration::from_secs(20),
+    );
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("no coverage roll-up script found"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("--rollup"), "{}", stderr(&out));
+    assert!(!env.agent_ran(1));
 }
