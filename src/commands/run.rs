@@ -394,7 +394,7 @@ fn start(
     // .ralph/ files otherwise ride along with the first iteration that changes something.
     let was_dirty = !settings.no_commit && repo.is_dirty()?;
     state::create_private_dir(&rd.path)?;
-    let _lock = Lock::acquire(&rd.lock_file())?;
+    let lock = Lock::acquire(&rd.lock_file())?;
     let mut repo = repo;
     if let Plan::Describe(description) = &plan {
         plan = runtime.block_on(plan_table(
@@ -431,7 +431,8 @@ fn start(
     {
         how = ask_resume_or_reset(p, options.yes)?;
         if how == Continuation::Resume {
-            // Resuming works on what the recorded run worked on.
+            // Resuming works on what the recorded run worked on (and takes the lock itself).
+            drop(lock);
             return start(ctx, &[], options, false, Continuation::Resume);
         }
     }

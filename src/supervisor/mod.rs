@@ -579,16 +579,25 @@ impl Loop {
     /// the waiting budget is spent).
     async fn wait_for_limit(&mut self, n: u32, limit: &Limit, attempt: u32) -> Result<Option<i32>> {
         let now = chrono::Utc::now();
+        let backoff = |k: u32| {
+            self.settings
+                .limit_backoff
+                .saturating_mul(1 << k.min(16))
+                .min(std::time::Duration::from_secs(1800))
+        };
         let wait = match limit.reset_at {
-            // A little past the reset, so the retry does not land just before it.
-            Some(t) => (t - now).to_std().unwrap_or_default() + std::time::Duration::from_secs(1),
-            None => {
-                let doubled = self
-                    .settings
-                    .limit_backoff
-                    .saturating_mul(1 << (attempt - 1).min(16));
-                doubled.min(std::time::Duration::from_secs(1800))
+            // A little past the reset, so the retry does not land just before it; a limit met
+            // again right after its reset also backs off, so a misread never spins.
+            Some(t) => {
+                let until =
+                    (t - now).to_std().unwrap_or_default() + std::time::Duration::from_secs(1);
+                if attempt > 1 {
+                    until.max(backoff(attempt - 2))
+                } else {
+                    until
+                }
             }
+            None => backoff(attempt - 1),
         };
         let waited = std::time::Duration::from_secs_f64(self.state.waited_s);
         if waited + wait > self.settings.max_wait {

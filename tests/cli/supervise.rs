@@ -366,3 +366,54 @@ fn status_reads_the_tail_of_a_long_log() {
     assert!(recs[2].as_str().unwrap().starts_with("ITER 20000 "));
     assert_eq!(v["stalled"], true);
 }
+
+/// Run ralph under a pseudo-terminal (`script`), typing `input` into it.
+fn in_terminal(env: &TestEnv, args: &str, script: &str, input: &str) -> (Option<i32>, String) {
+    let agent = format!("'{}'", fake_agent().display());
+    let inner = format!(
+        "{} run --agent-cmd \"{agent}\" {args}",
+        env!("CARGO_BIN_EXE_ralph")
+    );
+    let mut cmd = env.command("sh");
+    cmd.env("TERM", "xterm")
+        .env("FAKE_AGENT_SCRIPT", script)
+        .arg("-c")
+        .arg(format!(
+            "printf '{input}' | script -qfec '{}' /dev/null",
+            inner.replace('\'', "'\\''")
+        ))
+        .current_dir(&env.repo);
+    let out = run_with_limit(cmd, Duration::from_secs(60));
+    let code = std::fs::read_to_string(env.repo.join(".ralph/state.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+        .and_then(|v| v["exit_code"].as_i64())
+        .map(|c| c as i32);
+    (code, stdout(&out))
+}
+
+#[test]
+fn in_a_terminal_an_unfinished_run_is_resumed_when_the_user_says_so() {
+    let env = setup(&["t1", "t2"]);
+    assert_exit(&env.run_fake("check", &["--max-iterations", "1"]), 3);
+    let (code, screen) = in_terminal(&env, "--max-iterations 2", "check", "r\\n");
+    assert!(screen.contains("Resume it, or reset"), "{screen}");
+    assert_eq!(code, Some(0), "{screen}");
+    let recs = env.iter_records();
+    assert!(
+        recs.last().unwrap().starts_with("ITER 2 "),
+        "the same run went on: {recs:?}"
+    );
+}
+
+#[test]
+fn in_a_terminal_a_stuck_run_asks_and_stops_when_told() {
+    let env = setup(&["s1"]);
+    let (code, screen) = in_terminal(&env, "--stuck-threshold 1", "churn", "s\\n");
+    assert!(
+        screen.contains("no progress for 2 iterations. Continue or stop?"),
+        "{screen}"
+    );
+    assert_eq!(code, Some(5), "{screen}");
+    assert!(env.agent_ran(2) && !env.agent_ran(3));
+}
