@@ -142,11 +142,28 @@ pub fn run(ctx: &Context, json_out: bool) -> Result<i32> {
         ui.plain(&format!("State: halted — {reason}{code}"));
     }
     ui.plain(&format!("Iteration: {}/{}", s.iteration, s.max_iterations));
-    ui.plain(&format!("Criteria: {done}/{total}"));
+    let unit = match s.mode.as_str() {
+        "table" => "tasks",
+        "cpm-epic" | "cpm-spec" => "requirements",
+        _ => "criteria",
+    };
+    ui.plain(&format!("Progress: {done}/{total} {unit}"));
     ui.plain(&format!(
         "Started: {}   Updated: {}",
         s.started_at, s.updated_at
     ));
+    if let Some(e) = elapsed_s {
+        ui.plain(&format!(
+            "Elapsed: {}",
+            crate::ui::human_duration(std::time::Duration::from_secs_f64(e))
+        ));
+    }
+    if s.cost_usd > 0.0 || s.input_tokens > 0 {
+        ui.plain(&format!(
+            "Cost: ${:.4}, tokens: {} in / {} out",
+            s.cost_usd, s.input_tokens, s.output_tokens
+        ));
+    }
     if !records.is_empty() {
         ui.plain("Last records:");
         for r in &records {

@@ -71,6 +71,16 @@ fn claude_cost_and_tokens_per_iteration_and_in_total() {
     let status = env.ralph(&["status", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(v["cost_usd"], 0.5);
+    assert_eq!(v["input_tokens"], 2000);
+    let text = stdout(&env.ralph(&["status"]));
+    assert!(
+        text.contains("Cost: $0.5000, tokens: 2000 in / 100 out"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Progress: 2/2 criteria") && text.contains("Elapsed: "),
+        "{text}"
+    );
 }
 
 #[test]
