@@ -73,6 +73,17 @@ impl RalphDir {
         self.path.join("runs").join(run_id)
     }
 
+    /// Make sure ralph's runtime files can be written and stay ignored, even if the agent
+    /// deleted `.ralph/` (the logs start again; nothing else is recreated).
+    pub fn ensure_runtime(&self) -> Result<()> {
+        create_private_dir(&self.path)?;
+        let ignore = self.path.join(".gitignore");
+        if !ignore.exists() {
+            std::fs::write(&ignore, GITIGNORE).map_err(|e| Error::file("write", &ignore, e))?;
+        }
+        Ok(())
+    }
+
     /// Create `.ralph/` (mode 0700) and every file that is missing; existing files are kept.
     /// Returns the files it created.
     pub fn scaffold(

@@ -28,6 +28,7 @@
 //!   review:VERDICT   as the reviewer (a prompt starting `# Ralph review`): print
 //!                    `REVIEW: VERDICT` (PASS, or FAIL reason); ignored in a work prompt
 //!   write-table:N    write PRD.md and PROGRESS.md with N tasks (the planning run)
+//!   rmrf:PATH        delete PATH recursively (an agent that removes ralph's files)
 //!   plan-criteria:N  append N criteria to the task file (the `ralph init --plan` run)
 //!   limit-once:SECS  on the first attempt of this iteration only, print Claude's
 //!                    `rate_limit_event` (resets in SECS) and a limit result, and exit 1
@@ -213,6 +214,9 @@ fn main() {
                 prd.push_str("## Completion Promise\n\n`SHIPPED`\n");
                 let _ = std::fs::write("PRD.md", prd);
                 let _ = std::fs::write("PROGRESS.md", progress);
+            }
+            "rmrf" => {
+                let _ = std::fs::remove_dir_all(arg);
             }
             "plan-criteria" => {
                 let n: u32 = arg.parse().unwrap_or(3);

@@ -209,6 +209,7 @@ impl Loop {
         self.state.output_tokens += usage.output_tokens;
         let ended_at = state::now_rfc3339();
         self.source.mark_planning_ran();
+        self.rd.ensure_runtime()?;
 
         let mut notes = Vec::new();
         self.note_agent_end(n, &finished, &limits, &mut notes)?;

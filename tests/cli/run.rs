@@ -603,3 +603,17 @@ fn under_a_pseudo_terminal_the_spinner_shows_the_live_count() {
         "the live count moved to 1/2 on the spinner line:\n{screen}"
     );
 }
+
+#[test]
+fn an_agent_deleting_ralphs_directory_does_not_break_the_run() {
+    let env = setup(&["r1", "r2"]);
+    let out = env.run_fake("check+rmrf:.ralph,check", &[]);
+    assert_exit(&out, 0);
+    assert!(env.repo.join(".ralph/.gitignore").exists());
+    assert_eq!(
+        env.git(&["status", "--porcelain"]),
+        "",
+        "runtime files stay ignored"
+    );
+    assert!(!env.git(&["ls-files"]).contains(".ralph/state.json"));
+}
