@@ -241,6 +241,10 @@ pub struct RunOptions {
     #[arg(long, env = "RALPH_NO_COMMIT")]
     pub no_commit: bool,
 
+    /// Skip the repository's pre-commit and commit-msg hooks when committing.
+    #[arg(long, env = "RALPH_NO_VERIFY")]
+    pub no_verify: bool,
+
     /// Unattended: never ask, take the documented default.
     #[arg(long, short = 'y', env = "RALPH_YES")]
     pub yes: bool,

@@ -35,6 +35,8 @@ pub struct Layer {
     pub max_cost: Option<f64>,
     pub max_wait: Option<String>,
     pub limit_backoff: Option<String>,
+    pub no_verify: Option<bool>,
+    pub max_file_size: Option<String>,
 }
 
 /// Where a layer came from, for messages.
@@ -71,6 +73,10 @@ pub struct Settings {
     pub max_wait: Duration,
     /// The first wait after a usage limit that names no reset time (doubling, up to 30 min).
     pub limit_backoff: Duration,
+    /// Skip the repository's pre-commit and commit-msg hooks.
+    pub no_verify: bool,
+    /// Untracked files over this size stay out of ralph's commits.
+    pub max_file_size: u64,
 }
 
 impl Layer {
@@ -92,6 +98,8 @@ impl Layer {
             max_cost: o.max_cost,
             max_wait: o.max_wait.map(|d| d.to_string()),
             limit_backoff: o.limit_backoff.map(|d| d.to_string()),
+            no_verify: o.no_verify.then_some(true),
+            max_file_size: None,
         }
     }
 
@@ -111,6 +119,8 @@ impl Layer {
             max_cost: None,
             max_wait: None,
             limit_backoff: None,
+            no_verify: None,
+            max_file_size: None,
         }
     }
 
@@ -258,6 +268,14 @@ pub fn merge(layers: &[Source]) -> Result<Settings> {
         max_wait: duration(first!(max_wait), "max_wait")?.unwrap_or(DEFAULT_MAX_WAIT),
         limit_backoff: duration(first!(limit_backoff), "limit_backoff")?
             .unwrap_or(DEFAULT_LIMIT_BACKOFF),
+        no_verify: first!(no_verify).is_some_and(|(_, v)| v),
+        max_file_size: match first!(max_file_size) {
+            None => crate::guard::DEFAULT_MAX_FILE_SIZE,
+            Some((src, v)) => crate::guard::parse_size(&v).ok_or_else(|| {
+                Error::user(format!("{src}: `max_file_size` is not a size: `{v}`"))
+                    .with_hint("write sizes like `50MiB`, `200MB` or `1GiB`")
+            })?,
+        },
     })
 }
 

@@ -67,6 +67,21 @@ pub struct Staged {
     pub changed: Vec<String>,
 }
 
+/// Runs the hooks before a commit: given the work tree and the message, the message to use or
+/// why the commit is refused.
+pub type HookRunner = dyn Fn(&Path, &str) -> Result<String, String>;
+
+/// What [`Repo::commit_with`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitReport {
+    /// The commit, when one was made.
+    pub outcome: Option<CommitOutcome>,
+    /// Paths the guard kept out of the commit, with the reason.
+    pub left_out: Vec<(String, String)>,
+    /// A hook refused the commit: what it said.
+    pub hook_failure: Option<String>,
+}
+
 /// A commit made by [`Repo::commit_all`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitOutcome {
@@ -420,6 +435,108 @@ impl Repo {
             commit: commit_info(&commit),
             used_fallback_identity: identity.used_fallback,
         }))
+    }
+
+    /// `commit_all` with the commit guard and the hooks (SPEC §8): `exclude` names the paths
+    /// not yet tracked that must stay out of the commit (and why); `hooks`, when given, runs
+    /// before the commit with the index written, and may rewrite the message or refuse.
+    pub fn commit_with(
+        &mut self,
+        message: &str,
+        exclude: &dyn Fn(&str, &Path) -> Option<String>,
+        hooks: Option<&HookRunner>,
+    ) -> Result<CommitReport, GitError> {
+        self.check_refusals()?;
+        let config = self.repo.config()?;
+        let identity = Identity::resolve(&config, &|var| std::env::var(var).ok());
+        let result = self.guarded_commit(message, &identity, exclude, hooks);
+        if result.is_err() && self.index_dirty {
+            let _ = self.reload_index();
+        }
+        result
+    }
+
+    fn guarded_commit(
+        &mut self,
+        message: &str,
+        identity: &Identity,
+        exclude: &dyn Fn(&str, &Path) -> Option<String>,
+        hooks: Option<&HookRunner>,
+    ) -> Result<CommitReport, GitError> {
+        let staged = self.stage_all()?;
+        let parent = head_commit_of(&self.repo)?;
+        let head_tree = match &parent {
+            Some(c) => Some(c.tree()?),
+            None => None,
+        };
+        let mut index = self.repo.index()?;
+        let mut left_out = Vec::new();
+        for path in &staged.changed {
+            let tracked = head_tree
+                .as_ref()
+                .is_some_and(|t| t.get_path(Path::new(path)).is_ok());
+            if tracked || index.get_path(Path::new(path), 0).is_none() {
+                continue;
+            }
+            if let Some(reason) = exclude(path, &self.root.join(path)) {
+                index.remove_path(Path::new(path))?;
+                left_out.push((path.clone(), reason));
+            }
+        }
+        let tree_id = index.write_tree()?;
+        let unchanged = match &head_tree {
+            Some(t) => t.id() == tree_id,
+            None => index.is_empty(),
+        };
+        if unchanged {
+            drop(head_tree);
+            drop(parent);
+            drop(index);
+            self.reload_index()?;
+            return Ok(CommitReport {
+                outcome: None,
+                left_out,
+                hook_failure: None,
+            });
+        }
+        let author = Signature::now(&identity.author_name, &identity.author_email)?;
+        let committer = Signature::now(&identity.committer_name, &identity.committer_email)?;
+        let mut message = message.to_string();
+        if !message.ends_with('\n') {
+            message.push('\n');
+        }
+        write_index(&mut index, &self.index_lock_path(), self.lock_wait)?;
+        self.index_dirty = false;
+        if let Some(run_hooks) = hooks {
+            match run_hooks(&self.root, &message) {
+                Ok(m) => message = m,
+                Err(failure) => {
+                    // Like git: the changes stay staged, nothing is committed.
+                    return Ok(CommitReport {
+                        outcome: None,
+                        left_out,
+                        hook_failure: Some(failure),
+                    });
+                }
+            }
+        }
+        // A hook may have staged more (a formatter, say): commit the index as it is now.
+        let mut index = self.repo.index()?;
+        index.read(true)?;
+        let tree = self.repo.find_tree(index.write_tree()?)?;
+        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+        let oid = self
+            .repo
+            .commit(Some("HEAD"), &author, &committer, &message, &tree, &parents)?;
+        let commit = self.repo.find_commit(oid)?;
+        Ok(CommitReport {
+            outcome: Some(CommitOutcome {
+                commit: commit_info(&commit),
+                used_fallback_identity: identity.used_fallback,
+            }),
+            left_out,
+            hook_failure: None,
+        })
     }
 
     /// Drop in-memory index changes (re-read the index from disk).

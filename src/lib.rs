@@ -6,6 +6,8 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod git;
+pub mod guard;
+pub mod hooks;
 pub mod live;
 pub mod signals;
 pub mod state;

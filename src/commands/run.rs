@@ -477,12 +477,13 @@ fn start(
                     format!("ralph: state before resuming run {}", p.run_id)
                 };
                 let message = supervisor::commit_message(&subject, p.iteration, &p.run_id);
-                if let Some(out) = repo.commit_all(&message)? {
+                if let Some(out) =
+                    supervisor::guarded_commit(&mut repo, &settings, ui, &rd, &message)?
+                {
                     ui.note(&format!(
                         "committed the uncommitted work first as {} ({subject})",
                         out.commit.short
                     ));
-                    warn_fallback(ui, out.used_fallback_identity);
                 }
             }
             p.running = true;
@@ -521,12 +522,13 @@ fn start(
                     0,
                     &run_id,
                 );
-                if let Some(out) = repo.commit_all(&message)? {
+                if let Some(out) =
+                    supervisor::guarded_commit(&mut repo, &settings, ui, &rd, &message)?
+                {
                     ui.note(&format!(
                         "committed the uncommitted changes first as {} (ralph: state before run)",
                         out.commit.short
                     ));
-                    warn_fallback(ui, out.used_fallback_identity);
                 }
             }
             ui.line(&format!(
@@ -688,7 +690,7 @@ async fn plan_table(
     })?;
     if !settings.no_commit {
         let message = "ralph: initialize PRD and progress tracking\n";
-        if let Some(out) = repo.commit_all(message)? {
+        if let Some(out) = supervisor::guarded_commit(repo, settings, ui, rd, message)? {
             ui.note(&format!("committed the plan as {}", out.commit.short));
         }
     }
@@ -847,12 +849,6 @@ fn cpm_preflight(
         ));
     }
     Ok(())
-}
-
-fn warn_fallback(ui: crate::ui::Ui, used: bool) {
-    if used {
-        ui.warn(crate::supervisor::FALLBACK_IDENTITY_WARNING);
-    }
 }
 
 /// `ralph run` found an unfinished run: ask in a terminal, else refuse naming both ways on.

@@ -911,8 +911,9 @@ impl Loop {
                 n,
                 &self.state.run_id,
             );
-            if let Some(out) = self.repo.commit_all(&message)? {
-                self.warn_identity(out.used_fallback_identity);
+            if let Some(out) =
+                guarded_commit(&mut self.repo, &self.settings, self.ui, &self.rd, &message)?
+            {
                 subject = Some(out.commit.summary.clone());
             }
         } else if let Some(h) = head_after_agent
@@ -928,12 +929,6 @@ impl Loop {
         Ok(Committed { subject, head })
     }
 
-    fn warn_identity(&self, fallback: bool) {
-        if fallback && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            self.ui.warn(FALLBACK_IDENTITY_WARNING);
-        }
-    }
-
     /// The first interrupt stopped the agent: commit its partial work, save state, exit 130.
     async fn interrupted(&mut self, n: u32) -> Result<i32> {
         if !self.settings.no_commit {
@@ -942,8 +937,9 @@ impl Loop {
                 n,
                 &self.state.run_id,
             );
-            if let Some(out) = self.repo.commit_all(&message)? {
-                self.warn_identity(out.used_fallback_identity);
+            if let Some(out) =
+                guarded_commit(&mut self.repo, &self.settings, self.ui, &self.rd, &message)?
+            {
                 self.log(&format!(
                     "Iteration {n}: partial work committed as {}",
                     out.commit.short
@@ -1113,6 +1109,49 @@ pub const FALLBACK_IDENTITY_WARNING: &str =
     "no git identity configured (user.name/user.email): committing as `ralph <ralph@localhost>`";
 
 static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Commit like `git add -A && git commit`, through the commit guard and (unless `no_verify`)
+/// the repository's hooks. What the guard left out, or a hook's refusal, is logged to the
+/// activity log and shown; a refused commit leaves the changes staged and the loop goes on.
+pub fn guarded_commit(
+    repo: &mut Repo,
+    settings: &Settings,
+    ui: Ui,
+    rd: &RalphDir,
+    message: &str,
+) -> Result<Option<crate::git::CommitOutcome>> {
+    let max = settings.max_file_size;
+    let exclude = move |rel: &str, abs: &std::path::Path| crate::guard::check(rel, abs, max);
+    let hooks_dir = crate::hooks::hooks_dir(repo.git2(), repo.root());
+    let git_dir = repo.git2().path().to_path_buf();
+    let run_hooks =
+        move |root: &std::path::Path, msg: &str| crate::hooks::run(root, &hooks_dir, &git_dir, msg);
+    let hooks: Option<&crate::git::HookRunner> = (!settings.no_verify).then_some(&run_hooks as _);
+    let report = repo.commit_with(message, &exclude, hooks)?;
+    let log = |line: &str| {
+        state::append_line(
+            &rd.activity_log(),
+            &format!("[{}] {line}", state::now_rfc3339()),
+        )
+    };
+    for (path, why) in &report.left_out {
+        ui.warn(&format!("left `{path}` out of the commit: {why}"));
+        log(&format!(
+            "Commit guard: left {path} out of the commit ({why})"
+        ))?;
+    }
+    if let Some(failure) = &report.hook_failure {
+        ui.warn(&format!("{failure}: the changes stay uncommitted (staged)"));
+        log(&format!("Commit refused: {failure}"))?;
+    }
+    if let Some(out) = &report.outcome
+        && out.used_fallback_identity
+        && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        ui.warn(FALLBACK_IDENTITY_WARNING);
+    }
+    Ok(report.outcome)
+}
 
 /// `subject`, a blank line, and the trailers.
 pub fn commit_message(subject: &str, n: u32, run_id: &str) -> String {

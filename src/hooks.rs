@@ -1,0 +1,128 @@
+//! The repository's `pre-commit` and `commit-msg` hooks, run as git would run them (libgit2 runs
+//! none), honouring `core.hooksPath`.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a hook may run before it is killed (and counts as failed).
+const HOOK_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Where the hooks live: `core.hooksPath` (relative to the work tree), else `$GIT_DIR/hooks`.
+pub fn hooks_dir(repo: &git2::Repository, root: &Path) -> PathBuf {
+    let configured = repo
+        .config()
+        .ok()
+        .and_then(|c| c.get_path("core.hooksPath").ok());
+    match configured {
+        Some(p) if p.is_absolute() => p,
+        Some(p) => root.join(p),
+        None => repo.path().join("hooks"),
+    }
+}
+
+fn executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Run `pre-commit`, then `commit-msg` on the message (through `$GIT_DIR/COMMIT_EDITMSG`).
+/// Returns the message as the hook left it, or what the failing hook said.
+pub fn run(root: &Path, hooks: &Path, git_dir: &Path, message: &str) -> Result<String, String> {
+    let pre = hooks.join("pre-commit");
+    if executable(&pre) {
+        run_hook(root, &pre, &[])?;
+    }
+    let msg_hook = hooks.join("commit-msg");
+    if !executable(&msg_hook) {
+        return Ok(message.to_string());
+    }
+    let file = git_dir.join("COMMIT_EDITMSG");
+    std::fs::write(&file, message).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    run_hook(root, &msg_hook, &[file.as_os_str()])?;
+    let edited = std::fs::read_to_string(&file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let cleaned: String = edited
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{}\n", l.trim_end()))
+        .collect();
+    let cleaned = cleaned.trim_end().to_string() + "\n";
+    if cleaned.trim().is_empty() {
+        return Err("the commit-msg hook left an empty message".into());
+    }
+    Ok(cleaned)
+}
+
+fn run_hook(root: &Path, hook: &Path, args: &[&std::ffi::OsStr]) -> Result<(), String> {
+    let name = hook
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut child = Command::new(hook)
+        .args(args)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run the {name} hook: {e}"))?;
+    let mut out = child.stdout.take();
+    let mut err = child.stderr.take();
+    // A background process the hook started may keep the pipes open: never wait on them long.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(o) = out.as_mut() {
+            let _ = o.read_to_string(&mut s);
+        }
+        if let Some(e) = err.as_mut() {
+            let _ = e.read_to_string(&mut s);
+        }
+        let _ = tx.send(s);
+    });
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if start.elapsed() < HOOK_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let output = rx
+        .recv_timeout(Duration::from_millis(500))
+        .unwrap_or_default();
+    let tail: String = output
+        .lines()
+        .rev()
+        .take(5)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join(" / ");
+    match status {
+        Some(s) if s.success() => Ok(()),
+        Some(s) => Err(format!(
+            "the {name} hook failed (exit {}){}",
+            s.code()
+                .map_or("by a signal".to_string(), |c| c.to_string()),
+            if tail.is_empty() {
+                String::new()
+            } else {
+                format!(": {tail}")
+            }
+        )),
+        None => Err(format!(
+            "the {name} hook ran longer than {} s and was killed",
+            HOOK_TIMEOUT.as_secs()
+        )),
+    }
+}
