@@ -273,6 +273,16 @@ impl Repo {
         head_commit_of(&self.repo)
     }
 
+    /// What [`Repo::stage_all`] would stage, without walking the work tree, when the tree is
+    /// known clean: HEAD's tree — provided untracked files are shown by `git status` (else a
+    /// clean status says nothing about them). `None` when that cannot be vouched for.
+    pub fn clean_tree(&self) -> Result<Option<Oid>, GitError> {
+        if untracked_mode(&self.repo.config()?) == Untracked::No {
+            return Ok(None);
+        }
+        Ok(self.head_commit()?.map(|c| c.tree_id()))
+    }
+
     /// Bytes `git status --porcelain` (v1) would print, run from anywhere in the work tree.
     ///
     /// Reflects the index on disk, even while `stage_all` holds unwritten changes.
@@ -446,10 +456,32 @@ impl Repo {
         exclude: &dyn Fn(&str, &Path) -> Option<String>,
         hooks: Option<&HookRunner>,
     ) -> Result<CommitReport, GitError> {
+        self.commit_guarded(message, None, exclude, hooks)
+    }
+
+    /// `commit_with` on the index [`Repo::stage_all`] just staged (no second walk of the work
+    /// tree), after re-staging the `also` paths the caller wrote since.
+    pub fn commit_staged_with(
+        &mut self,
+        message: &str,
+        also: &[&str],
+        exclude: &dyn Fn(&str, &Path) -> Option<String>,
+        hooks: Option<&HookRunner>,
+    ) -> Result<CommitReport, GitError> {
+        self.commit_guarded(message, Some(also), exclude, hooks)
+    }
+
+    fn commit_guarded(
+        &mut self,
+        message: &str,
+        staged_plus: Option<&[&str]>,
+        exclude: &dyn Fn(&str, &Path) -> Option<String>,
+        hooks: Option<&HookRunner>,
+    ) -> Result<CommitReport, GitError> {
         self.check_refusals()?;
         let config = self.repo.config()?;
         let identity = Identity::resolve(&config, &|var| std::env::var(var).ok());
-        let result = self.guarded_commit(message, &identity, exclude, hooks);
+        let result = self.guarded_commit(message, &identity, staged_plus, exclude, hooks);
         if result.is_err() && self.index_dirty {
             let _ = self.reload_index();
         }
@@ -460,10 +492,27 @@ impl Repo {
         &mut self,
         message: &str,
         identity: &Identity,
+        staged_plus: Option<&[&str]>,
         exclude: &dyn Fn(&str, &Path) -> Option<String>,
         hooks: Option<&HookRunner>,
     ) -> Result<CommitReport, GitError> {
-        let staged = self.stage_all()?;
+        let staged = match staged_plus {
+            None => self.stage_all()?,
+            Some(also) => {
+                let mut index = self.repo.index()?;
+                for p in also {
+                    if self.root.join(p).exists() {
+                        index.add_path(Path::new(p))?;
+                    } else {
+                        let _ = index.remove_path(Path::new(p));
+                    }
+                }
+                self.index_dirty = true;
+                let tree = index.write_tree()?;
+                let changed = self.changed_paths(tree)?;
+                Staged { tree, changed }
+            }
+        };
         let parent = head_commit_of(&self.repo)?;
         let head_tree = match &parent {
             Some(c) => Some(c.tree()?),

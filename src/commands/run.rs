@@ -478,7 +478,7 @@ fn start(
                 };
                 let message = supervisor::commit_message(&subject, p.iteration, &p.run_id);
                 if let Some(out) =
-                    supervisor::guarded_commit(&mut repo, &settings, ui, &rd, &message)?
+                    supervisor::guarded_commit(&mut repo, &settings, ui, &rd, &message, None)?
                 {
                     ui.note(&format!(
                         "committed the uncommitted work first as {} ({subject})",
@@ -523,7 +523,7 @@ fn start(
                     &run_id,
                 );
                 if let Some(out) =
-                    supervisor::guarded_commit(&mut repo, &settings, ui, &rd, &message)?
+                    supervisor::guarded_commit(&mut repo, &settings, ui, &rd, &message, None)?
                 {
                     ui.note(&format!(
                         "committed the uncommitted changes first as {} (ralph: state before run)",
@@ -588,6 +588,7 @@ fn start(
             interrupts,
             started: Instant::now(),
             stream: options.stream,
+            clean_at: None,
         };
         if let Some(code) = the_loop.preflight_verdict().await? {
             return Ok(code);
@@ -690,7 +691,7 @@ async fn plan_table(
     })?;
     if !settings.no_commit {
         let message = "ralph: initialize PRD and progress tracking\n";
-        if let Some(out) = supervisor::guarded_commit(repo, settings, ui, rd, message)? {
+        if let Some(out) = supervisor::guarded_commit(repo, settings, ui, rd, message, None)? {
             ui.note(&format!("committed the plan as {}", out.commit.short));
         }
     }

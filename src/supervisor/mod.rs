@@ -52,7 +52,12 @@ pub struct Loop {
     pub stream: bool,
     /// Never ask (`--yes`, or stdin is not a terminal).
     pub unattended: bool,
+    /// HEAD when the last iteration left the tree clean (its staged tree is then HEAD's).
+    pub clean_at: Option<String>,
 }
+
+/// What `git status --porcelain | cksum` prints for a clean tree.
+pub const CLEAN_FINGERPRINT: &str = "4294967295 0";
 
 /// Short result of the bookkeeping after an agent run.
 struct Committed {
@@ -139,12 +144,23 @@ impl Loop {
         self.state.save(&self.rd.state_file())?;
 
         let head_before = self.repo.head()?.map(|c| c.id);
+        // What `git add -A` would stage before the agent runs. After an iteration that left the
+        // tree clean at this same HEAD, that is HEAD's tree: no walk of the work tree needed.
         let tree_before = if self.settings.no_commit {
             None
+        } else if head_before.is_some() && self.clean_at == head_before {
+            self.repo.clean_tree()?
         } else {
-            let staged = self.repo.stage_all()?;
-            self.repo.reload_index()?;
-            Some(staged.tree)
+            None
+        };
+        let tree_before = match tree_before {
+            Some(t) => Some(t),
+            None if self.settings.no_commit => None,
+            None => {
+                let staged = self.repo.stage_all()?;
+                self.repo.reload_index()?;
+                Some(staged.tree)
+            }
         };
         let limits = self.limits();
         let echo = if self.stream {
@@ -359,6 +375,11 @@ impl Loop {
             (status_text, judged.done, judged.total),
         )?;
         let fingerprint = self.repo.fingerprint()?;
+        self.clean_at = if fingerprint == CLEAN_FINGERPRINT {
+            self.repo.head()?.map(|h| h.id)
+        } else {
+            None
+        };
         let figures = match (&verdict, &judged.figures) {
             (Some(v), _) => v.figures(),
             (None, Some(f)) => f.clone(),
@@ -880,14 +901,17 @@ impl Loop {
         let progress_path = self.rd.progress();
         // The agent changed something when the tree `git add -A` would stage now differs from
         // the one before it ran; ralph's own bookkeeping is written after this comparison.
+        // Staged once: this index is what gets committed (plus the status block below).
         let agent_changed = match tree_before {
             Some(before) => {
                 let staged = self.repo.stage_all()?;
-                self.repo.reload_index()?;
                 staged.tree != before
             }
             None => false,
         };
+        if tree_before.is_some() && !agent_changed {
+            self.repo.reload_index()?;
+        }
         // Bookkeeping rides along with the agent's changes, never commits by itself.
         let current = std::fs::read_to_string(&progress_path).unwrap_or_default();
         let block = state::status_block(n, done, total, status_text);
@@ -911,9 +935,15 @@ impl Loop {
                 n,
                 &self.state.run_id,
             );
-            if let Some(out) =
-                guarded_commit(&mut self.repo, &self.settings, self.ui, &self.rd, &message)?
-            {
+            let progress_rel = format!("{}/progress.md", state::DIR);
+            if let Some(out) = guarded_commit(
+                &mut self.repo,
+                &self.settings,
+                self.ui,
+                &self.rd,
+                &message,
+                Some(&[progress_rel.as_str()]),
+            )? {
                 subject = Some(out.commit.summary.clone());
             }
         } else if let Some(h) = head_after_agent
@@ -937,9 +967,14 @@ impl Loop {
                 n,
                 &self.state.run_id,
             );
-            if let Some(out) =
-                guarded_commit(&mut self.repo, &self.settings, self.ui, &self.rd, &message)?
-            {
+            if let Some(out) = guarded_commit(
+                &mut self.repo,
+                &self.settings,
+                self.ui,
+                &self.rd,
+                &message,
+                None,
+            )? {
                 self.log(&format!(
                     "Iteration {n}: partial work committed as {}",
                     out.commit.short
@@ -1119,6 +1154,7 @@ pub fn guarded_commit(
     ui: Ui,
     rd: &RalphDir,
     message: &str,
+    staged_plus: Option<&[&str]>,
 ) -> Result<Option<crate::git::CommitOutcome>> {
     let max = settings.max_file_size;
     let exclude = move |rel: &str, abs: &std::path::Path| crate::guard::check(rel, abs, max);
@@ -1127,7 +1163,10 @@ pub fn guarded_commit(
     let run_hooks =
         move |root: &std::path::Path, msg: &str| crate::hooks::run(root, &hooks_dir, &git_dir, msg);
     let hooks: Option<&crate::git::HookRunner> = (!settings.no_verify).then_some(&run_hooks as _);
-    let report = repo.commit_with(message, &exclude, hooks)?;
+    let report = match staged_plus {
+        Some(also) => repo.commit_staged_with(message, also, &exclude, hooks)?,
+        None => repo.commit_with(message, &exclude, hooks)?,
+    };
     let log = |line: &str| {
         state::append_line(
             &rd.activity_log(),
