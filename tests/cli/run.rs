@@ -617,3 +617,16 @@ fn an_agent_deleting_ralphs_directory_does_not_break_the_run() {
     );
     assert!(!env.git(&["ls-files"]).contains(".ralph/state.json"));
 }
+
+#[test]
+fn idle_iterations_after_a_clean_one_commit_nothing_and_stall() {
+    // Iteration 1 leaves the tree clean, so iteration 2 takes HEAD's tree as its "before"
+    // without walking: an idle agent must still make no commit.
+    let env = setup(&THREE);
+    let out = env.run_fake("check,idle", &[]);
+    assert_exit(&out, 4);
+    assert!(env.agent_ran(4) && !env.agent_ran(5));
+    assert_eq!(env.commits().len(), 2, "{:?}", env.commits());
+    let recs = env.iter_records();
+    assert!(recs[0].ends_with("| 4294967295 0"), "{recs:?}");
+}
