@@ -147,21 +147,9 @@ cli_env() { # $1 home dir
                 COPILOT_AUTO_UPDATE=false COPILOT_PKG_CACHE_HOME="$PREFIX/copilot-pkg-cache")
       ;;
     codex)
-      mkdir -p "$home/.codex"
-      cat > "$home/.codex/config.toml" <<EOF
-model = "standin-model"
-model_provider = "standin"
-check_for_update_on_startup = false
-
-[analytics]
-enabled = false
-
-[model_providers.standin]
-name = "standin"
-base_url = "http://127.0.0.1:$PORT/v1"
-env_key = "STANDIN_API_KEY"
-wire_api = "responses"
-EOF
+      # shellcheck source=../testing/standin/codex-config.sh
+      . "$REPO/testing/standin/codex-config.sh"
+      write_codex_config "$home/.codex" "$PORT"
       CLI_ENV+=(CODEX_HOME="$home/.codex" STANDIN_API_KEY=standin-key)
       ;;
   esac

@@ -1,10 +1,9 @@
 //! The repository's `pre-commit` and `commit-msg` hooks, run as git would run them (libgit2 runs
 //! none), honouring `core.hooksPath`.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 /// How long a hook may run before it is killed (and counts as failed).
 const HOOK_TIMEOUT: Duration = Duration::from_secs(600);
@@ -60,45 +59,12 @@ fn run_hook(root: &Path, hook: &Path, args: &[&std::ffi::OsStr]) -> Result<(), S
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut child = Command::new(hook)
-        .args(args)
-        .current_dir(root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run the {name} hook: {e}"))?;
-    let mut out = child.stdout.take();
-    let mut err = child.stderr.take();
-    // A background process the hook started may keep the pipes open: never wait on them long.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(o) = out.as_mut() {
-            let _ = o.read_to_string(&mut s);
-        }
-        if let Some(e) = err.as_mut() {
-            let _ = e.read_to_string(&mut s);
-        }
-        let _ = tx.send(s);
-    });
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if start.elapsed() < HOOK_TIMEOUT => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    let output = rx
-        .recv_timeout(Duration::from_millis(500))
-        .unwrap_or_default();
+    let brief = crate::brief::run(
+        Command::new(hook).args(args).current_dir(root),
+        HOOK_TIMEOUT,
+    )
+    .map_err(|e| format!("cannot run the {name} hook: {e}"))?;
+    let (status, output) = (brief.status, brief.output);
     let tail: String = output
         .lines()
         .rev()

@@ -1,6 +1,7 @@
 //! ralph: a supervisor for autonomous coding-agent loops. See ARCHITECTURE.md for the map.
 
 pub mod agent;
+pub mod brief;
 pub mod cli;
 pub mod commands;
 pub mod config;

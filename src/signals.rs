@@ -32,13 +32,6 @@ impl Interrupts {
         Ok(Interrupts { rx })
     }
 
-    /// A counter that never fires (for commands that are not interruptible this way).
-    pub fn none() -> Interrupts {
-        let (tx, rx) = watch::channel(0u32);
-        std::mem::forget(tx);
-        Interrupts { rx }
-    }
-
     /// How many interrupts have arrived so far.
     pub fn count(&self) -> u32 {
         *self.rx.borrow()

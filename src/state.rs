@@ -264,12 +264,69 @@ pub fn tail_lines(path: &Path, n: usize) -> Result<Vec<String>> {
     }
 }
 
+/// One `ITER {n} | {figures} | exit {code} | {commit} | {fingerprint}` record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IterRecord {
+    /// The iteration number, when it parses.
+    pub iteration: Option<u32>,
+    /// The figures, verbatim.
+    pub figures: String,
+    /// The exit field's value (`3`, or whatever was written).
+    pub exit: String,
+    /// The short HEAD or `no-commit`.
+    pub commit: String,
+    /// The `git status --porcelain | cksum` output.
+    pub fingerprint: String,
+}
+
+/// Parse an `ITER` record; fields are read from both ends so figures containing ` | ` survive.
+pub fn parse_iter_record(line: &str) -> Option<IterRecord> {
+    let line = line.trim();
+    let rest = line.strip_prefix("ITER ")?;
+    let fields: Vec<&str> = rest.split(" | ").collect();
+    if fields.len() < 5 {
+        return None;
+    }
+    let n = fields.len();
+    let exit = fields[n - 3].trim();
+    let exit = exit.strip_prefix("exit").map_or(exit, str::trim);
+    Some(IterRecord {
+        iteration: fields[0].trim().parse().ok(),
+        figures: fields[1..n - 3].join(" | ").trim().to_string(),
+        exit: exit.to_string(),
+        commit: fields[n - 2].trim().to_string(),
+        fingerprint: fields[n - 1].trim().to_string(),
+    })
+}
+
+/// The STALLED condition: at least three records, and the last three carry the same figures,
+/// commit and fingerprint.
+pub fn last_three_repeat(records: &[IterRecord]) -> bool {
+    let [.., a, b, c] = records else {
+        return false;
+    };
+    let same = |x: &IterRecord, y: &IterRecord| {
+        x.figures == y.figures && x.commit == y.commit && x.fingerprint == y.fingerprint
+    };
+    same(a, b) && same(b, c)
+}
+
 /// One ITER record's identity for the STALLED rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IterKey {
     pub figures: String,
     pub commit: String,
     pub fingerprint: String,
+}
+
+impl IterKey {
+    /// The record as `.ralph/iterations.log` (or the CPM log) holds it (SPEC §5.4).
+    pub fn record(&self, n: u32, exit: i32) -> String {
+        format!(
+            "ITER {n} | {} | exit {exit} | {} | {}",
+            self.figures, self.commit, self.fingerprint
+        )
+    }
 }
 
 /// `state.json`: what `status` reports and what a resume restores.
@@ -280,7 +337,8 @@ pub struct RunState {
     pub task: String,
     pub task_file: String,
     pub mode: String,
-    /// CPM: the resolved target paths, so a resume works on the same ones.
+    /// The resolved targets (CPM epics or spec; the table's PRD and progress files), so a
+    /// resume works on the same ones.
     #[serde(default)]
     pub targets: Vec<String>,
     pub pid: u32,

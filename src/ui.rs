@@ -14,7 +14,6 @@ const RED: Style = AnsiColor::Red.on_default().bold();
 const YELLOW: Style = AnsiColor::Yellow.on_default().bold();
 const CYAN: Style = AnsiColor::Cyan.on_default().bold();
 const GREEN: Style = AnsiColor::Green.on_default().bold();
-const BOLD: Style = Style::new().bold();
 static HALTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The version of the `--json` event schema.
@@ -56,11 +55,6 @@ impl Ui {
         if !self.quiet {
             self.human(text);
         }
-    }
-
-    /// A heading-styled line (kept with `-q`: summaries matter).
-    pub fn headline(&self, text: &str) {
-        self.human(&format!("{BOLD}{text}{BOLD:#}"));
     }
 
     pub fn success(&self, text: &str) {

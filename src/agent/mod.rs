@@ -315,7 +315,12 @@ fn is_executable(p: &Path) -> bool {
 /// Ask `copilot --help` which permission flag it knows: `--yolo`, else `--allow-all`, else
 /// `--allow-all-tools` (older versions).
 fn copilot_permission_flag(program: &Path) -> &'static str {
-    let help = run_with_deadline(program, &["--help"], Duration::from_secs(10)).unwrap_or_default();
+    let help = crate::brief::run(
+        std::process::Command::new(program).arg("--help"),
+        Duration::from_secs(10),
+    )
+    .map(|b| b.output)
+    .unwrap_or_default();
     pick_permission_flag(&help)
 }
 
@@ -333,42 +338,6 @@ fn pick_permission_flag(help: &str) -> &'static str {
     } else {
         "--yolo"
     }
-}
-
-/// Run a short command and collect stdout+stderr, killing it after `deadline`.
-fn run_with_deadline(program: &Path, args: &[&str], deadline: Duration) -> Option<String> {
-    use std::io::Read;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .ok()?;
-    let mut out = child.stdout.take()?;
-    let mut err = child.stderr.take()?;
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = std::time::Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if start.elapsed() < deadline => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break;
-            }
-        }
-    }
-    reader.join().ok()
 }
 
 #[cfg(test)]

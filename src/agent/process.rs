@@ -59,16 +59,6 @@ impl Finished {
     pub fn success(&self) -> bool {
         self.exit_code == 0 && self.stopped.is_none()
     }
-
-    /// The last non-empty line of stdout, for activity displays.
-    pub fn last_line(&self) -> Option<String> {
-        String::from_utf8_lossy(&self.stdout_tail)
-            .lines()
-            .rev()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .map(str::to_string)
-    }
 }
 
 /// Who else watches the output as it arrives: the agent-output observer (activity, cost,
@@ -96,8 +86,10 @@ impl Watchers<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Echo {
     None,
-    /// Copy everything to ralph's stdout (`--stream`).
+    /// Copy the agent's stdout to ralph's stdout, its stderr to ralph's stderr (`--stream`).
     Stdout,
+    /// Copy both to ralph's stderr (`--stream --json`: stdout carries only JSON events).
+    Stderr,
 }
 
 /// Run `inv` in `cwd` as the leader of a new process group, relaying its output into
@@ -197,9 +189,15 @@ pub async fn run(
                         let chunk = &buf_out[..n];
                         transcript.write_all(chunk)?;
                         watchers.chunk(chunk, false);
-                        if echo == Echo::Stdout {
-                            let _ = stdout.write_all(chunk);
-                            let _ = stdout.flush();
+                        match echo {
+                            Echo::Stdout => {
+                                let _ = stdout.write_all(chunk);
+                                let _ = stdout.flush();
+                            }
+                            Echo::Stderr => {
+                                let _ = std::io::stderr().write_all(chunk);
+                            }
+                            Echo::None => {}
                         }
                         output_bytes += n as u64;
                         tail.extend_from_slice(chunk);
@@ -219,7 +217,7 @@ pub async fn run(
                         let chunk = &buf_err[..n];
                         transcript.write_all(chunk)?;
                         watchers.chunk(chunk, true);
-                        if echo == Echo::Stdout {
+                        if echo != Echo::None {
                             let _ = std::io::stderr().write_all(chunk);
                         }
                         output_bytes += n as u64;

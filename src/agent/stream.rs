@@ -50,12 +50,11 @@ pub fn format_for(preset: &str) -> Format {
     }
 }
 
-/// Backoff when a limit gives no reset time: attempt 1 → 60 s, doubling, capped at 30 min.
-pub fn backoff(attempt: u32) -> Duration {
-    const BASE: u64 = 60;
-    const CAP: u64 = 30 * 60;
+/// Backoff when a limit gives no reset time: attempt 1 → `base`, doubling, capped at 30 min.
+pub fn backoff(base: Duration, attempt: u32) -> Duration {
+    const CAP: Duration = Duration::from_secs(30 * 60);
     let doublings = attempt.saturating_sub(1).min(16);
-    Duration::from_secs((BASE << doublings).min(CAP))
+    base.saturating_mul(1 << doublings).min(CAP)
 }
 
 /// Tokens and cost; zero when unknown.
@@ -224,11 +223,6 @@ impl Observer {
     pub fn with_local_zone(mut self, offset: FixedOffset, name: Option<&str>) -> Observer {
         self.zone = Some((offset, name.map(str::to_owned)));
         self
-    }
-
-    /// Moves the clock that relative and time-of-day reset times are computed from.
-    pub fn set_now(&mut self, now: DateTime<Utc>) {
-        self.now = now;
     }
 
     pub fn format(&self) -> Format {
@@ -2656,9 +2650,11 @@ mod tests {
 
     #[test]
     fn backoff_doubles_and_caps() {
-        let secs: Vec<u64> = (0..=8).map(|a| backoff(a).as_secs()).collect();
+        let base = Duration::from_secs(60);
+        let secs: Vec<u64> = (0..=8).map(|a| backoff(base, a).as_secs()).collect();
         assert_eq!(secs, [60, 60, 120, 240, 480, 960, 1800, 1800, 1800]);
-        assert_eq!(backoff(u32::MAX), Duration::from_secs(1800));
+        assert_eq!(backoff(base, u32::MAX), Duration::from_secs(1800));
+        assert_eq!(backoff(Duration::from_secs(1), 3), Duration::from_secs(4));
     }
 
     #[test]

@@ -378,7 +378,6 @@ fn start(
             options,
             rollup.clone(),
             &settings,
-            dry_run,
         )?),
     };
     if dry_run && let Some(source) = &mut source {
@@ -406,9 +405,7 @@ fn start(
             &settings,
             &mut repo,
         ))?;
-        source = Some(build_source(
-            &plan, &root, options, rollup, &settings, dry_run,
-        )?);
+        source = Some(build_source(&plan, &root, options, rollup, &settings)?);
     }
     let Some(source) = source else {
         return Err(Error::user("nothing to run"));
@@ -705,7 +702,6 @@ fn build_source(
     options: &RunOptions,
     rollup: Option<PathBuf>,
     settings: &Settings,
-    _dry_run: bool,
 ) -> Result<Source> {
     Ok(match plan {
         Plan::Checklist { doc, path, rel } => Source::Checklist(ChecklistSource {

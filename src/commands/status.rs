@@ -17,17 +17,11 @@ pub fn run(ctx: &Context, json_out: bool) -> Result<i32> {
         .and_then(|s| s.iterations_log.as_ref())
         .map_or_else(|| rd.iterations_log(), |l| repo.root().join(l));
     let records = state::tail_lines(&log, 3)?;
-    let stalled = records.len() == 3 && {
-        let key = |r: &str| {
-            let parts: Vec<&str> = r.split(" | ").collect();
-            (
-                parts.get(1).map(|s| s.to_string()),
-                parts.get(3).map(|s| s.to_string()),
-                parts.get(4).map(|s| s.to_string()),
-            )
-        };
-        key(&records[0]) == key(&records[1]) && key(&records[1]) == key(&records[2])
-    };
+    let parsed: Vec<state::IterRecord> = records
+        .iter()
+        .filter_map(|r| state::parse_iter_record(r))
+        .collect();
+    let stalled = state::last_three_repeat(&parsed);
     // A supervisor is running when someone holds the lock (the kernel drops it on any death).
     let running = st.as_ref().is_some_and(|s| s.running) && Lock::is_held(&rd.lock_file());
     let task_file = st

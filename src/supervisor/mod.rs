@@ -12,7 +12,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use crate::agent::process::{self, Echo, Finished, Limits, StopCause, Watchers};
-use crate::agent::stream::{Limit, Observer, format_for};
+use crate::agent::stream::{Limit, Observer, backoff, format_for};
 use crate::agent::{Agent, Invocation};
 use crate::config::Settings;
 use crate::error::{Error, Result, exit};
@@ -163,10 +163,10 @@ impl Loop {
             }
         };
         let limits = self.limits();
-        let echo = if self.stream {
-            Echo::Stdout
-        } else {
-            Echo::None
+        let echo = match (self.stream, self.ui.json) {
+            (false, _) => Echo::None,
+            (true, false) => Echo::Stdout,
+            (true, true) => Echo::Stderr,
         };
         // A usage or rate limit is not an iteration: wait for the reset and run the same
         // iteration again (SPEC §6).
@@ -449,13 +449,7 @@ impl Loop {
         if let Some(dir) = iter_log.parent() {
             std::fs::create_dir_all(dir).map_err(|e| Error::file("create directory", dir, e))?;
         }
-        state::append_line(
-            &iter_log,
-            &format!(
-                "ITER {n} | {} | exit {} | {} | {}",
-                key.figures, iter_exit, key.commit, key.fingerprint
-            ),
-        )?;
+        state::append_line(&iter_log, &key.record(n, iter_exit))?;
         if let Decision::Continue {
             newly_stuck: true, ..
         } = decision
@@ -601,12 +595,7 @@ impl Loop {
     /// the waiting budget is spent).
     async fn wait_for_limit(&mut self, n: u32, limit: &Limit, attempt: u32) -> Result<Option<i32>> {
         let now = chrono::Utc::now();
-        let backoff = |k: u32| {
-            self.settings
-                .limit_backoff
-                .saturating_mul(1 << k.min(16))
-                .min(std::time::Duration::from_secs(1800))
-        };
+        let base = self.settings.limit_backoff;
         let wait = match limit.reset_at {
             // A little past the reset, so the retry does not land just before it; a limit met
             // again right after its reset also backs off, so a misread never spins.
@@ -614,12 +603,12 @@ impl Loop {
                 let until =
                     (t - now).to_std().unwrap_or_default() + std::time::Duration::from_secs(1);
                 if attempt > 1 {
-                    until.max(backoff(attempt - 2))
+                    until.max(backoff(base, attempt - 1))
                 } else {
                     until
                 }
             }
-            None => backoff(attempt - 1),
+            None => backoff(base, attempt),
         };
         let waited = std::time::Duration::from_secs_f64(self.state.waited_s);
         if waited + wait > self.settings.max_wait {

@@ -372,7 +372,6 @@ impl Source {
         match self {
             Source::Cpm(c) if c.rollup.is_some() => {
                 let mut v = Verdict::from_output(exit_code, stdout);
-                v.summary = cpm::summary_line(stdout);
                 if exit_code == 5 {
                     v.class = VerdictClass::TargetOnly(cpm::target_only_rows(stdout));
                 }

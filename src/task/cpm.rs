@@ -17,6 +17,7 @@
 //!
 //! Nothing here panics on any input; file problems are [`CpmError`]s naming the file.
 
+use crate::state::{IterRecord, last_three_repeat, parse_iter_record};
 use std::cmp::Ordering;
 use std::fmt::Write as _;
 use std::fs;
@@ -1461,53 +1462,6 @@ fn read_limited(path: &Path) -> Option<String> {
 // Earlier runs (ITER logs)
 // ---------------------------------------------------------------------------------------
 
-/// One `ITER {n} | {figures} | exit {code} | {commit} | {fingerprint}` record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IterRecord {
-    /// The iteration number, when it parses.
-    pub iteration: Option<u32>,
-    /// The figures, verbatim.
-    pub figures: String,
-    /// The exit field's value (`3`, or whatever was written).
-    pub exit: String,
-    /// The short HEAD or `no-commit`.
-    pub commit: String,
-    /// The `git status --porcelain | cksum` output.
-    pub fingerprint: String,
-}
-
-/// Parse an `ITER` record; fields are read from both ends so figures containing ` | ` survive.
-pub fn parse_iter_record(line: &str) -> Option<IterRecord> {
-    let line = line.trim();
-    let rest = line.strip_prefix("ITER ")?;
-    let fields: Vec<&str> = rest.split(" | ").collect();
-    if fields.len() < 5 {
-        return None;
-    }
-    let n = fields.len();
-    let exit = fields[n - 3].trim();
-    let exit = exit.strip_prefix("exit").map_or(exit, str::trim);
-    Some(IterRecord {
-        iteration: fields[0].trim().parse().ok(),
-        figures: fields[1..n - 3].join(" | ").trim().to_string(),
-        exit: exit.to_string(),
-        commit: fields[n - 2].trim().to_string(),
-        fingerprint: fields[n - 1].trim().to_string(),
-    })
-}
-
-/// The STALLED condition: at least three records, and the last three carry the same figures,
-/// commit and fingerprint.
-pub fn last_three_repeat(records: &[IterRecord]) -> bool {
-    let [.., a, b, c] = records else {
-        return false;
-    };
-    let same = |x: &IterRecord, y: &IterRecord| {
-        x.figures == y.figures && x.commit == y.commit && x.fingerprint == y.fingerprint
-    };
-    same(a, b) && same(b, c)
-}
-
 /// What an earlier run's iteration log shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EarlierRun {
@@ -1766,25 +1720,6 @@ pub fn rollup_argv(rollup: &Path, targets: &Targets) -> Vec<String> {
     }
     argv.push("--verdict".to_string());
     argv
-}
-
-/// The verdict's summary: the last line starting with `SUMMARY` (verbatim, trimmed), else the
-/// last non-empty line.
-pub fn summary_line(stdout: &str) -> Option<String> {
-    let is_summary = |l: &str| {
-        l.strip_prefix("SUMMARY")
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', ':']))
-    };
-    let mut lines = stdout
-        .lines()
-        .rev()
-        .map(str::trim)
-        .filter(|l| !l.is_empty());
-    lines
-        .clone()
-        .find(|l| is_summary(l))
-        .or_else(|| lines.next())
-        .map(str::to_string)
 }
 
 /// The four counts of a roll-up `SUMMARY` record.
@@ -2389,6 +2324,7 @@ pub fn epic_range(epics: &[PathBuf]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::verdict::summary_line;
     use proptest::prelude::*;
     use tempfile::TempDir;
 

@@ -48,19 +48,23 @@ impl Verdict {
     }
 }
 
-/// The `SUMMARY` line (verbatim, trimmed), else the last non-empty line.
+/// The verdict's summary: the last line starting with `SUMMARY` (verbatim, trimmed), else the
+/// last non-empty line.
 pub fn summary_line(stdout: &str) -> Option<String> {
-    let lines: Vec<&str> = stdout
+    let is_summary = |l: &str| {
+        l.strip_prefix("SUMMARY")
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', ':']))
+    };
+    let mut lines = stdout
         .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    lines
-        .iter()
         .rev()
-        .find(|l| l.starts_with("SUMMARY"))
-        .or(lines.last())
-        .map(|l| l.to_string())
+        .map(str::trim)
+        .filter(|l| !l.is_empty());
+    lines
+        .clone()
+        .find(|l| is_summary(l))
+        .or_else(|| lines.next())
+        .map(str::to_string)
 }
 
 /// The labels of target-only rows a verdict exit 5 printed: lines starting with `TARGET-ONLY`

@@ -90,21 +90,9 @@ case "$CLI" in
     ;;
   codex)
     export CODEX_HOME="$HOME_DIR/.codex" STANDIN_API_KEY=standin-key
-    mkdir -p "$CODEX_HOME"
-    cat > "$CODEX_HOME/config.toml" <<EOF
-model = "standin-model"
-model_provider = "standin"
-check_for_update_on_startup = false
-
-[analytics]
-enabled = false
-
-[model_providers.standin]
-name = "standin"
-base_url = "http://127.0.0.1:$PORT/v1"
-env_key = "STANDIN_API_KEY"
-wire_api = "responses"
-EOF
+    # shellcheck source=codex-config.sh
+    . "$HERE/codex-config.sh"
+    write_codex_config "$CODEX_HOME" "$PORT"
     ;;
 esac
 

@@ -236,6 +236,22 @@ pub fn run_with_limit(mut cmd: std::process::Command, limit: Duration) -> Output
     }
 }
 
+/// `--json` output: every stdout line parsed (a line that is not JSON fails the test).
+pub fn json_events(o: &Output) -> Vec<serde_json::Value> {
+    stdout(o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .collect()
+}
+
+/// The events named `name`.
+pub fn events_named(o: &Output, name: &str) -> Vec<serde_json::Value> {
+    json_events(o)
+        .into_iter()
+        .filter(|e| e["event"] == name)
+        .collect()
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

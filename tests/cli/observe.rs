@@ -50,14 +50,7 @@ fn claude_cost_and_tokens_per_iteration_and_in_total() {
     let env = setup(2);
     let out = run_claude(&env, "check+claude-result:0.25", &["--json"]);
     assert_exit(&out, 0);
-    let events: Vec<serde_json::Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let finished: Vec<&serde_json::Value> = events
-        .iter()
-        .filter(|e| e["event"] == "iteration_finished")
-        .collect();
+    let finished = events_named(&out, "iteration_finished");
     assert_eq!(finished.len(), 2);
     assert_eq!(finished[0]["cost_usd"], 0.25);
     assert_eq!(finished[0]["input_tokens"], 1000);
@@ -113,13 +106,8 @@ fn a_usage_limit_is_waited_out_and_the_same_iteration_retried() {
         2,
         "a limited attempt is not an iteration: {recs:?}"
     );
-    let so = stdout(&out);
-    let waiting: Vec<serde_json::Value> = so
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|e| e["event"] == "waiting")
-        .collect();
-    assert_eq!(waiting.len(), 1, "{so}");
+    let waiting = events_named(&out, "waiting");
+    assert_eq!(waiting.len(), 1, "{}", stdout(&out));
     assert_eq!(waiting[0]["iteration"], 1);
     assert!(waiting[0]["reset_at"].is_string());
     assert!(

@@ -186,14 +186,7 @@ fn claude_shows_tools_live_and_reports_cost_and_tokens() {
         ],
     );
     assert_exit(&out, 0);
-    let events: Vec<serde_json::Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let finished: Vec<&serde_json::Value> = events
-        .iter()
-        .filter(|e| e["event"] == "iteration_finished")
-        .collect();
+    let finished = events_named(&out, "iteration_finished");
     assert_eq!(finished.len(), 2);
     for f in &finished {
         assert!(f["cost_usd"].as_f64().unwrap() > 0.0, "{f}");
@@ -257,11 +250,7 @@ fn claude_session_limit_is_waited_out_without_counting_an_iteration() {
     );
     assert_exit(&out, 0);
     assert_eq!(env.iter_records().len(), 2, "{:?}", env.iter_records());
-    let so = stdout(&out);
-    assert!(
-        so.lines().any(|l| l.contains("\"event\":\"waiting\"")),
-        "{so}"
-    );
+    assert_eq!(events_named(&out, "waiting").len(), 1, "{}", stdout(&out));
     assert!(stderr(&out).contains("Usage limit ("), "{}", stderr(&out));
 }
 
@@ -292,9 +281,7 @@ fn rate_limit_is_backed_off_and_retried(cli: &str, scenario: &str) {
     assert_exit(&out, 0);
     assert_eq!(env.iter_records().len(), 2, "{:?}", env.iter_records());
     assert!(
-        stdout(&out)
-            .lines()
-            .any(|l| l.contains("\"event\":\"waiting\"")),
+        !events_named(&out, "waiting").is_empty(),
         "{}",
         stdout(&out)
     );

@@ -294,30 +294,6 @@ fn test_command_must_pass_for_completion() {
 }
 
 #[test]
-fn timeout_stops_a_hanging_agent_and_the_loop_goes_on() {
-    let env = setup(&["h1"]);
-    let out = env.run_fake(
-        "hang+grandchild,check",
-        &["--timeout", "300ms", "--grace", "100ms"],
-    );
-    assert_exit(&out, 0);
-    assert!(
-        env.activity()
-            .contains("Iteration 1: agent timed out after"),
-        "{}",
-        env.activity()
-    );
-    let pids = std::fs::read_to_string(env.log.join("pids-1.txt")).unwrap();
-    for pid in pids.lines() {
-        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
-            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .unwrap_or_default()
-                .contains(") Z ");
-        assert!(!alive, "process {pid} of the agent's tree survived");
-    }
-}
-
-#[test]
 fn dirty_tree_is_committed_before_the_run() {
     let env = setup(&["d1"]);
     env.write("uncommitted.txt", "user work\n");
@@ -492,11 +468,7 @@ fn json_output_is_only_json_lines_ending_in_halted() {
     let env = setup(&["j1", "j2"]);
     let out = env.run_fake("check", &["--json"]);
     assert_exit(&out, 0);
-    let so = stdout(&out);
-    let events: Vec<serde_json::Value> = so
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
-        .collect();
+    let events = json_events(&out);
     let names: Vec<&str> = events
         .iter()
         .map(|e| e["event"].as_str().unwrap())
@@ -534,12 +506,8 @@ fn json_reports_stuck_and_errors_as_halted() {
     let env = setup(&["j1"]);
     let out = env.run_fake("churn", &["--json"]);
     assert_exit(&out, 5);
-    let so = stdout(&out);
-    assert!(
-        so.lines().any(|l| l.contains("\"event\":\"stuck\"")),
-        "{so}"
-    );
-    let last: serde_json::Value = serde_json::from_str(so.lines().last().unwrap()).unwrap();
+    assert_eq!(events_named(&out, "stuck").len(), 1, "{}", stdout(&out));
+    let last = json_events(&out).pop().unwrap();
     assert_eq!(last["event"], "halted");
     assert_eq!(last["reason"], "stuck");
     assert_eq!(last["exit_code"], 5);
@@ -629,4 +597,16 @@ fn idle_iterations_after_a_clean_one_commit_nothing_and_stall() {
     assert_eq!(env.commits().len(), 2, "{:?}", env.commits());
     let recs = env.iter_records();
     assert!(recs[0].ends_with("| 4294967295 0"), "{recs:?}");
+}
+
+#[test]
+fn stream_with_json_keeps_stdout_to_json_lines() {
+    let env = setup(&["s1"]);
+    let out = env.run_fake("check+print:agent chatter", &["--json", "--stream"]);
+    assert_exit(&out, 0);
+    assert!(!json_events(&out).is_empty(), "only JSON lines on stdout");
+    assert!(
+        stderr(&out).contains("agent chatter"),
+        "the stream goes to stderr"
+    );
 }
