@@ -558,15 +558,11 @@ fn start(
             "resumed": run_state.iteration > 0,
         }),
     );
-    let counters = Counters {
-        iteration: run_state.iteration,
-        max_iterations: settings.max_iterations,
-        stuck_threshold: settings.stuck_threshold,
-        no_progress_streak: run_state.no_progress_streak,
-        best_done: run_state.best_done,
-        last_keys: run_state.last_keys.clone(),
-        verdict_failures: run_state.verdict_failures,
-    };
+    let counters = Counters::restore(
+        &run_state,
+        settings.max_iterations,
+        settings.stuck_threshold,
+    );
 
     runtime.block_on(async move {
         let interrupts =

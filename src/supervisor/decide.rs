@@ -21,6 +21,33 @@ pub struct Counters {
     pub verdict_failures: u32,
 }
 
+impl Counters {
+    /// The counters a run resumes with: what `state.json` recorded, under today's limits.
+    pub fn restore(
+        state: &crate::state::RunState,
+        max_iterations: u32,
+        stuck_threshold: u32,
+    ) -> Counters {
+        Counters {
+            iteration: state.iteration,
+            max_iterations,
+            stuck_threshold,
+            no_progress_streak: state.no_progress_streak,
+            best_done: state.best_done,
+            last_keys: state.last_keys.clone(),
+            verdict_failures: state.verdict_failures,
+        }
+    }
+
+    /// Write the counters `state.json` keeps (the inverse of `restore`).
+    pub fn save_into(&self, state: &mut crate::state::RunState) {
+        state.best_done = self.best_done;
+        state.verdict_failures = self.verdict_failures;
+        state.no_progress_streak = self.no_progress_streak;
+        state.last_keys = self.last_keys.clone();
+    }
+}
+
 /// What an iteration produced, as the task source and the commands judged it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
@@ -459,6 +486,33 @@ mod tests {
         let mut o = outcome(3, 3, "c");
         o.over_budget = true;
         assert_eq!(decide(&counters(1), &o).1, Decision::Halt(Halt::Complete));
+    }
+
+    #[test]
+    fn counters_round_trip_through_the_state() {
+        let mut st: crate::state::RunState = serde_json::from_str(
+            r#"{"schema_version":1,"run_id":"r","task":"t","task_file":"T.md","mode":"checklist",
+                "pid":1,"running":false,"started_at":"s","updated_at":"u","iteration":4,
+                "max_iterations":9,"done":1,"total":3,"best_done":1,"no_progress_streak":2,
+                "baseline":[],"last_keys":[],"halt_reason":null,"exit_code":null,"cost_usd":0.0}"#,
+        )
+        .unwrap();
+        let mut c = Counters::restore(&st, 20, 3);
+        assert_eq!(
+            (
+                c.iteration,
+                c.max_iterations,
+                c.no_progress_streak,
+                c.best_done
+            ),
+            (4, 20, 2, 1)
+        );
+        c.no_progress_streak = 0;
+        c.best_done = 2;
+        c.verdict_failures = 1;
+        c.last_keys.push(key("2/3 criteria", "abc"));
+        c.save_into(&mut st);
+        assert_eq!(Counters::restore(&st, 20, 3), c);
     }
 
     #[test]

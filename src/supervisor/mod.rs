@@ -484,10 +484,7 @@ impl Loop {
         }
         self.state.done = judged.done;
         self.state.total = judged.total;
-        self.state.best_done = self.counters.best_done;
-        self.state.verdict_failures = self.counters.verdict_failures;
-        self.state.no_progress_streak = self.counters.no_progress_streak;
-        self.state.last_keys = self.counters.last_keys.clone();
+        self.counters.save_into(&mut self.state);
 
         let next_iteration = matches!(decision, Decision::Continue { .. }).then_some(n + 1);
         let report = Report {
