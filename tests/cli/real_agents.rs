@@ -66,6 +66,13 @@ fn requests(env: &TestEnv, cli: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `ralph run --agent CLI --yes --timeout 120s EXTRA...`: the preset, unattended, bounded.
+fn run_args<'a>(cli: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", "--agent", cli, "--yes", "--timeout", "120s"];
+    args.extend_from_slice(extra);
+    args
+}
+
 fn two_criteria(env: &TestEnv) {
     env.write_task(&["first box", "second box"], "");
     env.commit_all("initial");
@@ -82,16 +89,7 @@ fn completes_two_criteria_in_two_iterations(cli: &str) {
         cli,
         None,
         &[],
-        &[
-            "run",
-            "--agent",
-            cli,
-            "--yes",
-            "--max-iterations",
-            "4",
-            "--timeout",
-            "120s",
-        ],
+        &run_args(cli, &["--max-iterations", "4"]),
     );
     assert_exit(&out, 0);
     let recs = env.iter_records();
@@ -134,16 +132,7 @@ fn a_300_kib_prompt_reaches_every_preset_intact() {
             cli,
             None,
             &[],
-            &[
-                "run",
-                "--agent",
-                cli,
-                "--yes",
-                "--max-iterations",
-                "1",
-                "--timeout",
-                "120s",
-            ],
+            &run_args(cli, &["--max-iterations", "1"]),
         );
         assert_exit(&out, 3);
         let reqs = requests(&env, cli);
@@ -170,21 +159,7 @@ fn claude_shows_tools_live_and_reports_cost_and_tokens() {
     }
     let env = TestEnv::new();
     two_criteria(&env);
-    let out = with_standin(
-        &env,
-        "claude",
-        None,
-        &[],
-        &[
-            "run",
-            "--agent",
-            "claude",
-            "--yes",
-            "--json",
-            "--timeout",
-            "120s",
-        ],
-    );
+    let out = with_standin(&env, "claude", None, &[], &run_args("claude", &["--json"]));
     assert_exit(&out, 0);
     let finished = events_named(&out, "iteration_finished");
     assert_eq!(finished.len(), 2);
@@ -238,15 +213,7 @@ fn claude_session_limit_is_waited_out_without_counting_an_iteration() {
         "claude",
         Some(scenario),
         &["--claude-oauth"],
-        &[
-            "run",
-            "--agent",
-            "claude",
-            "--yes",
-            "--json",
-            "--timeout",
-            "120s",
-        ],
+        &run_args("claude", &["--json"]),
     );
     assert_exit(&out, 0);
     assert_eq!(env.iter_records().len(), 2, "{:?}", env.iter_records());
@@ -266,17 +233,7 @@ fn rate_limit_is_backed_off_and_retried(cli: &str, scenario: &str) {
         cli,
         Some(scenario),
         &[],
-        &[
-            "run",
-            "--agent",
-            cli,
-            "--yes",
-            "--json",
-            "--limit-backoff",
-            "1s",
-            "--timeout",
-            "120s",
-        ],
+        &run_args(cli, &["--json", "--limit-backoff", "1s"]),
     );
     assert_exit(&out, 0);
     assert_eq!(env.iter_records().len(), 2, "{:?}", env.iter_records());
