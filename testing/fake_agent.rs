@@ -32,6 +32,8 @@
 //!   plan-criteria:N  append N criteria to the task file (the `ralph init --plan` run)
 //!   limit-once:SECS  on the first attempt of this iteration only, print Claude's
 //!                    `rate_limit_event` (resets in SECS) and a limit result, and exit 1
+//!   sh:FILE          run `sh FILE` in the repository (its output is the agent's; a test
+//!                    writes the script, so any hostile behaviour fits without a new action)
 //! With `FAKE_AGENT_LOG=DIR`, it records `prompt-N.txt`, `argv-N.txt`, `env-N.txt` and `pids-N.txt`.
 
 use std::io::{Read, Write};
@@ -217,6 +219,14 @@ fn main() {
             }
             "rmrf" => {
                 let _ = std::fs::remove_dir_all(arg);
+            }
+            "sh" => {
+                let _ = std::io::stdout().flush();
+                match Command::new("sh").arg(arg).status() {
+                    Ok(s) if !s.success() => exit_code = s.code().unwrap_or(1),
+                    Ok(_) => {}
+                    Err(e) => eprintln!("fake agent: cannot run sh {arg}: {e}"),
+                }
             }
             "plan-criteria" => {
                 let n: u32 = arg.parse().unwrap_or(3);

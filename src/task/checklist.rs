@@ -145,10 +145,13 @@ pub fn parse_checklist(body: &str, first_line: usize) -> Checklist {
     scan(body, first_line).checklist
 }
 
-/// Normalised criterion text used for integrity comparisons: whitespace collapsed, trimmed.
+/// Normalised criterion text used for integrity comparisons: Unicode NFC (so `café` typed as
+/// `e` + U+0301 is the same criterion), whitespace collapsed, trimmed.
 pub fn normalize(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for word in text.split_whitespace() {
+    use unicode_normalization::UnicodeNormalization;
+    let nfc: String = text.nfc().collect();
+    let mut out = String::with_capacity(nfc.len());
+    for word in nfc.split_whitespace() {
         if !out.is_empty() {
             out.push(' ');
         }
@@ -592,6 +595,7 @@ mod tests {
         assert_eq!(normalize("  a \t b\n\r c  "), "a b c");
         assert_eq!(normalize(""), "");
         assert_eq!(normalize("\u{a0}x\u{2003}y"), "x y");
+        assert_eq!(normalize("cafe\u{301} opens"), "caf\u{e9} opens");
     }
 
     #[test]
