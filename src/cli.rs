@@ -212,9 +212,14 @@ pub struct RunOptions {
     #[arg(long, env = "RALPH_MAX_WAIT", value_name = "DUR")]
     pub max_wait: Option<humantime::Duration>,
 
-    /// The first wait after a usage limit that gives no reset time (default 60s, doubling).
+    /// The first wait after a usage limit that gives no reset time (default 60s, at least 1s,
+    /// doubling).
     #[arg(long, env = "RALPH_LIMIT_BACKOFF", value_name = "DUR")]
     pub limit_backoff: Option<humantime::Duration>,
+
+    /// Wall-clock limit of each test and verdict command run (default 30m; no idle limit).
+    #[arg(long, env = "RALPH_CHECK_TIMEOUT", value_name = "DUR")]
+    pub check_timeout: Option<humantime::Duration>,
 
     /// Table mode: a second fresh agent run reviews every task marked DONE
     /// (`REVIEW: PASS` / `REVIEW: FAIL <reason>`).

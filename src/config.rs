@@ -16,6 +16,9 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 pub const DEFAULT_AGENT: &str = "copilot";
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(6 * 3600);
 pub const DEFAULT_LIMIT_BACKOFF: Duration = Duration::from_secs(60);
+/// The shortest backoff after a usage limit (SPEC §6): a `0s` never spins the agent.
+pub const MIN_LIMIT_BACKOFF: Duration = Duration::from_secs(1);
+pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// One layer as written in a config file; every key optional, unknown keys rejected.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
@@ -35,6 +38,7 @@ pub struct Layer {
     pub max_cost: Option<f64>,
     pub max_wait: Option<String>,
     pub limit_backoff: Option<String>,
+    pub check_timeout: Option<String>,
     pub no_verify: Option<bool>,
     pub max_file_size: Option<String>,
 }
@@ -71,8 +75,11 @@ pub struct Settings {
     pub max_cost: Option<f64>,
     /// The most time the run may spend waiting for usage limits to lift (exit 10 past it).
     pub max_wait: Duration,
-    /// The first wait after a usage limit that names no reset time (doubling, up to 30 min).
+    /// The first wait after a usage limit that names no reset time (doubling, up to 30 min;
+    /// never under [`MIN_LIMIT_BACKOFF`]).
     pub limit_backoff: Duration,
+    /// The wall-clock limit of each test and verdict command run.
+    pub check_timeout: Duration,
     /// Skip the repository's pre-commit and commit-msg hooks.
     pub no_verify: bool,
     /// Untracked files over this size stay out of ralph's commits.
@@ -98,6 +105,7 @@ impl Layer {
             max_cost: o.max_cost,
             max_wait: o.max_wait.map(|d| d.to_string()),
             limit_backoff: o.limit_backoff.map(|d| d.to_string()),
+            check_timeout: o.check_timeout.map(|d| d.to_string()),
             no_verify: o.no_verify.then_some(true),
             max_file_size: None,
         }
@@ -119,6 +127,7 @@ impl Layer {
             max_cost: None,
             max_wait: None,
             limit_backoff: None,
+            check_timeout: None,
             no_verify: None,
             max_file_size: None,
         }
@@ -267,7 +276,10 @@ pub fn merge(layers: &[Source]) -> Result<Settings> {
         },
         max_wait: duration(first!(max_wait), "max_wait")?.unwrap_or(DEFAULT_MAX_WAIT),
         limit_backoff: duration(first!(limit_backoff), "limit_backoff")?
-            .unwrap_or(DEFAULT_LIMIT_BACKOFF),
+            .unwrap_or(DEFAULT_LIMIT_BACKOFF)
+            .max(MIN_LIMIT_BACKOFF),
+        check_timeout: nonzero(duration(first!(check_timeout), "check_timeout")?)
+            .unwrap_or(DEFAULT_CHECK_TIMEOUT),
         no_verify: first!(no_verify).is_some_and(|(_, v)| v),
         max_file_size: match first!(max_file_size) {
             None => crate::guard::DEFAULT_MAX_FILE_SIZE,
@@ -299,6 +311,17 @@ mod tests {
         assert_eq!(s.grace, Duration::from_secs(10));
         assert_eq!(s.timeout, None);
         assert!(!s.no_commit);
+        assert_eq!(s.check_timeout, Duration::from_secs(1800));
+    }
+
+    #[test]
+    fn limit_backoff_is_at_least_a_second() {
+        let zero = Layer {
+            limit_backoff: Some("0s".into()),
+            ..Layer::default()
+        };
+        let s = merge(&[src("flags", zero)]).unwrap();
+        assert_eq!(s.limit_backoff, Duration::from_secs(1));
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod error;
+pub mod files;
 pub mod git;
 pub mod guard;
 pub mod hooks;
@@ -57,9 +58,18 @@ pub fn main() -> i32 {
 
 fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
     let cwd = match &cli.dir {
-        Some(d) => d
-            .canonicalize()
-            .map_err(|e| Error::file("enter directory", d, e))?,
+        Some(d) => {
+            let dir = d
+                .canonicalize()
+                .map_err(|e| Error::file("enter directory", d, e))?;
+            if !dir.is_dir() {
+                return Err(Error::usage(format!(
+                    "-C `{}`: not a directory",
+                    d.display()
+                )));
+            }
+            dir
+        }
         None => std::env::current_dir()
             .map_err(|e| Error::io("failed to read the current directory", e))?,
     };

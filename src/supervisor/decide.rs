@@ -1,8 +1,12 @@
 //! The decision after an iteration (SPEC §5.2, §6): a pure function of the loop's counters and
 //! the iteration's outcome, unit-tested without processes or files.
 
-use crate::state::IterKey;
+use crate::state::{HaltReason, IterKey, RunState};
 use crate::task::verdict::VerdictClass;
+
+/// How many verdict figures a run remembers for its progress rule (a cycle longer than this
+/// would count as progress once per lap).
+const SEEN_FIGURES_KEPT: usize = 1000;
 
 /// The counters the decision depends on, carried from iteration to iteration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,15 +23,13 @@ pub struct Counters {
     pub last_keys: Vec<IterKey>,
     /// Verdict runs in a row that could not run (exit other than 0/3/4/5).
     pub verdict_failures: u32,
+    /// Fingerprints of the verdict figures seen in this run ([`figures_fingerprint`]).
+    pub seen_figures: Vec<String>,
 }
 
 impl Counters {
     /// The counters a run resumes with: what `state.json` recorded, under today's limits.
-    pub fn restore(
-        state: &crate::state::RunState,
-        max_iterations: u32,
-        stuck_threshold: u32,
-    ) -> Counters {
+    pub fn restore(state: &RunState, max_iterations: u32, stuck_threshold: u32) -> Counters {
         Counters {
             iteration: state.iteration,
             max_iterations,
@@ -36,16 +38,29 @@ impl Counters {
             best_done: state.best_done,
             last_keys: state.last_keys.clone(),
             verdict_failures: state.verdict_failures,
+            seen_figures: state.seen_figures.clone(),
         }
     }
 
     /// Write the counters `state.json` keeps (the inverse of `restore`).
-    pub fn save_into(&self, state: &mut crate::state::RunState) {
+    pub fn save_into(&self, state: &mut RunState) {
         state.best_done = self.best_done;
         state.verdict_failures = self.verdict_failures;
         state.no_progress_streak = self.no_progress_streak;
         state.last_keys = self.last_keys.clone();
+        state.seen_figures = self.seen_figures.clone();
     }
+}
+
+/// A stable fingerprint of verdict figures (FNV-1a, 64 bits, hex): the same across versions, so
+/// a resumed run knows what it saw.
+pub fn figures_fingerprint(figures: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in figures.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
 
 /// What an iteration produced, as the task source and the commands judged it.
@@ -59,19 +74,43 @@ pub struct Outcome {
     pub tests_ok: bool,
     /// `--completion-promise` is satisfied, or not required.
     pub promise_ok: bool,
+    /// A hook refused the iteration's commit: its work is not done (SPEC §5.3).
+    pub commit_refused: bool,
     /// Baseline criteria that disappeared while unchecked.
     pub tampered: Vec<String>,
     /// The run's total cost reached `--max-cost`.
     pub over_budget: bool,
     /// The verdict command's judgement, when there is one: it then decides completion.
     pub verdict: Option<VerdictClass>,
-    /// The verdict figures differ from the previous iteration's (progress in verdict mode).
-    pub figures_changed: bool,
     /// A halt the task source itself calls for (e.g. a table that ended PARTIAL).
     pub source_halt: Option<Halt>,
+    /// An ending decided before any judging (interrupted, a login failure, the waiting budget,
+    /// an unreadable source): the iteration is recorded, then the run halts with it.
+    pub forced: Option<Halt>,
     pub key: IterKey,
 }
 
+impl Outcome {
+    /// The outcome of an iteration that ended before it could be judged: the counts stay.
+    pub fn forced(halt: Halt, done: usize, total: usize, key: IterKey) -> Outcome {
+        Outcome {
+            done,
+            total,
+            source_complete: false,
+            tests_ok: false,
+            promise_ok: false,
+            commit_refused: false,
+            tampered: Vec::new(),
+            over_budget: false,
+            verdict: None,
+            source_halt: None,
+            forced: Some(halt),
+            key,
+        }
+    }
+}
+
+/// Why the run halts, with what the summary needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Halt {
     Complete,
@@ -90,36 +129,34 @@ pub enum Halt {
     Partial(Vec<String>),
     /// `--max-cost` or the waiting budget reached (why).
     Budget(String),
+    /// Ctrl-C, SIGTERM or SIGHUP.
+    Interrupted,
+    /// The run cannot go on: the agent cannot log in, the task source is unreadable.
+    Error {
+        message: String,
+        hint: String,
+    },
 }
 
 impl Halt {
     pub fn exit_code(&self) -> i32 {
-        use crate::error::exit;
-        match self {
-            Halt::Complete => exit::COMPLETE,
-            Halt::MaxIterations => exit::MAX_ITERATIONS,
-            Halt::Stalled { .. } => exit::STALLED,
-            Halt::Stuck => exit::STUCK,
-            Halt::Tampered(_) => exit::TAMPERED,
-            Halt::TargetOnly(_) => exit::TARGET_ONLY,
-            Halt::VerdictUnavailable => exit::VERDICT_UNAVAILABLE,
-            Halt::Partial(_) => exit::PARTIAL,
-            Halt::Budget(_) => exit::BUDGET,
-        }
+        self.reason().exit_code()
     }
 
     /// The `halt_reason` of `ralph status --json`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> HaltReason {
         match self {
-            Halt::Complete => "complete",
-            Halt::MaxIterations => "max_iterations",
-            Halt::Stalled { .. } => "stalled",
-            Halt::Stuck => "stuck",
-            Halt::Tampered(_) => "tampered",
-            Halt::TargetOnly(_) => "target_only",
-            Halt::VerdictUnavailable => "verdict_unavailable",
-            Halt::Partial(_) => "partial",
-            Halt::Budget(_) => "budget",
+            Halt::Complete => HaltReason::Complete,
+            Halt::MaxIterations => HaltReason::MaxIterations,
+            Halt::Stalled { .. } => HaltReason::Stalled,
+            Halt::Stuck => HaltReason::Stuck,
+            Halt::Tampered(_) => HaltReason::Tampered,
+            Halt::TargetOnly(_) => HaltReason::TargetOnly,
+            Halt::VerdictUnavailable => HaltReason::VerdictUnavailable,
+            Halt::Partial(_) => HaltReason::Partial,
+            Halt::Budget(_) => HaltReason::Budget,
+            Halt::Interrupted => HaltReason::Interrupted,
+            Halt::Error { .. } => HaltReason::Error,
         }
     }
 }
@@ -139,31 +176,15 @@ pub enum Decision {
 /// Fold one outcome into the counters and decide. `prev` holds the counters before this
 /// iteration with `iteration` already set to this iteration's number.
 pub fn decide(prev: &Counters, outcome: &Outcome) -> (Counters, Decision) {
-    let mut next = prev.clone();
-    let progress = outcome.done > prev.best_done || outcome.figures_changed;
-    if outcome.done > prev.best_done {
-        next.best_done = outcome.done;
-    }
-    next.no_progress_streak = if progress {
-        0
-    } else {
-        prev.no_progress_streak + 1
-    };
-    next.verdict_failures = match outcome.verdict {
-        Some(VerdictClass::Unavailable) => prev.verdict_failures + 1,
-        _ => 0,
-    };
-    next.last_keys.push(outcome.key.clone());
-    if next.last_keys.len() > 3 {
-        next.last_keys.remove(0);
-    }
+    let next = fold(prev, outcome);
     // With a verdict command, its exit code decides completion; else the task source does.
     let evidence = match &outcome.verdict {
         Some(v) => *v == VerdictClass::Verified,
         None => outcome.source_complete,
     };
-
-    let decision = if !outcome.tampered.is_empty() {
+    let decision = if let Some(h) = &outcome.forced {
+        Decision::Halt(h.clone())
+    } else if !outcome.tampered.is_empty() {
         Decision::Halt(Halt::Tampered(outcome.tampered.clone()))
     } else if let Some(VerdictClass::TargetOnly(rows)) = &outcome.verdict {
         Decision::Halt(Halt::TargetOnly(rows.clone()))
@@ -171,7 +192,7 @@ pub fn decide(prev: &Counters, outcome: &Outcome) -> (Counters, Decision) {
         Decision::Halt(Halt::VerdictUnavailable)
     } else if let Some(h) = &outcome.source_halt {
         Decision::Halt(h.clone())
-    } else if evidence && outcome.tests_ok && outcome.promise_ok {
+    } else if evidence && outcome.tests_ok && outcome.promise_ok && !outcome.commit_refused {
         Decision::Halt(Halt::Complete)
     } else if outcome.over_budget {
         Decision::Halt(Halt::Budget("the total cost reached --max-cost".into()))
@@ -191,6 +212,38 @@ pub fn decide(prev: &Counters, outcome: &Outcome) -> (Counters, Decision) {
         }
     };
     (next, decision)
+}
+
+/// The counters after this outcome: progress (the done count past its best, or verdict figures
+/// this run has not seen), verdict failures in a row, the last three records.
+fn fold(prev: &Counters, outcome: &Outcome) -> Counters {
+    let mut next = prev.clone();
+    let mut progress = outcome.done > prev.best_done;
+    if outcome.verdict.is_some() && outcome.forced.is_none() {
+        let fp = figures_fingerprint(&outcome.key.figures);
+        if !next.seen_figures.contains(&fp) {
+            progress = true;
+            next.seen_figures.push(fp);
+            if next.seen_figures.len() > SEEN_FIGURES_KEPT {
+                next.seen_figures.remove(0);
+            }
+        }
+    }
+    next.best_done = prev.best_done.max(outcome.done);
+    next.no_progress_streak = if progress {
+        0
+    } else {
+        prev.no_progress_streak + 1
+    };
+    next.verdict_failures = match outcome.verdict {
+        Some(VerdictClass::Unavailable) => prev.verdict_failures + 1,
+        _ => 0,
+    };
+    next.last_keys.push(outcome.key.clone());
+    if next.last_keys.len() > 3 {
+        next.last_keys.remove(0);
+    }
+    next
 }
 
 #[cfg(test)]
@@ -214,6 +267,7 @@ mod tests {
             best_done: 0,
             last_keys: Vec::new(),
             verdict_failures: 0,
+            seen_figures: Vec::new(),
         }
     }
 
@@ -224,11 +278,12 @@ mod tests {
             source_complete: done == total,
             tests_ok: true,
             promise_ok: true,
+            commit_refused: false,
             tampered: Vec::new(),
             over_budget: false,
             verdict: None,
-            figures_changed: false,
             source_halt: None,
+            forced: None,
             key: key(&format!("{done}/{total} criteria"), commit),
         }
     }
@@ -408,8 +463,7 @@ mod tests {
 
     #[test]
     fn verdict_three_then_zero_completes_on_zero_only() {
-        let mut o = verdict(VerdictClass::Unverified, "SUMMARY 1 unverified", 3);
-        o.figures_changed = true;
+        let o = verdict(VerdictClass::Unverified, "SUMMARY 1 unverified", 3);
         let (n, d) = decide(&counters(1), &o);
         assert!(
             matches!(d, Decision::Continue { .. }),
@@ -454,14 +508,79 @@ mod tests {
     }
 
     #[test]
-    fn changed_verdict_figures_are_progress() {
-        let mut o = verdict(VerdictClass::Unverified, "SUMMARY 2", 0);
-        o.figures_changed = true;
-        let (n, _) = decide(&counters(1), &o);
-        assert_eq!(n.no_progress_streak, 0);
-        o.figures_changed = false;
-        let (n, _) = decide(&Counters { iteration: 2, ..n }, &o);
-        assert_eq!(n.no_progress_streak, 1);
+    fn only_unseen_verdict_figures_are_progress() {
+        let mut c = counters(1);
+        let mut streaks = Vec::new();
+        // New, repeated, new, then alternating between the two known values.
+        for f in [
+            "SUMMARY 2",
+            "SUMMARY 2",
+            "SUMMARY 1",
+            "SUMMARY 2",
+            "SUMMARY 1",
+            "SUMMARY 2",
+        ] {
+            let (n, _) = decide(&c, &verdict(VerdictClass::Unverified, f, 0));
+            streaks.push(n.no_progress_streak);
+            c = Counters {
+                iteration: n.iteration + 1,
+                ..n
+            };
+        }
+        assert_eq!(streaks, vec![0, 1, 0, 1, 2, 3]);
+        assert_eq!(c.seen_figures.len(), 2);
+        assert_eq!(
+            figures_fingerprint("SUMMARY 2"),
+            figures_fingerprint("SUMMARY 2")
+        );
+        assert_ne!(
+            figures_fingerprint("SUMMARY 2"),
+            figures_fingerprint("SUMMARY 1")
+        );
+    }
+
+    #[test]
+    fn alternating_figures_end_stuck() {
+        let mut c = counters(1);
+        let mut last = None;
+        for i in 0..20 {
+            let f = if i % 2 == 0 { "SUMMARY a" } else { "SUMMARY b" };
+            let (n, d) = decide(&c, &verdict(VerdictClass::Unverified, f, 0));
+            if d == Decision::AskStuck {
+                last = Some(i + 1);
+                break;
+            }
+            c = Counters {
+                iteration: n.iteration + 1,
+                ..n
+            };
+        }
+        assert_eq!(
+            last,
+            Some(8),
+            "two new figures, then 2 x 3 iterations without progress"
+        );
+    }
+
+    #[test]
+    fn a_refused_commit_is_not_completion_and_forced_endings_win() {
+        let mut o = outcome(3, 3, "x");
+        o.commit_refused = true;
+        assert!(matches!(
+            decide(&counters(1), &o).1,
+            Decision::Continue { .. }
+        ));
+        let mut o = outcome(3, 3, "x");
+        o.forced = Some(Halt::Interrupted);
+        assert_eq!(
+            decide(&counters(1), &o).1,
+            Decision::Halt(Halt::Interrupted)
+        );
+        let o = Outcome::forced(Halt::Budget("w".into()), 1, 3, key("1/3 criteria", "x"));
+        let (n, d) = decide(&counters(1), &o);
+        assert_eq!(d, Decision::Halt(Halt::Budget("w".into())));
+        assert_eq!(n.last_keys.len(), 1, "a forced ending still has its record");
+        assert_eq!(Halt::Interrupted.exit_code(), 130);
     }
 
     #[test]
@@ -510,6 +629,7 @@ mod tests {
         c.no_progress_streak = 0;
         c.best_done = 2;
         c.verdict_failures = 1;
+        c.seen_figures.push(figures_fingerprint("x"));
         c.last_keys.push(key("2/3 criteria", "abc"));
         c.save_into(&mut st);
         assert_eq!(Counters::restore(&st, 20, 3), c);
@@ -529,6 +649,6 @@ mod tests {
         );
         assert_eq!(Halt::Stuck.exit_code(), 5);
         assert_eq!(Halt::Tampered(vec![]).exit_code(), 8);
-        assert_eq!(Halt::Stuck.reason(), "stuck");
+        assert_eq!(Halt::Stuck.reason(), HaltReason::Stuck);
     }
 }

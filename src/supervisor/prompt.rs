@@ -17,6 +17,8 @@ pub struct PromptInput<'a> {
     pub stuck_alert: bool,
     pub stuck_streak: u32,
     pub completion_promise: Option<&'a str>,
+    /// What the last iteration's checks said (failing tests, a refused commit).
+    pub feedback: Option<&'a str>,
 }
 
 pub const STUCK_ALERT: &str = "STUCK ALERT";
@@ -93,6 +95,9 @@ pub fn checklist_prompt(p: &PromptInput<'_>) -> String {
             p.stuck_streak
         );
     }
+    if let Some(f) = p.feedback {
+        s.push_str(&super::source::feedback_section(f));
+    }
     s
 }
 
@@ -112,6 +117,7 @@ mod tests {
             stuck_alert: false,
             stuck_streak: 0,
             completion_promise: None,
+            feedback: None,
         }
     }
 
@@ -144,5 +150,12 @@ mod tests {
         assert!(p.contains("STUCK ALERT: the last 3 iterations"));
         assert!(p.contains("<promise>DONE</promise>"));
         assert!(!p.contains("Run: "));
+        assert!(!p.contains("CHECKS SAID"));
+        i.feedback = Some("Tests failed (exit 1): make test\nFAIL: test_login");
+        let p = checklist_prompt(&i);
+        assert!(
+            p.contains("CHECKS SAID") && p.contains("FAIL: test_login"),
+            "{p}"
+        );
     }
 }

@@ -73,6 +73,22 @@ pub enum TaskError {
         #[source]
         source: std::io::Error,
     },
+    /// The path holds a FIFO, a device, a directory…: never read (or waited on).
+    #[error("{}: is {kind}, not a regular file", .path.display())]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead.
+        kind: crate::files::Kind,
+    },
+    /// The file is larger than ralph reads.
+    #[error("{}: larger than {} KiB ({size} bytes)", .path.display(), crate::files::MAX_TEXT / 1024)]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
     /// The file contains a NUL byte.
     #[error("{}:{line}: file contains binary data (a NUL byte)", .path.display())]
     Binary {
@@ -146,6 +162,10 @@ impl TaskError {
         let hint = match self {
             TaskError::Missing { .. } => "run `ralph init` to create one",
             TaskError::Io { .. } => return None,
+            TaskError::NotRegular { .. } => {
+                "the task file must be a regular file (a symlink to one is fine)"
+            }
+            TaskError::TooLarge { .. } => "a task file holds at most 1 MiB",
             TaskError::Binary { .. } | TaskError::NotUtf8 { .. } => {
                 "the task file must be UTF-8 text"
             }
@@ -165,7 +185,10 @@ impl TaskError {
     /// The 1-based file line the error refers to, when known.
     pub fn line(&self) -> Option<usize> {
         match self {
-            TaskError::Missing { .. } | TaskError::Io { .. } => None,
+            TaskError::Missing { .. }
+            | TaskError::Io { .. }
+            | TaskError::NotRegular { .. }
+            | TaskError::TooLarge { .. } => None,
             TaskError::Binary { line, .. }
             | TaskError::NotUtf8 { line, .. }
             | TaskError::UnclosedFrontmatter { line, .. }
@@ -179,14 +202,16 @@ impl TaskError {
 /// Read and parse; a missing file is [`TaskError::Missing`] with hint
 /// "run `ralph init` to create one".
 pub fn load_task_file(path: &Path) -> Result<TaskDocument, TaskError> {
-    match std::fs::read(path) {
+    use crate::files::{MAX_TEXT, ReadError, read_bytes};
+    match read_bytes(path, MAX_TEXT) {
         Ok(bytes) => parse_task_bytes(path, &bytes),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Err(TaskError::Missing {
+        Err(ReadError::Missing(path)) => Err(TaskError::Missing { path }),
+        Err(ReadError::NotRegular { path, kind }) => Err(TaskError::NotRegular { path, kind }),
+        Err(ReadError::TooLarge { path, size, .. }) => Err(TaskError::TooLarge { path, size }),
+        Err(ReadError::Io { path, source }) => Err(TaskError::Io { path, source }),
+        Err(e @ ReadError::NotUtf8 { .. }) => Err(TaskError::Io {
             path: path.to_path_buf(),
-        }),
-        Err(source) => Err(TaskError::Io {
-            path: path.to_path_buf(),
-            source,
+            source: std::io::Error::other(e.to_string()),
         }),
     }
 }
@@ -368,7 +393,29 @@ fn parse_frontmatter(path: &Path, yaml: &str, close_line: usize) -> Result<Front
             line: 1,
         });
     }
+    for (key, value) in [
+        ("max_iterations", fm.max_iterations),
+        ("stuck_threshold", fm.stuck_threshold),
+    ] {
+        if value == Some(0) {
+            return Err(TaskError::InvalidFrontmatter {
+                path: path.to_path_buf(),
+                line: key_line(yaml, key).map_or(1, |l| l + 1),
+                message: format!("{key}: must be at least 1"),
+            });
+        }
+    }
     Ok(fm)
+}
+
+/// The 1-based YAML line where a top-level `key:` is set.
+fn key_line(yaml: &str, key: &str) -> Option<usize> {
+    yaml.lines()
+        .position(|l| {
+            l.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with(':'))
+        })
+        .map(|i| i + 1)
 }
 
 /// Shortens a serde-saphyr message: drops the list of allowed keys (the hint has it) and
@@ -553,6 +600,12 @@ mod tests {
                 "---\ntask: x\ntest_command: t\nfoo: 1\n---\n- [ ] a\n",
                 4,
                 "RALPH_TASK.md:4: invalid frontmatter: unknown field `foo`",
+            ),
+            (
+                "zero max_iterations",
+                "---\ntask: x\nagent: a\nmax_iterations: 0\n---\n- [ ] a\n",
+                4,
+                "RALPH_TASK.md:4: invalid frontmatter: max_iterations: must be at least 1",
             ),
             (
                 "non-numeric max_iterations",
@@ -799,9 +852,11 @@ mod tests {
         let doc = load_task_file(&path)?;
         assert_eq!(doc.name, "Success Criteria");
         assert_eq!(doc.checklist.total(), 1);
-        // A directory is an I/O error, not a panic.
+        // A directory (or a FIFO, a device) is refused at once, not read.
         let e = load_task_file(dir.path()).err();
-        assert!(matches!(e, Some(TaskError::Io { .. })), "{e:?}");
+        assert!(matches!(e, Some(TaskError::NotRegular { .. })), "{e:?}");
+        let e = load_task_file(std::path::Path::new("/dev/zero")).err();
+        assert!(matches!(e, Some(TaskError::NotRegular { .. })), "{e:?}");
         Ok(())
     }
 

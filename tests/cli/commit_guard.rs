@@ -95,7 +95,13 @@ fn a_failing_pre_commit_hook_leaves_the_changes_uncommitted_and_the_loop_goes_on
         "echo 'lint: 3 problems' >&2; exit 1",
     );
     let out = env.run_fake("check", &["--max-iterations", "2"]);
-    assert_exit(&out, 0);
+    // Every box is checked, but work a hook refused to commit is not done (SPEC §5.3).
+    assert_exit(&out, 3);
+    assert!(
+        env.agent_prompt(2).contains("lint: 3 problems"),
+        "the hook's output feeds the next prompt: {}",
+        env.agent_prompt(2)
+    );
     assert_eq!(env.commits(), vec!["initial"], "nothing committed");
     assert!(
         stderr(&out).contains("the pre-commit hook failed (exit 1): lint: 3 problems"),

@@ -179,19 +179,46 @@ fn huge_task_file_with_crlf_and_bom_works() {
     let mut text = String::from(
         "\u{feff}---\r\ntask: big\r\n---\r\n# Task: big\r\n\r\n## Success Criteria\r\n",
     );
-    for i in 0..200_000 {
+    // Just under the 1 MiB a task file may hold.
+    for i in 0..33_000 {
         text.push_str(&format!("- [ ] criterion number {i}  \r\n"));
     }
+    assert!(
+        text.len() < 1024 * 1024 && text.len() > 1000 * 1000,
+        "{}",
+        text.len()
+    );
     env.write("RALPH_TASK.md", &text);
     env.commit_all("big task");
     let out = env.run_fake("check", &["--max-iterations", "1"]);
     assert_exit(&out, 3);
     assert!(
-        stdout(&out).contains("1/200000 criteria"),
+        stdout(&out).contains("1/33000 criteria"),
         "{}",
         stdout(&out)
     );
-    assert!(env.iter_records()[0].starts_with("ITER 1 | 1/200000 criteria | exit 0 |"));
+    assert!(env.iter_records()[0].starts_with("ITER 1 | 1/33000 criteria | exit 0 |"));
+}
+
+/// A task file over 1 MiB is refused at once with an error naming it (SPEC §3.1), never read
+/// whole.
+#[test]
+fn a_task_file_over_one_mib_is_refused_naming_it() {
+    let env = TestEnv::new();
+    let mut text = String::from("---\ntask: big\n---\n## Success Criteria\n");
+    while text.len() <= 1024 * 1024 {
+        text.push_str("- [ ] one more criterion that makes the file larger\n");
+    }
+    env.write("RALPH_TASK.md", &text);
+    env.commit_all("too big");
+    let out = env.run_fake("check", &[]);
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("RALPH_TASK.md") && stderr(&out).contains("larger than 1024 KiB"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!env.agent_ran(1));
 }
 
 #[test]

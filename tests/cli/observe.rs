@@ -130,6 +130,7 @@ fn waiting_past_max_wait_ends_the_run_with_exit_ten() {
     let env = setup(2);
     let out = run_claude(&env, "limit-once:3600+check", &["--max-wait", "1m"]);
     assert_exit(&out, 10);
-    assert!(env.iter_records().is_empty());
+    // The iteration closes like any other: recorded (SPEC §5.1), not re-run.
+    assert_eq!(env.iter_records().len(), 1, "{:?}", env.iter_records());
     assert!(stdout(&out).contains("--max-wait"), "{}", stdout(&out));
 }

@@ -1,0 +1,297 @@
+//! How a run begins (SPEC §2.3, §8): fresh, resumed or reset; the user's uncommitted work (or an
+//! interrupted iteration's) committed first; `state.json` written; the activity log told.
+
+use super::plan::Plan;
+use crate::agent::Agent;
+use crate::cli::RunOptions;
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::git::Repo;
+use crate::state::{self, HaltReason, RalphDir, RunState};
+use crate::supervisor;
+use crate::task::integrity::Baseline;
+use crate::ui::Ui;
+
+/// What to do with the run recorded in `.ralph/state.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Continuation {
+    /// `ralph run`: start fresh, asking first (or refusing) when an unfinished run exists.
+    Fresh,
+    /// `ralph resume` / `ralph run --resume`.
+    Resume,
+    /// `ralph run --reset`: start fresh whatever is recorded.
+    Reset,
+}
+
+/// `ralph resume` needs a recorded run that is not complete, on the same task file.
+pub(super) fn check_resumable(
+    prior: Option<&RunState>,
+    rd: &RalphDir,
+    same_target: impl Fn(&RunState) -> bool,
+) -> Result<()> {
+    match prior {
+        None => Err(Error::user(format!(
+            "nothing to resume: no run is recorded in `{}`",
+            rd.state_file().display()
+        ))
+        .with_hint("start one with `ralph run`")),
+        Some(p) if p.halt_reason == Some(HaltReason::Complete) => Err(Error::user(format!(
+            "nothing to resume: the last run ({}) is complete",
+            p.run_id
+        ))
+        .with_hint("start a new one with `ralph run`")),
+        Some(p) if !same_target(p) => Err(Error::usage(format!(
+            "the run to resume works on `{}`",
+            p.task_file
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+/// `ralph run` found an unfinished run: ask in a terminal, else refuse naming both ways on.
+pub(super) fn ask_resume_or_reset(p: &RunState, yes: bool) -> Result<Continuation> {
+    let what = format!(
+        "an unfinished run ({}, iteration {}/{}, {}) is recorded in .ralph/state.json",
+        p.run_id,
+        p.iteration,
+        p.max_iterations,
+        p.halt_reason
+            .map_or("killed while running", HaltReason::as_str)
+    );
+    if supervisor::is_interactive(yes) {
+        use std::io::Write;
+        eprint!("{what}.\nResume it, or reset and start a new run? [r]esume / re[s]et / [q]uit: ");
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        let _ = std::io::stdin().read_line(&mut answer);
+        return match answer.trim().to_ascii_lowercase().as_str() {
+            "r" | "resume" => Ok(Continuation::Resume),
+            "s" | "reset" => Ok(Continuation::Reset),
+            _ => Err(Error::user("stopped: nothing was run")),
+        };
+    }
+    Err(Error::user(what).with_hint(
+        "continue it with `ralph resume` (or `ralph run --resume`), or start over with `ralph run --reset`",
+    ))
+}
+
+/// The iteration cap of a resumed run: a limit given now (flag or `RALPH_MAX_ITERATIONS`) wins;
+/// else a limit written in the task file or a config file counts when it is higher than the
+/// recorded one.
+pub(super) fn resumed_max_iterations(
+    p: &RunState,
+    options: &RunOptions,
+    written: Option<u32>,
+) -> u32 {
+    match (options.max_iterations, written) {
+        (Some(m), _) => m,
+        (None, Some(w)) => w.max(p.max_iterations),
+        (None, None) => p.max_iterations,
+    }
+}
+
+/// Everything a beginning needs.
+pub(super) struct Begin<'a> {
+    pub ui: Ui,
+    pub rd: &'a RalphDir,
+    pub repo: &'a mut Repo,
+    pub settings: &'a Settings,
+    pub agent: &'a Agent,
+    pub plan: &'a Plan,
+    pub unit: &'static str,
+}
+
+impl Begin<'_> {
+    /// Continue a recorded run: the work its last iteration left is committed first (and that
+    /// iteration gets its record when ralph was killed before writing it).
+    pub(super) fn resumed(self, mut p: RunState) -> Result<RunState> {
+        let crashed = p.running;
+        if !self.settings.no_commit && self.repo.is_dirty()? {
+            let subject = if crashed || p.halt_reason == Some(HaltReason::Interrupted) {
+                format!("ralph: iteration {} (interrupted)", p.iteration)
+            } else {
+                format!("ralph: state before resuming run {}", p.run_id)
+            };
+            let message = supervisor::commit_message(&subject, p.iteration, &p.run_id);
+            let g = supervisor::guarded_commit(
+                self.repo,
+                self.settings,
+                self.ui,
+                self.rd,
+                &message,
+                None,
+            )?;
+            if let Some(out) = g.outcome {
+                self.ui.note(&format!(
+                    "committed the uncommitted work first as {} ({subject})",
+                    out.commit.short
+                ));
+            }
+        }
+        if crashed && p.iteration > 0 {
+            self.record_killed_iteration(&p)?;
+        }
+        p.running = true;
+        p.pid = std::process::id();
+        p.halt_reason = None;
+        p.exit_code = None;
+        p.max_iterations = self.settings.max_iterations;
+        p.task = self.plan.name();
+        p.save(&self.rd.state_file())?;
+        let (done, total) = self.plan.counts();
+        self.log(&format!(
+            "Run {} resumed at iteration {}: agent {}, max iterations {}",
+            p.run_id,
+            p.iteration + 1,
+            self.agent.name,
+            self.settings.max_iterations
+        ))?;
+        self.ui.line(&format!(
+            "ralph: resuming run {} at iteration {}/{} — {done}/{total} {}, agent {}",
+            p.run_id,
+            p.iteration + 1,
+            self.settings.max_iterations,
+            self.unit,
+            self.agent.name
+        ));
+        Ok(p)
+    }
+
+    /// ralph was killed during iteration `p.iteration`: no ITER record was written for it.
+    /// Write it now (exit 137, the tree as it is), so no iteration number goes unrecorded.
+    fn record_killed_iteration(&self, p: &RunState) -> Result<()> {
+        let root = self.repo.root();
+        let log = p
+            .iterations_log
+            .as_ref()
+            .map_or_else(|| self.rd.iterations_log(), |l| root.join(l));
+        let last = state::tail_lines(&log, 1)?;
+        let recorded = last
+            .first()
+            .and_then(|l| state::parse_iter_record(l))
+            .and_then(|r| r.iteration);
+        if recorded == Some(p.iteration) {
+            return Ok(());
+        }
+        let key = state::IterKey {
+            figures: format!("{}/{} {}", p.done, p.total, self.unit),
+            commit: self
+                .repo
+                .head()?
+                .map_or_else(|| "no-commit".to_string(), |h| h.short),
+            fingerprint: self.repo.fingerprint()?,
+        };
+        if let Some(dir) = log.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::file("create directory", dir, e))?;
+        }
+        state::append_line(&log, &key.record(p.iteration, 137))?;
+        self.log(&format!(
+            "Iteration {}: ralph was killed while it ran; recorded on resume",
+            p.iteration
+        ))
+    }
+
+    /// Start a new run: the user's own uncommitted work is committed first (`was_dirty`).
+    pub(super) fn fresh(self, run_id: &str, was_dirty: bool) -> Result<RunState> {
+        if was_dirty {
+            let message =
+                supervisor::commit_message(&format!("ralph: state before run {run_id}"), 0, run_id);
+            let g = supervisor::guarded_commit(
+                self.repo,
+                self.settings,
+                self.ui,
+                self.rd,
+                &message,
+                None,
+            )?;
+            if let Some(out) = g.outcome {
+                self.ui.note(&format!(
+                    "committed the uncommitted changes first as {} (ralph: state before run)",
+                    out.commit.short
+                ));
+            }
+        }
+        let (done, total) = self.plan.counts();
+        self.ui.line(&format!(
+            "ralph: {} — {done}/{total} {}, agent {}, up to {} iterations (run {run_id})",
+            self.plan.name(),
+            self.unit,
+            self.agent.name,
+            self.settings.max_iterations
+        ));
+        let mut st = self.fresh_state(run_id);
+        st.save(&self.rd.state_file())?;
+        self.log(&format!(
+            "Run {run_id} started: {} \"{}\", agent {}, max iterations {}",
+            self.plan.mode(),
+            self.plan.name(),
+            self.agent.name,
+            self.settings.max_iterations
+        ))?;
+        Ok(st)
+    }
+
+    fn fresh_state(&self, run_id: &str) -> RunState {
+        let plan = self.plan;
+        let (done, total) = plan.counts();
+        let (task_file, targets) = plan.recorded_targets();
+        let now = state::now_rfc3339();
+        let baseline = match plan {
+            Plan::Checklist { doc, .. } => Baseline::of(&doc.checklist),
+            _ => Baseline::default(),
+        };
+        RunState {
+            schema_version: state::SCHEMA_VERSION,
+            run_id: run_id.to_string(),
+            task: plan.name(),
+            task_file,
+            mode: plan.mode(),
+            targets,
+            pid: std::process::id(),
+            running: true,
+            started_at: now.clone(),
+            updated_at: now,
+            iteration: 0,
+            max_iterations: self.settings.max_iterations,
+            done,
+            total,
+            best_done: done,
+            no_progress_streak: 0,
+            baseline: baseline.unchecked,
+            baseline_checked: baseline.checked,
+            last_keys: Vec::new(),
+            verdict_failures: 0,
+            seen_figures: Vec::new(),
+            halt_reason: None,
+            exit_code: None,
+            cost_usd: 0.0,
+            input_tokens: 0,
+            output_tokens: 0,
+            waited_s: 0.0,
+            iterations_log: match plan {
+                Plan::Cpm { .. } => Some(
+                    crate::task::cpm::log_path(run_id)
+                        .to_string_lossy()
+                        .into_owned(),
+                ),
+                _ => None,
+            },
+            feedback: None,
+            annotations: Vec::new(),
+        }
+    }
+
+    fn log(&self, line: &str) -> Result<()> {
+        state::append_line(
+            &self.rd.activity_log(),
+            &format!("[{}] {line}", state::now_rfc3339()),
+        )
+    }
+}
+
+/// `YYYYmmdd-HHMMSS-xxxx`: sortable, and unique enough for one repository.
+pub(super) fn new_run_id() -> String {
+    let now = chrono::Local::now();
+    let salt = (std::process::id() ^ now.timestamp_subsec_nanos()) & 0xffff;
+    format!("{}-{salt:04x}", now.format("%Y%m%d-%H%M%S"))
+}

@@ -1,0 +1,85 @@
+//! CPM's pre-flight (SPEC §3.4) before the loop: `[plan]` stripping, earlier runs, the roll-up and
+//! test runner in use, the session-state ignore check, the stop-hook warning.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::state::{self, RalphDir};
+use crate::supervisor;
+use crate::supervisor::source::{CpmSource, cpm_error};
+use crate::task::cpm;
+
+/// CPM pre-flight (SPEC §3.4): strip `[plan]`, report earlier runs, the session-state ignore
+/// check and the stop-hook warning.
+pub(super) fn cpm_preflight(
+    ui: crate::ui::Ui,
+    root: &Path,
+    rd: &RalphDir,
+    c: &CpmSource,
+    yes: bool,
+) -> Result<()> {
+    let log = |line: &str| {
+        state::append_line(
+            &rd.activity_log(),
+            &format!("[{}] {line}", state::now_rfc3339()),
+        )
+    };
+    for epic in c.epics()? {
+        let path = root.join(&epic);
+        let Ok(text) = crate::files::read_text(&path) else {
+            continue;
+        };
+        let (new, lines) = cpm::strip_plan_markers(&text);
+        if !lines.is_empty() {
+            std::fs::write(&path, new).map_err(|e| Error::file("write", &path, e))?;
+            for l in lines {
+                ui.line(&l);
+                log(&format!("{l} ({})", epic.display()))?;
+            }
+        }
+    }
+    for run in cpm::earlier_runs(root).map_err(cpm_error)? {
+        ui.line(&format!("earlier run: {}", run.describe()));
+    }
+    if let Some(r) = &c.rollup {
+        ui.line(&format!("roll-up: {}", r.display()));
+    }
+    if let Some(t) = &c.test_runner {
+        ui.line(&format!("test runner: {t}"));
+    }
+    let missing = cpm::missing_ignore_lines(root);
+    if !missing.is_empty() {
+        let apply = if yes {
+            true
+        } else if supervisor::is_interactive(false) {
+            use std::io::Write;
+            eprint!(
+                "Add {} to .gitignore (session state, not project history)? [Y/n] ",
+                missing.join(", ")
+            );
+            let _ = std::io::stderr().flush();
+            let mut answer = String::new();
+            let _ = std::io::stdin().read_line(&mut answer);
+            !answer.trim().eq_ignore_ascii_case("n")
+        } else {
+            false
+        };
+        if apply {
+            cpm::apply_ignore_lines(root, &missing).map_err(cpm_error)?;
+            ui.note(&format!("added to .gitignore: {}", missing.join(", ")));
+            log(&format!("Added to .gitignore: {}", missing.join(", ")))?;
+        } else {
+            ui.warn(&format!(
+                ".gitignore does not cover session state ({}): pass --yes to add it",
+                missing.join(", ")
+            ));
+        }
+    }
+    if cpm::stop_hook_armed(root) {
+        ui.warn(&format!(
+            "{} exists: an armed stop-hook loop would fight ralph's fresh iterations; delete it",
+            cpm::STOP_HOOK_STATE
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! `ralph run --dry-run`: everything resolved — mode, targets, agent argv, limits, the exact
+//! prompt of iteration 1 — printed; nothing spawned, nothing written.
+
+use std::time::Duration;
+
+use std::path::PathBuf;
+
+use super::Resolved;
+use super::plan::{Plan, build_source};
+use super::planning::find_docs_plan;
+use crate::agent::Agent;
+use crate::cli::RunOptions;
+use crate::commands::Context;
+use crate::config::{AgentChoice, Settings};
+use crate::error::{Result, exit};
+use crate::state::RalphDir;
+use crate::supervisor::source::{PromptCtx, Source};
+use crate::task::cpm::{Phase, Targets};
+use crate::task::table;
+use crate::ui::human_duration;
+
+/// Print what `ralph run` would do; a description to plan shows its plan or planning prompt.
+pub(super) fn report(
+    ctx: &Context,
+    r: &Resolved,
+    options: &RunOptions,
+    rollup: Option<PathBuf>,
+    agent: &Agent,
+) -> Result<i32> {
+    let ui = ctx.ui;
+    if let Plan::Describe(description) = &r.plan {
+        ui.plain("ralph run --dry-run: nothing is spawned or written");
+        ui.plain("mode: table, after a planning phase");
+        match find_docs_plan(&r.root, description)? {
+            Some(p) => ui.plain(&format!("plan: {} matches the description", p.display())),
+            None => {
+                ui.plain("plan: none under docs/plans/ matches; one planning run writes PRD.md and PROGRESS.md");
+                ui.plain("--- planning prompt ---");
+                ui.plain(table::planning_prompt(description).trim_end());
+                ui.plain("--- end of prompt ---");
+            }
+        }
+        return Ok(exit::COMPLETE);
+    }
+    let mut source = build_source(&r.plan, &r.root, options, rollup, &r.settings)?;
+    dry_run_report(ctx, &r.plan, &mut source, &r.settings, agent, &r.rd)
+}
+
+fn dry_run_report(
+    ctx: &Context,
+    plan: &Plan,
+    source: &mut Source,
+    settings: &Settings,
+    agent: &Agent,
+    rd: &RalphDir,
+) -> Result<i32> {
+    let ui = ctx.ui;
+    source.select_next();
+    let first = source.prompt(&PromptCtx {
+        iteration: 1,
+        max_iterations: settings.max_iterations,
+        test_command: settings.test_command.as_deref(),
+        stuck_alert: false,
+        stuck_streak: 0,
+        completion_promise: settings.completion_promise.as_deref(),
+        feedback: None,
+    })?;
+    let prompt_file = rd.run_dir("RUN_ID").join("iter-001.prompt.md");
+    let inv = agent.invocation(&first, &prompt_file)?;
+    let opt = |d: Option<Duration>| d.map_or_else(|| "none".to_string(), human_duration);
+    ui.plain("ralph run --dry-run: nothing is spawned or written");
+    ui.plain(&format!("mode: {}", plan.mode()));
+    let (done, total) = plan.counts();
+    match plan {
+        Plan::Checklist { doc, path, .. } => ui.plain(&format!(
+            "task: {} ({}; {done}/{total} criteria checked)",
+            doc.name,
+            path.display()
+        )),
+        Plan::Table {
+            prd_path,
+            progress_path,
+            prd,
+            ..
+        } => ui.plain(&format!(
+            "table: {} ({} and {}; {done}/{total} tasks done; promise {})",
+            prd.title,
+            prd_path.display(),
+            progress_path.display(),
+            prd.promise
+        )),
+        Plan::Describe(_) => {}
+        Plan::Cpm { targets } => {
+            match targets {
+                Targets::Spec(s) => ui.plain(&format!("targets: spec {}", s.display())),
+                Targets::Epics(e) => {
+                    ui.plain("targets:");
+                    for p in e {
+                        ui.plain(&format!("  {}", p.display()));
+                    }
+                }
+            }
+            if let Source::Cpm(c) = source {
+                ui.plain(&format!(
+                    "roll-up: {}",
+                    c.rollup
+                        .as_ref()
+                        .map_or("none".to_string(), |r| r.display().to_string())
+                ));
+                ui.plain(&format!(
+                    "test runner: {}",
+                    c.test_runner.as_deref().unwrap_or("none found")
+                ));
+                ui.plain(&format!(
+                    "phase: {}",
+                    match c.phase {
+                        Phase::Planning => "planning (/cpm:epics on the spec)",
+                        Phase::Delivery => "delivery (/cpm:do on the epics)",
+                    }
+                ));
+            }
+        }
+    }
+    let agent_source = match &settings.agent {
+        AgentChoice::Preset(p) => format!("preset `{p}`"),
+        AgentChoice::Template(t) => format!("--agent-cmd `{t}`"),
+    };
+    ui.plain(&format!("agent: {agent_source}"));
+    ui.plain(&format!("argv: {}", inv.display()));
+    for note in &agent.notes {
+        ui.plain(&format!("note: {note}"));
+    }
+    ui.plain(&format!(
+        "limits: max iterations {}, timeout {}, idle timeout {}, grace {}, stuck threshold {} (halt after {})",
+        settings.max_iterations,
+        opt(settings.timeout),
+        opt(settings.idle_timeout),
+        human_duration(settings.grace),
+        settings.stuck_threshold,
+        2 * settings.stuck_threshold
+    ));
+    ui.plain(&format!(
+        "test command: {}",
+        settings.test_command.as_deref().unwrap_or("none")
+    ));
+    ui.plain(&format!(
+        "check timeout: {} (each test and verdict run)",
+        human_duration(settings.check_timeout)
+    ));
+    if let Some((display, _)) = source.verdict_invocation(settings) {
+        ui.plain(&format!("verdict command: {display}"));
+    }
+    if let Some(p) = &settings.completion_promise {
+        ui.plain(&format!("completion promise: <promise>{p}</promise>"));
+    }
+    ui.plain(&format!(
+        "commits: {}",
+        if settings.no_commit {
+            "off (--no-commit)"
+        } else {
+            "one per iteration that changed something"
+        }
+    ));
+    ui.plain("--- prompt of iteration 1 ---");
+    ui.plain(first.trim_end());
+    ui.plain("--- end of prompt ---");
+    Ok(exit::COMPLETE)
+}

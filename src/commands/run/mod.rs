@@ -1,0 +1,478 @@
+//! `ralph run` and `ralph resume`: resolve the target, the settings and the agent; end at once
+//! when there is nothing to do; dry-run; or begin (or continue) a run and supervise its loop.
+//!
+//! The rooms: `plan` (targets → what the run works on), `begin` (fresh / resumed state, the
+//! commits that come first), `planning` (a description planned into a table), `cpm` (CPM's
+//! pre-flight), `dry_run`.
+
+mod begin;
+mod cpm;
+mod dry_run;
+mod plan;
+mod planning;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::Context;
+use crate::agent::Agent;
+use crate::cli::{ResumeArgs, RunArgs, RunOptions};
+use crate::config::{self, AgentChoice, Layer, Settings, Source as ConfigSource};
+use crate::error::{Error, Result, exit};
+use crate::git::Repo;
+use crate::signals::Interrupts;
+use crate::state::{self, HaltReason, Lock, Mode, RalphDir, RunState};
+use crate::supervisor::decide::Counters;
+use crate::supervisor::preflight::{Evidence, fresh_evidence};
+use crate::supervisor::source::{Source, cpm_error};
+use crate::supervisor::{self, Loop};
+use crate::task::cpm::Targets;
+use crate::task::integrity::Baseline;
+use crate::task::table;
+use crate::ui::Ui;
+use begin::{Begin, Continuation};
+use plan::Plan;
+
+/// How long to wait for someone else's `index.lock` before giving up.
+const INDEX_LOCK_WAIT: Duration = Duration::from_secs(2);
+
+pub fn run(ctx: &Context, args: &RunArgs) -> Result<i32> {
+    let how = if args.resume {
+        Continuation::Resume
+    } else if args.reset {
+        Continuation::Reset
+    } else {
+        Continuation::Fresh
+    };
+    start(ctx, &args.targets, &args.options, args.dry_run, how)
+}
+
+pub fn resume(ctx: &Context, args: &ResumeArgs) -> Result<i32> {
+    start(ctx, &[], &args.options, false, Continuation::Resume)
+}
+
+/// A run resolved up to its settings: nothing written yet.
+struct Resolved {
+    repo: Repo,
+    root: PathBuf,
+    rd: RalphDir,
+    prior: Option<RunState>,
+    plan: Plan,
+    settings: Settings,
+    /// A limit written in the task file or a config file (for a resume's cap).
+    written_max: Option<u32>,
+}
+
+fn start(
+    ctx: &Context,
+    targets: &[String],
+    options: &RunOptions,
+    dry_run: bool,
+    how: Continuation,
+) -> Result<i32> {
+    let ui = ctx.ui;
+    let r = resolve(ctx, targets, options, how)?;
+    if let Some(code) = end_at_once(ui, &r)? {
+        return Ok(code);
+    }
+    let agent = Agent::resolve(&r.settings.agent, !dry_run)?;
+    let rollup = resolve_rollup(ui, &r.plan, options)?;
+    if dry_run {
+        return dry_run::report(ctx, &r, options, rollup, &agent);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("failed to start the async runtime", e))?;
+    runtime.block_on(supervise(ctx, r, options, how, agent, rollup))
+}
+
+/// Find the repository, the recorded run, the plan and the settings.
+fn resolve(
+    ctx: &Context,
+    targets: &[String],
+    options: &RunOptions,
+    how: Continuation,
+) -> Result<Resolved> {
+    let repo = Repo::discover(&ctx.cwd)?;
+    let root = repo.root().to_path_buf();
+    let rd = RalphDir::new(&root);
+    let prior = RunState::load(&rd.state_file())?;
+    if how == Continuation::Resume {
+        begin::check_resumable(prior.as_ref(), &rd, |p| {
+            targets.is_empty()
+                || p.mode != Mode::Checklist
+                || root.join(&p.task_file) == ctx.cwd.join(&targets[0])
+        })?;
+    }
+    let plan = match (&prior, how) {
+        (Some(p), Continuation::Resume) => plan::recorded_plan(&root, p)?,
+        _ => plan::resolve_plan(ctx, &root, targets)?,
+    };
+    let frontmatter = match &plan {
+        Plan::Checklist { doc, path, .. } => {
+            for w in &doc.warnings {
+                ctx.ui.warn(&format!("{}: {w}", path.display()));
+            }
+            doc.frontmatter.clone()
+        }
+        _ => None,
+    };
+    let mut layers = vec![ConfigSource {
+        name: "the command line or RALPH_* variables".into(),
+        layer: Layer::from_options(options),
+    }];
+    layers.extend(config::file_layers(&rd.path, frontmatter.as_ref())?);
+    let mut settings = config::merge(&layers)?;
+    let agent_chosen = layers
+        .iter()
+        .any(|l| l.layer.agent.is_some() || l.layer.agent_cmd.is_some());
+    if matches!(plan, Plan::Cpm { .. }) && !agent_chosen {
+        // CPM's skills are Claude Code slash commands.
+        settings.agent = AgentChoice::Preset("claude".into());
+    }
+    let written_max = layers.iter().skip(1).find_map(|s| s.layer.max_iterations);
+    Ok(Resolved {
+        repo,
+        root,
+        rd,
+        prior,
+        plan,
+        settings,
+        written_max,
+    })
+}
+
+/// Plans that end before anything starts: nothing to run in CPM auto-discovery, a table with
+/// nothing left to work (SPEC §3.2: COMPLETE or PARTIAL, spawning nothing), a checklist already
+/// complete when no check could say otherwise.
+fn end_at_once(ui: Ui, r: &Resolved) -> Result<Option<i32>> {
+    let halted = |reason: HaltReason, done: usize, total: usize| {
+        ui.event(
+            "halted",
+            serde_json::json!({"reason": reason, "exit_code": reason.exit_code(),
+                "iteration": 0, "done": done, "total": total}),
+        );
+        Some(reason.exit_code())
+    };
+    match &r.plan {
+        Plan::Cpm {
+            targets: Targets::Epics(e),
+        } if e.is_empty() => {
+            ui.plain(&crate::task::cpm::nothing_to_run_message(&r.root).map_err(cpm_error)?);
+            Ok(halted(HaltReason::Complete, 0, 0))
+        }
+        Plan::Table { progress, prd, .. } if table::next_task(progress).is_none() => {
+            let mut finished = progress.clone();
+            let overall = table::finish(&mut finished);
+            let (done, total) = (table::done_count(&finished), finished.rows.len());
+            let reason = if overall == table::OverallStatus::Complete {
+                ui.success(&format!(
+                    "The task table is already COMPLETE ({done}/{total} tasks done). Nothing to run."
+                ));
+                HaltReason::Complete
+            } else {
+                ui.alert("## ⚠️ RALPH Loop — PARTIAL: no task is left to work");
+                HaltReason::Partial
+            };
+            ui.plain(&format!("<promise>{}</promise>", prd.promise));
+            for l in table::summary(&finished) {
+                ui.plain(&l);
+            }
+            Ok(halted(reason, done, total))
+        }
+        Plan::Checklist { doc, rel, .. }
+            if doc.checklist.remaining().next().is_none()
+                && r.settings.test_command.is_none()
+                && r.settings.verdict_command.is_none() =>
+        {
+            let (done, total) = (doc.checklist.done(), doc.checklist.total());
+            ui.success(&format!(
+                "{rel}: already complete ({done}/{total} criteria checked). Nothing to run."
+            ));
+            Ok(halted(HaltReason::Complete, done, total))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// CPM needs its roll-up script (or `--yes` to run without one).
+fn resolve_rollup(ui: Ui, plan: &Plan, options: &RunOptions) -> Result<Option<PathBuf>> {
+    if !matches!(plan, Plan::Cpm { .. }) {
+        return Ok(None);
+    }
+    let found = crate::task::cpm::resolve_rollup(
+        options.rollup.as_deref(),
+        std::env::var_os("CLAUDE_PLUGIN_ROOT")
+            .map(PathBuf::from)
+            .as_deref(),
+        std::env::var_os("HOME").map(PathBuf::from).as_deref(),
+    );
+    if found.is_some() {
+        return Ok(found);
+    }
+    let err = match &options.rollup {
+        Some(p) => Error::user(format!(
+            "the roll-up script `{}` does not exist",
+            p.display()
+        )),
+        None => Error::user("no coverage roll-up script found (coverage-rollup.sh)"),
+    }
+    .with_hint(
+        "pass --rollup PATH, or set CLAUDE_PLUGIN_ROOT to the CPM plugin (--yes runs without one)",
+    );
+    if !options.yes || options.rollup.is_some() {
+        return Err(err);
+    }
+    ui.warn("no coverage roll-up script found: without it only max iterations, stalls and stuck detection end the run");
+    Ok(None)
+}
+
+/// Take the lock, settle what to do with a recorded run, check fresh evidence, begin, and run
+/// the loop.
+async fn supervise(
+    ctx: &Context,
+    mut r: Resolved,
+    options: &RunOptions,
+    mut how: Continuation,
+    agent: Agent,
+    rollup: Option<PathBuf>,
+) -> Result<i32> {
+    let ui = ctx.ui;
+    r.repo.check_ready(INDEX_LOCK_WAIT)?;
+    // Only the user's own uncommitted work makes a "state before run" commit; ralph's new
+    // .ralph/ files otherwise ride along with the first iteration that changes something.
+    let was_dirty = !r.settings.no_commit && r.repo.is_dirty()?;
+    state::create_private_dir(&r.rd.path)?;
+    let lock = Lock::acquire(&r.rd.lock_file())?;
+    if let Plan::Describe(description) = &r.plan {
+        let description = description.clone();
+        r.plan = planning::plan_table(
+            ctx,
+            &r.root,
+            &r.rd,
+            &description,
+            &agent,
+            &r.settings,
+            &mut r.repo,
+        )
+        .await?;
+    }
+    let unfinished = r
+        .prior
+        .as_ref()
+        .filter(|p| p.halt_reason != Some(HaltReason::Complete));
+    if how == Continuation::Fresh
+        && let Some(p) = unfinished
+    {
+        how = begin::ask_resume_or_reset(p, options.yes)?;
+        if how == Continuation::Resume {
+            // Resuming works on what the recorded run worked on (and takes the lock itself).
+            drop(lock);
+            return Box::pin(resume_after_asking(ctx, options)).await;
+        }
+    }
+    let resumed = match how {
+        Continuation::Resume => r.prior.take(),
+        _ => None,
+    };
+    let mut source = plan::build_source(&r.plan, &r.root, options, rollup, &r.settings)?;
+    if let (Some(p), Source::Checklist(c)) = (&resumed, &mut source) {
+        // The criteria the run started with, not today's file: deleting criteria while ralph
+        // was down is still tampering.
+        c.baseline = Baseline {
+            unchecked: p.baseline.clone(),
+            checked: p.baseline_checked.clone(),
+        };
+    }
+    if let Some(p) = &resumed {
+        r.settings.max_iterations = begin::resumed_max_iterations(p, options, r.written_max);
+    }
+    let mut interrupts =
+        Interrupts::install().map_err(|e| Error::io("failed to install signal handlers", e))?;
+    let run_id = resumed
+        .as_ref()
+        .map_or_else(begin::new_run_id, |p| p.run_id.clone());
+    let evidence = match evidence_now(ui, &r, &source, &run_id, &mut interrupts).await? {
+        Ok(e) => e,
+        Err(code) => {
+            if let Some(mut p) = resumed {
+                mark_complete(&r.rd, &mut p)?;
+            }
+            return Ok(code);
+        }
+    };
+    if let Some(p) = &resumed
+        && p.iteration >= r.settings.max_iterations
+    {
+        return Err(Error::user(format!(
+            "run {} already used its {} iterations",
+            p.run_id, p.iteration
+        ))
+        .with_hint(format!(
+            "raise the limit: ralph resume --max-iterations {}",
+            p.iteration + 10
+        )));
+    }
+    let run_state = begin_run(ui, &mut r, &agent, &source, resumed, &run_id, was_dirty)?;
+    let mut the_loop = make_loop(ui, r, source, agent, run_state, interrupts, options)?;
+    the_loop.state.feedback = evidence.and_then(|e| e.feedback);
+    the_loop.run().await
+}
+
+/// `ralph run` was told "resume" at the prompt: start over as `ralph resume`.
+async fn resume_after_asking(ctx: &Context, options: &RunOptions) -> Result<i32> {
+    let r = resolve(ctx, &[], options, Continuation::Resume)?;
+    if let Some(code) = end_at_once(ctx.ui, &r)? {
+        return Ok(code);
+    }
+    let agent = Agent::resolve(&r.settings.agent, true)?;
+    let rollup = resolve_rollup(ctx.ui, &r.plan, options)?;
+    supervise(ctx, r, options, Continuation::Resume, agent, rollup).await
+}
+
+/// SPEC §5.3: a source that says it is done is complete only when its checks pass now.
+/// `Err(exit code)` when the run ends here; `Ok(Some(evidence))` carries a failed check's
+/// output to the first prompt.
+async fn evidence_now(
+    ui: Ui,
+    r: &Resolved,
+    source: &Source,
+    run_id: &str,
+    interrupts: &mut Interrupts,
+) -> Result<std::result::Result<Option<Evidence>, i32>> {
+    if !source.claims_complete() {
+        return Ok(Ok(None));
+    }
+    r.rd.ensure_runtime()?;
+    let dir = r.rd.run_dir(run_id);
+    state::create_private_dir(&dir)?;
+    let transcript = dir.join("evidence.log");
+    let Some(evidence) = fresh_evidence(&r.root, &r.settings, &transcript, interrupts).await?
+    else {
+        ui.alert("Interrupted while checking: nothing was run");
+        return Ok(Err(exit::INTERRUPTED));
+    };
+    let (done, total) = source.counts();
+    if evidence.complete {
+        ui.success(&format!(
+            "{}: already complete ({done}/{total} {} done, and its checks pass now). Nothing to run.",
+            source.task_file(),
+            source.unit()
+        ));
+        ui.event(
+            "halted",
+            serde_json::json!({"reason": "complete", "exit_code": exit::COMPLETE,
+                "iteration": 0, "done": done, "total": total}),
+        );
+        return Ok(Err(exit::COMPLETE));
+    }
+    ui.note(&format!(
+        "every {} is marked done, but the checks fail now: the loop goes on (see {})",
+        source.unit(),
+        transcript.display()
+    ));
+    Ok(Ok(Some(evidence)))
+}
+
+/// A resumed run whose evidence now shows it complete is recorded as complete.
+fn mark_complete(rd: &RalphDir, p: &mut RunState) -> Result<()> {
+    p.running = false;
+    p.halt_reason = Some(HaltReason::Complete);
+    p.exit_code = Some(exit::COMPLETE);
+    p.save(&rd.state_file())
+}
+
+/// Scaffold `.ralph/`, write the table's progress file when a plan starts one, and begin the
+/// run (fresh or resumed).
+fn begin_run(
+    ui: Ui,
+    r: &mut Resolved,
+    agent: &Agent,
+    source: &Source,
+    resumed: Option<RunState>,
+    run_id: &str,
+    was_dirty: bool,
+) -> Result<RunState> {
+    if let Source::Table(t) = source
+        && !t.progress_path.exists()
+    {
+        // A plan under docs/plans/ starts its progress table here (every task PENDING).
+        let titles: Vec<String> = t.prd.tasks.iter().map(|x| x.title.clone()).collect();
+        let text = table::scaffold(&t.prd.goal, &titles, &t.prd.promise).1;
+        state::write_atomic(&t.progress_path, text.as_bytes())?;
+        ui.note(&format!("wrote {} (every task PENDING)", t.progress_rel));
+    }
+    for note in &agent.notes {
+        ui.note(note);
+    }
+    let (_, total) = r.plan.counts();
+    r.rd.scaffold(&r.plan.name(), total, r.settings.max_iterations)?;
+    let begin = Begin {
+        ui,
+        rd: &r.rd,
+        repo: &mut r.repo,
+        settings: &r.settings,
+        agent,
+        plan: &r.plan,
+        unit: source.unit(),
+    };
+    match resumed {
+        Some(p) => begin.resumed(p),
+        None => begin.fresh(run_id, was_dirty),
+    }
+}
+
+/// The loop, after CPM's pre-flight and the `run_started` event.
+fn make_loop(
+    ui: Ui,
+    r: Resolved,
+    mut source: Source,
+    agent: Agent,
+    run_state: RunState,
+    interrupts: Interrupts,
+    options: &RunOptions,
+) -> Result<Loop> {
+    if let Source::Cpm(c) = &mut source {
+        c.log = crate::task::cpm::log_path(&run_state.run_id);
+        c.resuming = run_state.iteration > 0;
+        cpm::cpm_preflight(ui, &r.root, &r.rd, c, options.yes)?;
+    }
+    let (done, total) = r.plan.counts();
+    ui.event(
+        "run_started",
+        serde_json::json!({
+            "run_id": run_state.run_id,
+            "task": run_state.task,
+            "task_file": run_state.task_file,
+            "mode": run_state.mode,
+            "agent": agent.name,
+            "max_iterations": r.settings.max_iterations,
+            "iteration": run_state.iteration,
+            "done": done,
+            "total": total,
+            "resumed": run_state.iteration > 0,
+        }),
+    );
+    let counters = Counters::restore(
+        &run_state,
+        r.settings.max_iterations,
+        r.settings.stuck_threshold,
+    );
+    Ok(Loop {
+        repo: r.repo,
+        rd: r.rd,
+        source,
+        task_name: r.plan.name(),
+        unattended: !supervisor::is_interactive(options.yes),
+        settings: r.settings,
+        agent,
+        ui,
+        state: run_state,
+        counters,
+        interrupts,
+        started: Instant::now(),
+        stream: options.stream,
+        clean_at: None,
+    })
+}

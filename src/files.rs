@@ -1,0 +1,244 @@
+//! Reading the files an agent can touch (SPEC §3.1, §7): only regular files (a symlink to one is
+//! fine), at most a bounded size, never waiting on a FIFO or reading a device to the end.
+//!
+//! A task file, a PRD, an epic or a config file is written by people and agents; an agent can
+//! replace it with a FIFO (an open for reading would block forever), link it to `/dev/zero` (a
+//! read would never end) or grow it without bound. [`read_text`] opens without blocking, checks
+//! what the open file really is, and reads at most the limit.
+
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// The most any Markdown or config file ralph reads may hold.
+pub const MAX_TEXT: u64 = 1024 * 1024;
+
+/// What a path holds when it is not a regular file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Directory,
+    Fifo,
+    Socket,
+    Device,
+    Other,
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kind::Directory => "a directory",
+            Kind::Fifo => "a FIFO",
+            Kind::Socket => "a socket",
+            Kind::Device => "a device",
+            Kind::Other => "not a regular file",
+        })
+    }
+}
+
+/// Why a file could not be read as text.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{}: no such file", .0.display())]
+    Missing(PathBuf),
+    #[error("{}: is {kind}, not a regular file", .path.display())]
+    NotRegular { path: PathBuf, kind: Kind },
+    #[error("{}: larger than {} KiB ({} bytes); ralph reads at most that", .path.display(), .limit / 1024, .size)]
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+    #[error("{}:{line}: not valid UTF-8", .path.display())]
+    NotUtf8 { path: PathBuf, line: usize },
+    #[error("{}: cannot read: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ReadError {
+    /// Whether the file is simply not there (deleted or renamed).
+    pub fn is_missing(&self) -> bool {
+        matches!(self, ReadError::Missing(_))
+    }
+}
+
+/// Read a regular file (or a symlink to one) of at most `limit` bytes. A FIFO, a socket, a
+/// device or a directory is refused at once; the open never blocks.
+pub fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let io = |source: std::io::Error| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. It has
+    // no effect on regular files, which are all this reads.
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ReadError::Missing(path.to_path_buf()));
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+            // A socket (or a FIFO without a reader on some systems).
+            return Err(ReadError::NotRegular {
+                path: path.to_path_buf(),
+                kind: kind_of(path),
+            });
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let meta = file.metadata().map_err(io)?;
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        let kind = if ft.is_dir() {
+            Kind::Directory
+        } else if ft.is_fifo() {
+            Kind::Fifo
+        } else if ft.is_socket() {
+            Kind::Socket
+        } else if ft.is_block_device() || ft.is_char_device() {
+            Kind::Device
+        } else {
+            Kind::Other
+        };
+        return Err(ReadError::NotRegular {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
+    if meta.len() > limit {
+        return Err(ReadError::TooLarge {
+            path: path.to_path_buf(),
+            size: meta.len(),
+            limit,
+        });
+    }
+    // The file may grow between the stat and the read: never read past the limit.
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge {
+            path: path.to_path_buf(),
+            size: bytes.len() as u64,
+            limit,
+        });
+    }
+    Ok(bytes)
+}
+
+/// [`read_bytes`] as UTF-8 text, with [`MAX_TEXT`] as the limit.
+pub fn read_text(path: &Path) -> Result<String, ReadError> {
+    let bytes = read_bytes(path, MAX_TEXT)?;
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+        ReadError::NotUtf8 {
+            path: path.to_path_buf(),
+            line,
+        }
+    })
+}
+
+/// [`read_text`], with a missing file as `None`.
+pub fn read_text_if_exists(path: &Path) -> Result<Option<String>, ReadError> {
+    match read_text(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(ReadError::Missing(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn kind_of(path: &Path) -> Kind {
+    match std::fs::metadata(path).map(|m| m.file_type()) {
+        Ok(ft) if ft.is_fifo() => Kind::Fifo,
+        Ok(ft) if ft.is_socket() => Kind::Socket,
+        Ok(ft) if ft.is_dir() => Kind::Directory,
+        Ok(ft) if ft.is_block_device() || ft.is_char_device() => Kind::Device,
+        _ => Kind::Other,
+    }
+}
+
+/// Whether `path` is there as a regular file (following symlinks), without opening it.
+pub fn is_regular(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regular_files_and_symlinks_to_them_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.md");
+        std::fs::write(&p, "hello\n").unwrap();
+        assert_eq!(read_text(&p).unwrap(), "hello\n");
+        let link = dir.path().join("link.md");
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        assert_eq!(read_text(&link).unwrap(), "hello\n");
+        assert!(
+            read_text(&dir.path().join("none"))
+                .unwrap_err()
+                .is_missing()
+        );
+        assert_eq!(read_text_if_exists(&dir.path().join("none")).unwrap(), None);
+    }
+
+    #[test]
+    fn fifo_device_and_directory_are_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let e = read_text(&fifo).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ReadError::NotRegular {
+                    kind: Kind::Fifo,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("a FIFO"), "{e}");
+        let zero = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let e = read_text(&zero).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ReadError::NotRegular {
+                    kind: Kind::Device,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = read_text(dir.path()).unwrap_err();
+        assert!(e.to_string().contains("a directory"), "{e}");
+    }
+
+    #[test]
+    fn size_limit_and_utf8() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big");
+        std::fs::write(&p, vec![b'a'; 11]).unwrap();
+        assert!(matches!(
+            read_bytes(&p, 10).unwrap_err(),
+            ReadError::TooLarge { size: 11, .. }
+        ));
+        assert_eq!(read_bytes(&p, 11).unwrap().len(), 11);
+        std::fs::write(&p, b"ok\nok\n\xff\n").unwrap();
+        assert!(matches!(
+            read_text(&p).unwrap_err(),
+            ReadError::NotUtf8 { line: 3, .. }
+        ));
+    }
+}

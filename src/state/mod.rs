@@ -1,0 +1,203 @@
+//! The `.ralph/` directory (SPEC §7): scaffolding (mode 0700), atomic writes, and the rooms
+//! below it: `state.json` (`run_state`), the append-only logs (`logs`), the progress file's
+//! Current Status block (`progress`) and the one-supervisor lock (`lock`).
+
+mod lock;
+mod logs;
+mod progress;
+mod run_state;
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+pub use lock::Lock;
+pub use logs::{
+    IterKey, IterRecord, MAX_SHOWN_LINE, append_line, last_three_repeat, parse_iter_record,
+    tail_lines,
+};
+pub use progress::{status_block, with_status_block, without_status_block};
+pub use run_state::{HaltReason, Mode, RunState, SCHEMA_VERSION, valid_run_id};
+
+pub const DIR: &str = ".ralph";
+
+/// What `.ralph/.gitignore` keeps out of git: the runtime files.
+pub const GITIGNORE: &str = "\
+# Written by ralph: runtime files stay out of git.
+# progress.md and guardrails.md are the agent's memory across fresh contexts: commit them.
+activity.log
+iterations.log
+runs/
+state.json
+state.json.tmp*
+lock
+";
+
+pub const GUARDRAILS: &str = "\
+# RALPH Guardrails
+
+Rules and lessons learned across iterations. Each \"Sign\" prevents repeating mistakes.
+
+## Signs
+
+<!-- Signs are added by the agent when it learns something important. Example:
+### Sign: Always run tests before finishing
+- **Trigger**: After any code change
+- **Instruction**: Run the test suite and fix failures before finishing
+- **Added after**: Iteration 2 — left broken code
+-->
+";
+
+/// Paths inside `.ralph/`.
+#[derive(Debug, Clone)]
+pub struct RalphDir {
+    pub path: PathBuf,
+}
+
+impl RalphDir {
+    pub fn new(root: &Path) -> RalphDir {
+        RalphDir {
+            path: root.join(DIR),
+        }
+    }
+    pub fn progress(&self) -> PathBuf {
+        self.path.join("progress.md")
+    }
+    pub fn guardrails(&self) -> PathBuf {
+        self.path.join("guardrails.md")
+    }
+    pub fn activity_log(&self) -> PathBuf {
+        self.path.join("activity.log")
+    }
+    pub fn iterations_log(&self) -> PathBuf {
+        self.path.join("iterations.log")
+    }
+    pub fn state_file(&self) -> PathBuf {
+        self.path.join("state.json")
+    }
+    pub fn lock_file(&self) -> PathBuf {
+        self.path.join("lock")
+    }
+    pub fn run_dir(&self, run_id: &str) -> PathBuf {
+        self.path.join("runs").join(run_id)
+    }
+
+    /// Make sure ralph's runtime files can be written and stay ignored, even if the agent
+    /// deleted `.ralph/` (the logs start again; nothing else is recreated).
+    pub fn ensure_runtime(&self) -> Result<()> {
+        create_private_dir(&self.path)?;
+        let ignore = self.path.join(".gitignore");
+        if !ignore.exists() {
+            std::fs::write(&ignore, GITIGNORE).map_err(|e| Error::file("write", &ignore, e))?;
+        }
+        Ok(())
+    }
+
+    /// Create `.ralph/` (mode 0700) and every file that is missing; existing files are kept.
+    /// Returns the files it created.
+    pub fn scaffold(
+        &self,
+        task_name: &str,
+        total: usize,
+        max_iterations: u32,
+    ) -> Result<Vec<PathBuf>> {
+        create_private_dir(&self.path)?;
+        let mut created = Vec::new();
+        let files = [
+            (self.path.join(".gitignore"), GITIGNORE.to_string()),
+            (self.progress(), initial_progress(total)),
+            (self.guardrails(), GUARDRAILS.to_string()),
+            (
+                self.activity_log(),
+                format!(
+                    "# RALPH Activity Log\n# Task: {task_name}\n# Started: {}\n# Max iterations: {max_iterations}\n",
+                    now_rfc3339()
+                ),
+            ),
+        ];
+        for (path, text) in files {
+            match OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(mut f) => {
+                    f.write_all(text.as_bytes())
+                        .map_err(|e| Error::file("write", &path, e))?;
+                    created.push(path);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::file("create", &path, e)),
+            }
+        }
+        Ok(created)
+    }
+}
+
+/// `mkdir -p` with mode 0700 for the last component (transcripts can hold secrets).
+pub fn create_private_dir(path: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| Error::file("create directory", path, e))
+}
+
+pub fn now_rfc3339() -> String {
+    chrono::Local::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, false)
+}
+
+fn initial_progress(total: usize) -> String {
+    format!(
+        "# RALPH Progress\n\n{}\n## Iteration Log\n<!-- Each iteration appends here -->\n",
+        status_block(0, 0, total, "Not started")
+    )
+}
+
+/// Write a file atomically: temp file in the same directory, fsync, rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .tempfile_in(dir)
+        .map_err(|e| Error::file("create a temporary file in", dir, e))?;
+    tmp.write_all(bytes)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| Error::file("write", path, e))?;
+    tmp.persist(path)
+        .map_err(|e| Error::file("replace", path, e.error))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("state.json");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn scaffold_keeps_existing_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let rd = RalphDir::new(dir.path());
+        create_private_dir(&rd.path).unwrap();
+        std::fs::write(rd.guardrails(), "mine").unwrap();
+        let created = rd.scaffold("t", 2, 5).unwrap();
+        assert_eq!(created.len(), 3);
+        assert_eq!(std::fs::read_to_string(rd.guardrails()).unwrap(), "mine");
+        assert!(
+            std::fs::read_to_string(rd.progress())
+                .unwrap()
+                .contains("0/2")
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&rd.path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+}

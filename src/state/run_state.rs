@@ -1,0 +1,313 @@
+//! `state.json` (SPEC §2.4, §7): what `status` reports and what a resume restores, written
+//! atomically; a file from a newer ralph is refused, never rewritten.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::logs::IterKey;
+use crate::error::{Error, Result, exit};
+
+/// The version of `state.json` this ralph writes. Version 1 files are read too (every field
+/// added since has a default); a newer version is refused so no field it knows is lost.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// How a run works its task (SPEC §2.2), as `status` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mode {
+    #[serde(rename = "checklist")]
+    Checklist,
+    #[serde(rename = "table")]
+    Table,
+    #[serde(rename = "cpm-epic")]
+    CpmEpic,
+    #[serde(rename = "cpm-spec")]
+    CpmSpec,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Checklist => "checklist",
+            Mode::Table => "table",
+            Mode::CpmEpic => "cpm-epic",
+            Mode::CpmSpec => "cpm-spec",
+        }
+    }
+
+    /// What the figures of this mode count, for display.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Mode::Checklist => "criteria",
+            Mode::Table => "tasks",
+            Mode::CpmEpic | Mode::CpmSpec => "requirements",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a run halted: the `halt_reason` of `ralph status --json` (SPEC §2.4), with its exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HaltReason {
+    Complete,
+    MaxIterations,
+    Stalled,
+    Stuck,
+    TargetOnly,
+    VerdictUnavailable,
+    Tampered,
+    Partial,
+    Budget,
+    Interrupted,
+    Error,
+}
+
+impl HaltReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HaltReason::Complete => "complete",
+            HaltReason::MaxIterations => "max_iterations",
+            HaltReason::Stalled => "stalled",
+            HaltReason::Stuck => "stuck",
+            HaltReason::TargetOnly => "target_only",
+            HaltReason::VerdictUnavailable => "verdict_unavailable",
+            HaltReason::Tampered => "tampered",
+            HaltReason::Partial => "partial",
+            HaltReason::Budget => "budget",
+            HaltReason::Interrupted => "interrupted",
+            HaltReason::Error => "error",
+        }
+    }
+
+    /// The exit code of a run that halts for this reason (SPEC §6).
+    pub fn exit_code(self) -> i32 {
+        match self {
+            HaltReason::Complete => exit::COMPLETE,
+            HaltReason::MaxIterations => exit::MAX_ITERATIONS,
+            HaltReason::Stalled => exit::STALLED,
+            HaltReason::Stuck => exit::STUCK,
+            HaltReason::TargetOnly => exit::TARGET_ONLY,
+            HaltReason::VerdictUnavailable => exit::VERDICT_UNAVAILABLE,
+            HaltReason::Tampered => exit::TAMPERED,
+            HaltReason::Partial => exit::PARTIAL,
+            HaltReason::Budget => exit::BUDGET,
+            HaltReason::Interrupted => exit::INTERRUPTED,
+            HaltReason::Error => exit::ERROR,
+        }
+    }
+}
+
+impl std::fmt::Display for HaltReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A run id is a plain name (SPEC §7): it names a directory under `.ralph/runs/`.
+pub fn valid_run_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// `state.json`: what `status` reports and what a resume restores.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    pub schema_version: u32,
+    pub run_id: String,
+    pub task: String,
+    pub task_file: String,
+    pub mode: Mode,
+    /// The resolved targets (CPM epics or spec; the table's PRD and progress files), so a
+    /// resume works on the same ones.
+    #[serde(default)]
+    pub targets: Vec<String>,
+    pub pid: u32,
+    pub running: bool,
+    pub started_at: String,
+    pub updated_at: String,
+    pub iteration: u32,
+    pub max_iterations: u32,
+    pub done: usize,
+    pub total: usize,
+    pub best_done: usize,
+    pub no_progress_streak: u32,
+    /// The criteria unchecked at the start of the run (normalised): each must stay.
+    pub baseline: Vec<String>,
+    /// The criteria already checked at the start (normalised), so twins stay distinct.
+    #[serde(default)]
+    pub baseline_checked: Vec<String>,
+    pub last_keys: Vec<IterKey>,
+    #[serde(default)]
+    pub verdict_failures: u32,
+    /// Fingerprints of the verdict figures this run has seen (progress means unseen figures).
+    #[serde(default)]
+    pub seen_figures: Vec<String>,
+    pub halt_reason: Option<HaltReason>,
+    pub exit_code: Option<i32>,
+    pub cost_usd: f64,
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// Seconds spent waiting for agents' usage limits to lift.
+    #[serde(default)]
+    pub waited_s: f64,
+    /// Where the ITER records go when not `.ralph/iterations.log` (CPM mode), repo-relative.
+    #[serde(default)]
+    pub iterations_log: Option<String>,
+    /// What the last iteration's checks said (failing tests, a refused commit), for the next
+    /// prompt; bounded.
+    #[serde(default)]
+    pub feedback: Option<String>,
+    /// Criteria the agent annotated when it checked them (`baseline → as written`), for review.
+    #[serde(default)]
+    pub annotations: Vec<String>,
+}
+
+impl RunState {
+    /// Read `state.json`; `None` when there is none. A newer schema, an unreadable file or a
+    /// run id that is not a plain name is an error naming the file (the file is left as it is).
+    pub fn load(path: &Path) -> Result<Option<RunState>> {
+        let text = match crate::files::read_text(path) {
+            Ok(t) => t,
+            Err(e) if e.is_missing() => return Ok(None),
+            Err(e) => {
+                return Err(Error::user(e.to_string())
+                    .with_hint("it is ralph's runtime file; delete it to forget the last run"));
+            }
+        };
+        let unreadable = |e: serde_json::Error| {
+            Error::user(format!(
+                "{}:{}: unreadable state: {e}",
+                path.display(),
+                e.line()
+            ))
+            .with_hint("it is ralph's runtime file; delete it to forget the last run")
+        };
+        let raw: serde_json::Value = serde_json::from_str(&text).map_err(unreadable)?;
+        let version = raw["schema_version"].as_u64().unwrap_or(0);
+        if version > u64::from(SCHEMA_VERSION) {
+            return Err(Error::user(format!(
+                "{}: written by a newer ralph (schema_version {version}; this ralph knows up to {SCHEMA_VERSION})",
+                path.display()
+            ))
+            .with_hint("use that newer ralph to resume or inspect this run; this one leaves the file untouched"));
+        }
+        let state: RunState = serde_json::from_value(raw).map_err(unreadable)?;
+        if !valid_run_id(&state.run_id) {
+            return Err(Error::user(format!(
+                "{}: run_id `{}` is not a plain name (letters, digits, `-`, `_`)",
+                path.display(),
+                state.run_id.escape_debug()
+            ))
+            .with_hint("delete the file to forget the last run"));
+        }
+        if let Some(log) = &state.iterations_log
+            && !is_plain_relative(log)
+        {
+            return Err(Error::user(format!(
+                "{}: iterations_log `{}` is not a path inside the repository",
+                path.display(),
+                log.escape_debug()
+            ))
+            .with_hint("delete the file to forget the last run"));
+        }
+        Ok(Some(state))
+    }
+
+    pub fn save(&mut self, path: &Path) -> Result<()> {
+        self.schema_version = SCHEMA_VERSION;
+        self.updated_at = super::now_rfc3339();
+        let mut text =
+            serde_json::to_string_pretty(self).map_err(|e| Error::user(e.to_string()))?;
+        text.push('\n');
+        super::write_atomic(path, text.as_bytes())
+    }
+}
+
+/// A relative path that stays below its base (no `..`, not absolute).
+fn is_plain_relative(p: &str) -> bool {
+    let path = Path::new(p);
+    !p.is_empty()
+        && path
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> RunState {
+        serde_json::from_str(
+            r#"{"schema_version":1,"run_id":"r-1","task":"t","task_file":"T.md","mode":"cpm-spec",
+                "pid":1,"running":false,"started_at":"s","updated_at":"u","iteration":4,
+                "max_iterations":9,"done":1,"total":3,"best_done":1,"no_progress_streak":2,
+                "baseline":[],"last_keys":[],"halt_reason":"max_iterations","exit_code":3,"cost_usd":0.0}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn version_one_files_load_and_save_as_the_current_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("state.json");
+        let mut st = sample();
+        assert_eq!(st.mode, Mode::CpmSpec);
+        assert_eq!(st.halt_reason, Some(HaltReason::MaxIterations));
+        st.save(&p).unwrap();
+        let back = RunState::load(&p).unwrap().unwrap();
+        assert_eq!(back.schema_version, SCHEMA_VERSION);
+        assert_eq!(back.run_id, "r-1");
+    }
+
+    #[test]
+    fn newer_schema_and_bad_run_ids_are_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("state.json");
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["schema_version"] = 99.into();
+        v["from_the_future"] = "keep me".into();
+        let text = v.to_string();
+        std::fs::write(&p, &text).unwrap();
+        let e = RunState::load(&p).unwrap_err().to_string();
+        assert!(e.contains("newer ralph") && e.contains("state.json"), "{e}");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), text);
+        for bad in ["../../x", "", "a/b", "a b", ".."] {
+            let mut v = serde_json::to_value(sample()).unwrap();
+            v["run_id"] = bad.into();
+            std::fs::write(&p, v.to_string()).unwrap();
+            let e = RunState::load(&p).unwrap_err().to_string();
+            assert!(e.contains("run_id"), "{bad}: {e}");
+        }
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["iterations_log"] = "../../etc/x".into();
+        std::fs::write(&p, v.to_string()).unwrap();
+        assert!(RunState::load(&p).is_err());
+    }
+
+    #[test]
+    fn halt_reasons_serialise_to_the_spec_words() {
+        for (r, word, code) in [
+            (HaltReason::Complete, "complete", 0),
+            (HaltReason::MaxIterations, "max_iterations", 3),
+            (HaltReason::TargetOnly, "target_only", 6),
+            (HaltReason::VerdictUnavailable, "verdict_unavailable", 7),
+            (HaltReason::Interrupted, "interrupted", 130),
+        ] {
+            assert_eq!(serde_json::to_value(r).unwrap(), word);
+            assert_eq!(r.as_str(), word);
+            assert_eq!(r.exit_code(), code);
+        }
+        assert_eq!(serde_json::to_value(Mode::CpmEpic).unwrap(), "cpm-epic");
+    }
+}

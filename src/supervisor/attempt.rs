@@ -1,0 +1,325 @@
+//! Phase 2 of an iteration (SPEC §5.1 steps 3–5, §6): run the agent; a usage limit is not an
+//! iteration, so the attempt is waited out and run again inside this phase. Every attempt's cost
+//! counts. The phase ends with the agent's last run, or with a halt (interrupt, a login failure,
+//! the waiting or cost budget) that the record phase closes like any other ending.
+
+use serde_json::json;
+
+use super::Loop;
+use super::decide::Halt;
+use super::prepare::Prepared;
+use crate::agent::process::{self, Echo, Finished, StopCause, Watchers};
+use crate::agent::stream::{Observer, Usage, format_for};
+use crate::error::{Error, Result};
+use crate::live::LiveView;
+use crate::ui::human_duration;
+
+/// How the agent phase of an iteration ended.
+pub(super) struct Attempted {
+    /// The last attempt.
+    pub finished: Finished,
+    /// Cost and tokens of every attempt of this iteration, limited ones included.
+    pub usage: Usage,
+    /// The agent's final message (for the completion promise and the reviewer).
+    pub final_message: Option<String>,
+    pub ended_at: String,
+    /// Set when the iteration ends here instead of being judged.
+    pub stop: Option<Halt>,
+}
+
+impl Loop {
+    pub(super) async fn attempt(&mut self, prep: &mut Prepared) -> Result<Attempted> {
+        let mut usage = Usage::default();
+        let mut limited = 0u32;
+        loop {
+            let (finished, observer) = self.run_agent(prep).await?;
+            let u = observer.usage();
+            self.add_usage(&u);
+            usage.add(&u);
+            let interrupted =
+                finished.stopped == Some(StopCause::Interrupt) || self.interrupts.count() > 0;
+            let stop = if interrupted {
+                Some(Halt::Interrupted)
+            } else if let Some(limit) = observer.limit().cloned() {
+                limited += 1;
+                match self.wait_for_limit(prep, &limit, limited).await? {
+                    None => {
+                        use std::io::Write;
+                        let _ = writeln!(
+                            prep.transcript,
+                            "\n--- ralph: usage limit; retrying iteration {} ---",
+                            prep.n
+                        );
+                        continue;
+                    }
+                    stop => stop,
+                }
+            } else {
+                observer.auth_error().map(|auth| Halt::Error {
+                    message: format!("agent `{}` cannot work: {auth}", self.agent.name),
+                    hint: "log the agent CLI in (or set its API key), then continue with `ralph resume`"
+                        .into(),
+                })
+            };
+            // The agent may have deleted .ralph/: the logs must be writable again.
+            self.rd.ensure_runtime()?;
+            self.source.mark_planning_ran();
+            self.note_agent_end(prep, &finished)?;
+            return Ok(Attempted {
+                final_message: observer.final_message(),
+                finished,
+                usage,
+                ended_at: crate::state::now_rfc3339(),
+                stop,
+            });
+        }
+    }
+
+    /// One run of the agent, relayed to the transcript (and the terminal), observed.
+    async fn run_agent(&mut self, prep: &mut Prepared) -> Result<(Finished, Observer)> {
+        let mut observer = Observer::new(format_for(&self.agent.name), chrono::Utc::now());
+        let view = (!self.stream && !self.ui.quiet && LiveView::available())
+            .then(|| self.live_view(prep.n));
+        let watchers = Watchers {
+            observer: Some(&mut observer),
+            view: view.as_ref(),
+        };
+        let root = self.repo.root().to_path_buf();
+        let limits = self.agent_limits();
+        let echo = self.echo();
+        let finished = process::run(
+            &prep.inv,
+            &root,
+            &mut prep.transcript,
+            &limits,
+            &mut self.interrupts,
+            echo,
+            watchers,
+        )
+        .await
+        .map_err(|e| Error::io(format!("failed to spawn agent `{}`", prep.inv.program), e))?;
+        if let Some(v) = view {
+            v.finish();
+        }
+        Ok((finished, observer))
+    }
+
+    pub(super) fn add_usage(&mut self, u: &Usage) {
+        self.state.cost_usd += u.cost_usd;
+        self.state.input_tokens += u.input_tokens;
+        self.state.output_tokens += u.output_tokens;
+    }
+
+    /// Where `--stream` copies the agent's output.
+    pub(super) fn echo(&self) -> Echo {
+        match (self.stream, self.ui.json) {
+            (false, _) => Echo::None,
+            (true, false) => Echo::Stdout,
+            (true, true) => Echo::Stderr,
+        }
+    }
+
+    /// The spinner of one agent run, watching the task file when there is one.
+    fn live_view(&self, n: u32) -> LiveView {
+        let (done, total) = self.source.counts();
+        let unit = self.source.unit();
+        let watch = self.source.watched_file().map(|path| {
+            let path = path.to_path_buf();
+            let read = path.clone();
+            let counter: crate::live::Counter = Box::new(move || {
+                crate::task::document::load_task_file(&read)
+                    .ok()
+                    .map(|d| format!("{}/{} criteria", d.checklist.done(), d.checklist.total()))
+            });
+            (path, counter)
+        });
+        LiveView::start(
+            format!("iteration {n}/{}", self.settings.max_iterations),
+            format!("{done}/{total} {unit}"),
+            watch,
+        )
+    }
+
+    /// Log what happened to the agent process and collect report notes.
+    fn note_agent_end(&self, prep: &mut Prepared, f: &Finished) -> Result<()> {
+        let n = prep.n;
+        let limits = self.agent_limits();
+        let how = if f.killed { "SIGKILL" } else { "SIGTERM" };
+        // (activity-log line, report note)
+        let said = match f.stopped {
+            Some(StopCause::Timeout) => {
+                let t = limits.timeout.map(human_duration).unwrap_or_default();
+                Some((
+                    format!("agent timed out after {t} (stopped with {how})"),
+                    format!("Agent timed out after {t} (stopped with {how})"),
+                ))
+            }
+            Some(StopCause::IdleTimeout) => {
+                let t = limits.idle_timeout.map(human_duration).unwrap_or_default();
+                Some((
+                    format!("agent printed nothing for {t}: idle timeout (stopped with {how})"),
+                    format!("Agent idle for {t}: stopped with {how}"),
+                ))
+            }
+            Some(StopCause::Interrupt) => {
+                self.log(&format!(
+                    "Iteration {n}: interrupted (agent stopped with {how})"
+                ))?;
+                None
+            }
+            None if f.exit_code != 0 => Some((
+                format!("agent exited with code {}", f.exit_code),
+                format!("Agent exited with code {}", f.exit_code),
+            )),
+            None => None,
+        };
+        if let Some((line, note)) = said {
+            self.log(&format!("Iteration {n}: {line}"))?;
+            prep.notes.push(note);
+        }
+        if f.leaked_pipes {
+            self.log(&format!(
+                "Iteration {n}: a process left by the agent still held its output after it exited; killed its process group"
+            ))?;
+            prep.notes
+                .push("A leftover process held the agent's output: killed".into());
+        }
+        Ok(())
+    }
+
+    /// A usage limit ended the attempt: wait until it lifts (or back off), showing the wait.
+    /// `None`: run the attempt again. `Some(halt)`: the iteration ends here (interrupted, or
+    /// the waiting or cost budget is spent); the record phase still closes it.
+    async fn wait_for_limit(
+        &mut self,
+        prep: &Prepared,
+        limit: &crate::agent::stream::Limit,
+        attempt: u32,
+    ) -> Result<Option<Halt>> {
+        let n = prep.n;
+        if let Some(max) = self.settings.max_cost
+            && self.state.cost_usd >= max
+        {
+            self.log(&format!(
+                "Iteration {n}: usage limit ({}), and the total cost reached --max-cost",
+                limit.kind
+            ))?;
+            return Ok(Some(Halt::Budget(
+                "the total cost reached --max-cost".into(),
+            )));
+        }
+        let wait = limit_wait(limit, self.settings.limit_backoff, attempt);
+        let waited = std::time::Duration::from_secs_f64(self.state.waited_s);
+        if waited + wait > self.settings.max_wait {
+            let why = format!(
+                "the agent's usage limit ({}) would need {} more waiting, past --max-wait {}",
+                limit.kind,
+                human_duration(wait),
+                human_duration(self.settings.max_wait)
+            );
+            self.log(&format!("Iteration {n}: {}: {why}", limit.message))?;
+            return Ok(Some(Halt::Budget(why)));
+        }
+        self.announce_wait(n, limit, wait)?;
+        if self
+            .sleep_interruptibly(wait, &limit.kind.to_string())
+            .await
+        {
+            self.state.waited_s += wait.as_secs_f64();
+            return Ok(Some(Halt::Interrupted));
+        }
+        self.state.waited_s += wait.as_secs_f64();
+        self.state.save(&self.rd.state_file())?;
+        Ok(None)
+    }
+
+    fn announce_wait(
+        &self,
+        n: u32,
+        limit: &crate::agent::stream::Limit,
+        wait: std::time::Duration,
+    ) -> Result<()> {
+        let until = limit.reset_at.map(|t| {
+            t.with_timezone(&chrono::Local)
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, false)
+        });
+        let when = until.clone().map_or_else(
+            || format!("backing off {}", human_duration(wait)),
+            |u| format!("until {u}"),
+        );
+        self.log(&format!(
+            "Iteration {n}: usage limit ({}: {}); waiting {} ({when}), then retrying the same iteration",
+            limit.kind,
+            limit.message,
+            human_duration(wait)
+        ))?;
+        self.ui.alert(&format!(
+            "⏸ Usage limit ({}): waiting {} ({when}); iteration {n} will run again",
+            limit.kind,
+            human_duration(wait)
+        ));
+        self.ui.event(
+            "waiting",
+            json!({
+                "iteration": n,
+                "kind": limit.kind.to_string(),
+                "message": limit.message,
+                "reset_at": limit.reset_at.map(|t| t.to_rfc3339()),
+                "wait_s": wait.as_secs_f64(),
+            }),
+        );
+        Ok(())
+    }
+
+    /// Sleep for `wait` with a countdown on a terminal; true when an interrupt cut it short.
+    async fn sleep_interruptibly(&mut self, wait: std::time::Duration, kind: &str) -> bool {
+        let countdown = (!self.ui.quiet && LiveView::available()).then(|| {
+            LiveView::start(
+                format!("waiting for the usage limit ({kind})"),
+                String::new(),
+                None,
+            )
+        });
+        let seen = self.interrupts.count();
+        let deadline = tokio::time::Instant::now() + wait;
+        let interrupted = loop {
+            if let Some(v) = &countdown {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                v.set_activity(&format!("{} left", human_duration(left)));
+            }
+            tokio::select! {
+                _ = self.interrupts.after(seen) => break true,
+                _ = tokio::time::sleep_until(deadline) => break false,
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)), if countdown.is_some() => {}
+            }
+        };
+        if let Some(v) = countdown {
+            v.finish();
+        }
+        interrupted
+    }
+}
+
+/// How long to wait before retrying: until a little past the reported reset, else a backoff
+/// from `--limit-backoff` (never under 1 s) that doubles with each limited attempt. A limit met
+/// again right after its reset also backs off, so a misread reset never spins.
+fn limit_wait(
+    limit: &crate::agent::stream::Limit,
+    base: std::time::Duration,
+    attempt: u32,
+) -> std::time::Duration {
+    use crate::agent::stream::backoff;
+    let base = base.max(std::time::Duration::from_secs(1));
+    match limit.reset_at {
+        Some(t) => {
+            let until = (t - chrono::Utc::now()).to_std().unwrap_or_default()
+                + std::time::Duration::from_secs(1);
+            if attempt > 1 {
+                until.max(backoff(base, attempt - 1))
+            } else {
+                until
+            }
+        }
+        None => backoff(base, attempt),
+    }
+}

@@ -1,0 +1,154 @@
+//! The processes an iteration runs besides the agent — the test command, the verdict command,
+//! the reviewer — under the same supervision, their output appended to the transcript; and what
+//! a failed check tells the next prompt.
+
+use std::io::Write;
+use std::path::Path;
+
+use super::Loop;
+use super::prepare::Prepared;
+use crate::agent::Invocation;
+use crate::agent::process::{self, Echo, Finished, Limits, StopCause, Watchers};
+use crate::error::{Error, Result};
+use crate::signals::Interrupts;
+
+/// How many lines of a failed check's output the next prompt gets.
+const FEEDBACK_LINES: usize = 40;
+/// The most bytes of feedback kept (in `state.json` and the prompt).
+const FEEDBACK_BYTES: usize = 8 * 1024;
+
+/// `sh -c CMD` for the user's own commands.
+pub fn shell(cmd: &str) -> Invocation {
+    Invocation {
+        program: "sh".into(),
+        args: vec!["-c".into(), cmd.into()],
+        stdin: None,
+        env: Vec::new(),
+    }
+}
+
+/// The header line a check's output starts with in the transcript.
+fn header(what: &str) -> String {
+    format!("--- ralph: {what} ---")
+}
+
+/// One supervised process an iteration runs besides the agent.
+pub struct Check {
+    /// What it is, for the transcript and messages (`test command: make test`).
+    pub what: String,
+    pub inv: Invocation,
+    pub echo: Echo,
+    pub limits: Limits,
+}
+
+impl Loop {
+    /// Run a check (or the reviewer) under supervision, its output appended to the iteration's
+    /// transcript. `None` when an interrupt stopped it.
+    pub(super) async fn run_aux(
+        &mut self,
+        check: Check,
+        prep: &mut Prepared,
+        watchers: Watchers<'_>,
+    ) -> Result<Option<Finished>> {
+        let env = self.ralph_env(prep.n);
+        self.run_in(check, &mut prep.transcript, &env, watchers)
+            .await
+    }
+
+    /// [`Loop::run_aux`] with any transcript (the pre-flight writes its own).
+    pub(super) async fn run_in(
+        &mut self,
+        check: Check,
+        transcript: &mut std::fs::File,
+        env: &[(String, String)],
+        watchers: Watchers<'_>,
+    ) -> Result<Option<Finished>> {
+        let root = self.repo.root().to_path_buf();
+        run_check(
+            &root,
+            check,
+            transcript,
+            env,
+            &mut self.interrupts,
+            watchers,
+        )
+        .await
+    }
+}
+
+/// Run one check in `root` under supervision, its output appended to `transcript` after a
+/// header naming it. `None` when an interrupt stopped it.
+pub async fn run_check(
+    root: &Path,
+    check: Check,
+    transcript: &mut std::fs::File,
+    env: &[(String, String)],
+    interrupts: &mut Interrupts,
+    watchers: Watchers<'_>,
+) -> Result<Option<Finished>> {
+    let Check {
+        what,
+        mut inv,
+        echo,
+        limits,
+    } = check;
+    let _ = writeln!(transcript, "\n{}", header(&what));
+    inv.env.extend_from_slice(env);
+    let fin = process::run(&inv, root, transcript, &limits, interrupts, echo, watchers)
+        .await
+        .map_err(|e| Error::io(format!("failed to run the {what}"), e))?;
+    Ok((fin.stopped != Some(StopCause::Interrupt)).then_some(fin))
+}
+
+/// What the next prompt is told about a failed check: a first line naming it, then the last
+/// lines of its output from the transcript (bounded).
+pub fn feedback(first: &str, transcript: &Path) -> String {
+    let mut lines: Vec<String> =
+        crate::state::tail_lines(transcript, FEEDBACK_LINES).unwrap_or_default();
+    // Only the check's own output: what follows its header.
+    if let Some(p) = lines.iter().rposition(|l| l.starts_with("--- ralph: ")) {
+        lines.drain(..=p);
+    }
+    let mut text = String::from(first);
+    for l in lines {
+        text.push('\n');
+        text.push_str(&l);
+    }
+    bounded(text)
+}
+
+/// At most [`FEEDBACK_BYTES`], keeping the start (the line naming the check) and the end.
+pub fn bounded(mut text: String) -> String {
+    if text.len() > FEEDBACK_BYTES {
+        let mut cut = FEEDBACK_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feedback_keeps_the_checks_own_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("iter-001.log");
+        std::fs::write(
+            &t,
+            "agent said things\n\n--- ralph: test command: make test ---\nrunning 3 tests\nFAIL: login\n",
+        )
+        .unwrap();
+        let f = feedback("Tests failed (exit 1): make test", &t);
+        assert_eq!(
+            f,
+            "Tests failed (exit 1): make test\nrunning 3 tests\nFAIL: login"
+        );
+        let long = bounded("x".repeat(20_000));
+        assert!(long.len() <= FEEDBACK_BYTES + 3);
+    }
+}

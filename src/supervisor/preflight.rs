@@ -1,0 +1,135 @@
+//! Before any agent runs: the fresh evidence a source that claims to be done must show (SPEC
+//! §5.3 — the test command passing now, the verdict command answering 0), and spec mode's
+//! pre-flight roll-up that sets its phase (SPEC §3.4).
+
+use std::path::Path;
+
+use super::Loop;
+use super::checks::{Check, feedback, run_check, shell};
+use crate::agent::process::{Echo, Limits, Watchers};
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::signals::Interrupts;
+use crate::state::{self, Mode};
+
+/// What the checks say now about a task whose source claims it is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evidence {
+    /// Every configured check passed.
+    pub complete: bool,
+    /// What the failed check said, for the first prompt.
+    pub feedback: Option<String>,
+}
+
+/// Run the test command, then the verdict command, as an iteration would; their output goes to
+/// `transcript_path`. `None` when an interrupt stopped them.
+pub async fn fresh_evidence(
+    root: &Path,
+    settings: &Settings,
+    transcript_path: &Path,
+    interrupts: &mut Interrupts,
+) -> Result<Option<Evidence>> {
+    let mut transcript = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(transcript_path)
+        .map_err(|e| Error::file("create", transcript_path, e))?;
+    let limits = Limits {
+        timeout: Some(settings.check_timeout),
+        idle_timeout: None,
+        grace: settings.grace,
+    };
+    let checks = [
+        ("test command", &settings.test_command),
+        ("verdict command", &settings.verdict_command),
+    ];
+    for (what, cmd) in checks {
+        let Some(cmd) = cmd else { continue };
+        let check = Check {
+            what: format!("{what}: {cmd}"),
+            inv: shell(cmd),
+            echo: Echo::None,
+            limits,
+        };
+        let Some(fin) = run_check(
+            root,
+            check,
+            &mut transcript,
+            &[],
+            interrupts,
+            Watchers::default(),
+        )
+        .await?
+        else {
+            return Ok(None);
+        };
+        if !fin.success() {
+            let why = match fin.stopped {
+                Some(_) => "timed out".to_string(),
+                None => format!("exit {}", fin.exit_code),
+            };
+            let line = format!("The {what} fails now ({why}): {cmd}");
+            return Ok(Some(Evidence {
+                complete: false,
+                feedback: Some(feedback(&line, transcript_path)),
+            }));
+        }
+    }
+    Ok(Some(Evidence {
+        complete: true,
+        feedback: None,
+    }))
+}
+
+impl Loop {
+    /// Spec mode: run the roll-up once before the first iteration to learn the phase.
+    /// `Some(exit code)` when that already ends the run.
+    pub(super) async fn preflight_verdict(&mut self) -> Result<Option<i32>> {
+        if self.source.mode() != Mode::CpmSpec || self.counters.iteration > 0 {
+            return Ok(None);
+        }
+        let Some((display, inv)) = self.source.verdict_invocation(&self.settings) else {
+            return Ok(None);
+        };
+        let run_dir = self.rd.run_dir(&self.state.run_id);
+        state::create_private_dir(&run_dir)?;
+        let path = run_dir.join("preflight.log");
+        let mut transcript =
+            std::fs::File::create(&path).map_err(|e| Error::file("create", &path, e))?;
+        let env = self.ralph_env(0);
+        let check = Check {
+            what: format!("roll-up: {display}"),
+            inv,
+            echo: Echo::None,
+            limits: self.check_limits(),
+        };
+        let Some(fin) = self
+            .run_in(check, &mut transcript, &env, Watchers::default())
+            .await?
+        else {
+            return self.halt(&super::decide::Halt::Interrupted).map(Some);
+        };
+        let v = self
+            .source
+            .verdict(fin.exit_code, &String::from_utf8_lossy(&fin.stdout_tail));
+        self.log(&format!(
+            "Pre-flight roll-up: exit {}: {}",
+            v.exit_code,
+            v.figures()
+        ))?;
+        if v.exit_code == 0 {
+            self.ui
+                .success("The roll-up already verifies every row of the spec.");
+            // The source's lines, without the loop's summary: no iteration ran.
+            self.halt_quietly(&super::decide::Halt::Complete)?;
+            for l in self.source.completion_lines() {
+                self.ui.plain(&l);
+            }
+            return Ok(Some(crate::error::exit::COMPLETE));
+        }
+        if let Some(halt) = self.source.after_verdict(&v) {
+            return self.halt(&halt).map(Some);
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,115 @@
+//! Phase 1 of an iteration (SPEC §5.1 steps 1–2): what it works, its prompt (saved), its
+//! transcript, the agent's invocation, and the tree `git add -A` would stage before the agent.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use serde_json::json;
+
+use super::Loop;
+use super::decide::Counters;
+use super::source::PromptCtx;
+use crate::agent::Invocation;
+use crate::error::{Error, Result};
+use crate::state;
+
+/// An iteration ready to run its agent.
+pub(super) struct Prepared {
+    pub n: u32,
+    pub started_at: String,
+    pub t0: Instant,
+    pub prompt: String,
+    pub transcript: std::fs::File,
+    pub transcript_path: PathBuf,
+    pub inv: Invocation,
+    pub head_before: Option<String>,
+    /// What `git add -A` would stage before the agent ran (`None` with `--no-commit`).
+    pub tree_before: Option<git2::Oid>,
+    /// Lines for the report block, gathered by every phase.
+    pub notes: Vec<String>,
+}
+
+impl Loop {
+    pub(super) fn prepare(&mut self, prev: &Counters) -> Result<Prepared> {
+        let n = prev.iteration;
+        let started_at = state::now_rfc3339();
+        let stuck_alert = prev.no_progress_streak >= prev.stuck_threshold;
+        self.source.select_next();
+        let prompt = self.source.prompt(&PromptCtx {
+            iteration: n,
+            max_iterations: self.settings.max_iterations,
+            test_command: self.settings.test_command.as_deref(),
+            stuck_alert,
+            stuck_streak: prev.no_progress_streak,
+            completion_promise: self.settings.completion_promise.as_deref(),
+            feedback: self.state.feedback.as_deref(),
+        })?;
+        let run_dir = self.rd.run_dir(&self.state.run_id);
+        state::create_private_dir(&run_dir)?;
+        let prompt_file = run_dir.join(format!("iter-{n:03}.prompt.md"));
+        std::fs::write(&prompt_file, &prompt).map_err(|e| Error::file("write", &prompt_file, e))?;
+        let transcript_path = run_dir.join(format!("iter-{n:03}.log"));
+        let transcript = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&transcript_path)
+            .map_err(|e| Error::file("create", &transcript_path, e))?;
+        let mut inv = self.agent.invocation(&prompt, &prompt_file)?;
+        inv.env.extend(self.ralph_env(n));
+        self.announce(n, stuck_alert);
+        self.state.iteration = n;
+        self.state.save(&self.rd.state_file())?;
+        let head_before = self.repo.head()?.map(|c| c.id);
+        let tree_before = self.tree_before(head_before.as_deref())?;
+        Ok(Prepared {
+            n,
+            started_at,
+            t0: Instant::now(),
+            prompt,
+            transcript,
+            transcript_path,
+            inv,
+            head_before,
+            tree_before,
+            notes: Vec::new(),
+        })
+    }
+
+    fn announce(&self, n: u32, stuck_alert: bool) {
+        let (done, total) = self.source.counts();
+        self.ui.line(&format!(
+            "▶ Iteration {n}/{} — {} ({done}/{total} {})",
+            self.settings.max_iterations,
+            self.agent.name,
+            self.source.unit()
+        ));
+        self.ui.event(
+            "iteration_started",
+            json!({
+                "run_id": self.state.run_id,
+                "iteration": n,
+                "max_iterations": self.settings.max_iterations,
+                "done": done,
+                "total": total,
+                "stuck_alert": stuck_alert,
+            }),
+        );
+    }
+
+    /// What `git add -A` would stage before the agent runs. After an iteration that left the
+    /// tree clean at this same HEAD, that is HEAD's tree: no walk of the work tree needed.
+    fn tree_before(&mut self, head_before: Option<&str>) -> Result<Option<git2::Oid>> {
+        if self.settings.no_commit {
+            return Ok(None);
+        }
+        if head_before.is_some()
+            && self.clean_at.as_deref() == head_before
+            && let Some(t) = self.repo.clean_tree()?
+        {
+            return Ok(Some(t));
+        }
+        let staged = self.repo.stage_all()?;
+        self.repo.reload_index()?;
+        Ok(Some(staged.tree))
+    }
+}

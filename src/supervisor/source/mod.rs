@@ -1,0 +1,286 @@
+//! The task sources the loop can work (SPEC §3), one file each: what each puts in the prompt,
+//! how it is judged after the agent ran, and which verdict command (if any) decides.
+
+mod checklist;
+mod cpm;
+mod table;
+
+use std::path::{Path, PathBuf};
+
+pub use checklist::ChecklistSource;
+pub use cpm::CpmSource;
+pub use table::TableSource;
+
+use super::decide::Halt;
+use super::prompt::STUCK_ALERT;
+use crate::agent::Invocation;
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::state::Mode;
+use crate::task::cpm::Targets;
+use crate::task::verdict::Verdict;
+
+/// The task source of a run.
+pub enum Source {
+    Checklist(ChecklistSource),
+    Cpm(CpmSource),
+    Table(TableSource),
+}
+
+/// What the source says after the agent ran.
+#[derive(Debug, Clone, Default)]
+pub struct Judged {
+    pub done: usize,
+    pub total: usize,
+    pub source_complete: bool,
+    /// What the agent changed that the run is judged by (criteria gone, rows removed…), one
+    /// line each: non-empty halts the run (exit 8).
+    pub tampered: Vec<String>,
+    pub regressions: Vec<String>,
+    /// The first newly finished item, for the commit subject.
+    pub what: Option<String>,
+    /// The ITER figures, when the source has its own (else `{done}/{total} {unit}`).
+    pub figures: Option<String>,
+    /// The task a reviewer must look at before the judgement is final (table `--review`).
+    pub review_task: Option<u32>,
+    /// A halt the source itself calls for (a table that ended PARTIAL).
+    pub halt: Option<Halt>,
+    /// Criteria kept with an annotation after their text (`"baseline" → "as written"`).
+    pub annotations: Vec<String>,
+    /// Changes the agent made outside its own table row, put back.
+    pub restored: Vec<String>,
+}
+
+impl Judged {
+    /// A judgement with counts only: nothing finished, tampered or regressed.
+    pub fn counts(done: usize, total: usize) -> Judged {
+        Judged {
+            done,
+            total,
+            ..Judged::default()
+        }
+    }
+}
+
+/// Everything the prompt of one iteration depends on besides the source.
+pub struct PromptCtx<'a> {
+    pub iteration: u32,
+    pub max_iterations: u32,
+    pub test_command: Option<&'a str>,
+    pub stuck_alert: bool,
+    pub stuck_streak: u32,
+    pub completion_promise: Option<&'a str>,
+    /// What the last iteration's checks said (failing tests, a refused commit).
+    pub feedback: Option<&'a str>,
+}
+
+/// The STUCK ALERT paragraph of the table and CPM prompts.
+fn stuck_paragraph(streak: u32, what: &str) -> String {
+    format!(
+        "⚠️ {STUCK_ALERT}: the last {streak} iterations {what}. Try a COMPLETELY DIFFERENT approach.\n"
+    )
+}
+
+/// The section that hands the last iteration's failed checks to the next agent.
+pub fn feedback_section(feedback: &str) -> String {
+    format!(
+        "\n== WHAT THE LAST ITERATION'S CHECKS SAID ==\n\nThe supervisor's checks failed after the last iteration; fix this first:\n\n{}\n",
+        feedback.trim_end()
+    )
+}
+
+impl Source {
+    /// The mode as `status` reports it.
+    pub fn mode(&self) -> Mode {
+        match self {
+            Source::Checklist(_) => Mode::Checklist,
+            Source::Cpm(c) if c.targets.is_spec() => Mode::CpmSpec,
+            Source::Cpm(_) => Mode::CpmEpic,
+            Source::Table(_) => Mode::Table,
+        }
+    }
+
+    /// What the figures count, for display.
+    pub fn unit(&self) -> &'static str {
+        self.mode().unit()
+    }
+
+    /// Done and total as of the last judgement, for display.
+    pub fn counts(&self) -> (usize, usize) {
+        match self {
+            Source::Checklist(c) => (c.previous.done(), c.previous.total()),
+            Source::Cpm(c) => c.counts(),
+            Source::Table(t) => (
+                crate::task::table::done_count(&t.progress),
+                t.progress.rows.len(),
+            ),
+        }
+    }
+
+    /// `RALPH_TASK_FILE` for the agent.
+    pub fn task_file(&self) -> String {
+        match self {
+            Source::Checklist(c) => c.path.to_string_lossy().into_owned(),
+            Source::Cpm(c) => match &c.targets {
+                Targets::Spec(s) => c.root.join(s).to_string_lossy().into_owned(),
+                Targets::Epics(e) => e
+                    .first()
+                    .map(|p| c.root.join(p).to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            },
+            Source::Table(t) => t.prd_path.to_string_lossy().into_owned(),
+        }
+    }
+
+    /// The file a live view can watch for the criteria count.
+    pub fn watched_file(&self) -> Option<&Path> {
+        match self {
+            Source::Checklist(c) => Some(&c.path),
+            _ => None,
+        }
+    }
+
+    /// Where the ITER records go.
+    pub fn iter_log(&self, default: &Path) -> PathBuf {
+        match self {
+            Source::Checklist(_) | Source::Table(_) => default.to_path_buf(),
+            Source::Cpm(c) => c.root.join(&c.log),
+        }
+    }
+
+    pub fn prompt(&self, p: &PromptCtx<'_>) -> Result<String> {
+        let mut text = match self {
+            Source::Checklist(c) => return Ok(c.prompt(p)),
+            Source::Cpm(c) => c.prompt(p)?,
+            Source::Table(t) => t.prompt(p)?,
+        };
+        if let Some(f) = p.feedback {
+            text.push_str(&feedback_section(f));
+        }
+        Ok(text)
+    }
+
+    /// Pick what the next iteration works (table mode: the next task and its attempt).
+    pub fn select_next(&mut self) {
+        if let Source::Table(t) = self {
+            t.select_next();
+        }
+    }
+
+    /// Whether the source itself says the work is done (before any check runs).
+    pub fn claims_complete(&self) -> bool {
+        match self {
+            Source::Checklist(c) => c.previous.total() > 0 && c.previous.remaining().count() == 0,
+            Source::Table(t) => crate::task::table::next_task(&t.progress).is_none(),
+            Source::Cpm(_) => false,
+        }
+    }
+
+    /// Read the source after the agent ran.
+    pub fn judge(&mut self) -> Result<Judged> {
+        match self {
+            Source::Checklist(c) => c.judge(),
+            Source::Cpm(c) => {
+                // Only the roll-up's exit code completes a CPM run.
+                let (done, total) = c.counts();
+                Ok(Judged::counts(done, total))
+            }
+            Source::Table(t) => t.judge(),
+        }
+    }
+
+    /// The reviewer's verdict on the task it reviewed (`None`: it gave no REVIEW line).
+    pub fn review_done(
+        &mut self,
+        verdict: Option<std::result::Result<(), String>>,
+    ) -> Result<Judged> {
+        match self {
+            Source::Table(t) => t.review_done(verdict),
+            _ => Err(Error::user("only a task table is reviewed")),
+        }
+    }
+
+    /// The reviewer's prompt for a task (table `--review`).
+    pub fn review_prompt(&self, k: u32, test_command: Option<&str>) -> Option<String> {
+        match self {
+            Source::Table(t) => Some(crate::task::table::review_prompt(&t.prd, k, test_command)),
+            _ => None,
+        }
+    }
+
+    /// The command whose exit code decides: the CPM roll-up, else the configured one.
+    pub fn verdict_invocation(&self, settings: &Settings) -> Option<(String, Invocation)> {
+        if let Source::Cpm(c) = self
+            && let Some(inv) = c.rollup_invocation()
+        {
+            return Some(inv);
+        }
+        settings
+            .verdict_command
+            .as_ref()
+            .map(|c| (c.clone(), super::checks::shell(c)))
+    }
+
+    /// Classify a verdict run; CPM reads its records the roll-up's way.
+    pub fn verdict(&self, exit_code: i32, stdout: &str) -> Verdict {
+        match self {
+            Source::Cpm(c) if c.rollup.is_some() => c.verdict(exit_code, stdout),
+            _ => Verdict::from_output(exit_code, stdout),
+        }
+    }
+
+    /// Apply the spec-mode phase predicate after a roll-up; `Some(halt)` ends the run.
+    pub fn after_verdict(&mut self, v: &Verdict) -> Option<Halt> {
+        match self {
+            Source::Cpm(c) => c.after_verdict(v),
+            _ => None,
+        }
+    }
+
+    /// A planning iteration just ran: never again in this run (the roll-up decides what next).
+    pub fn mark_planning_ran(&mut self) {
+        if let Source::Cpm(c) = self {
+            c.mark_planning_ran();
+        }
+    }
+
+    pub fn remaining(&self) -> Vec<String> {
+        match self {
+            Source::Checklist(c) => c.previous.remaining().map(|x| x.text.clone()).collect(),
+            Source::Cpm(_) => Vec::new(),
+            Source::Table(t) => t.remaining(),
+        }
+    }
+
+    /// Lines printed beside a completion (CPM: the promise word and the COVERAGE line).
+    pub fn completion_lines(&self) -> Vec<String> {
+        match self {
+            Source::Checklist(_) => Vec::new(),
+            Source::Cpm(c) => c.completion_lines(),
+            Source::Table(t) => t.closing_lines(),
+        }
+    }
+}
+
+pub fn table_error(e: crate::task::table::TableError) -> Error {
+    let hint = e.hint();
+    let err = Error::user(e.to_string());
+    match hint {
+        Some(h) => err.with_hint(h),
+        None => err,
+    }
+}
+
+pub fn cpm_error(e: crate::task::cpm::CpmError) -> Error {
+    let usage = e.is_usage();
+    let hint = e.hint();
+    let err = if usage {
+        Error::usage(e.to_string())
+    } else {
+        Error::user(e.to_string())
+    };
+    match hint {
+        Some(h) => err.with_hint(h),
+        None => err,
+    }
+}

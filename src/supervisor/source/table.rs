@@ -1,0 +1,236 @@
+//! The task-table source (SPEC §3.2): one task per iteration; the agent owns only that task's
+//! row, ralph records the attempt and writes the Status and Notes cells.
+
+use std::path::{Path, PathBuf};
+
+use super::{Judged, PromptCtx, stuck_paragraph};
+use crate::error::{Error, Result};
+use crate::supervisor::decide::Halt;
+use crate::task::table;
+
+/// The task table: `PRD.md` + `PROGRESS.md`, one task per iteration.
+pub struct TableSource {
+    pub prd_path: PathBuf,
+    pub prd_rel: String,
+    pub progress_path: PathBuf,
+    pub progress_rel: String,
+    pub prd: table::Prd,
+    /// The table as of the end of the previous iteration.
+    pub progress: table::Progress,
+    /// The task and attempt this iteration works.
+    pub current: Option<(u32, u32)>,
+    /// `--review`: a second fresh agent run reviews every task marked DONE.
+    pub review: bool,
+    /// The table read after the agent, waiting for the reviewer's verdict.
+    pub pending: Option<(table::Progress, String)>,
+}
+
+impl TableSource {
+    pub fn prompt(&self, p: &PromptCtx<'_>) -> Result<String> {
+        let Some((k, attempt)) = self.current else {
+            return Err(Error::user("no task is left to work in the table"));
+        };
+        let mut text = table::task_prompt(
+            &self.prd,
+            k,
+            attempt,
+            p.iteration,
+            p.max_iterations,
+            p.test_command,
+            &self.prd_rel,
+            &self.progress_rel,
+        );
+        if p.stuck_alert {
+            text.push('\n');
+            text.push_str(&stuck_paragraph(p.stuck_streak, "finished no task"));
+        }
+        Ok(text)
+    }
+
+    pub fn select_next(&mut self) {
+        self.current =
+            table::next_task(&self.progress).map(|k| (k, table::attempt_number(&self.progress, k)));
+    }
+
+    /// Re-read PROGRESS.md: only the current task's row may change (other rows' Status and
+    /// Notes are put back, and rows removed, added or renumbered are tampering).
+    pub fn judge(&mut self) -> Result<Judged> {
+        let (k, _) = self.current.unwrap_or((0, 1));
+        let original = match crate::files::read_text(&self.progress_path) {
+            Ok(t) => t,
+            Err(e) if e.is_missing() || matches!(e, crate::files::ReadError::NotRegular { .. }) => {
+                let how = if e.is_missing() {
+                    "was deleted or renamed".to_string()
+                } else {
+                    e.to_string()
+                };
+                return Ok(Judged {
+                    tampered: vec![format!("{} {how}", self.progress_rel)],
+                    ..self.counts_now()
+                });
+            }
+            Err(e) => return Err(Error::user(e.to_string())),
+        };
+        let after = table::parse_progress(Path::new(&self.progress_rel), &original)
+            .map_err(super::table_error)?;
+        let guard = guard_rows(&self.progress, after, k);
+        if !guard.tampered.is_empty() {
+            return Ok(Judged {
+                tampered: guard.tampered,
+                ..self.counts_now()
+            });
+        }
+        let mut after = guard.kept;
+        table::carry_attempts(&self.progress, &mut after);
+        let done_now = row_done(&after, k);
+        if done_now && self.review {
+            self.pending = Some((after, original));
+            return Ok(Judged {
+                review_task: Some(k),
+                restored: guard.restored,
+                ..self.counts_now()
+            });
+        }
+        if !done_now {
+            table::record_attempt(&mut after, k, "the iteration ended without marking it DONE");
+        }
+        let mut judged = self.finalize(after, &original)?;
+        judged.restored = guard.restored;
+        Ok(judged)
+    }
+
+    /// The reviewer's verdict on the task it reviewed (`None`: it gave no REVIEW line).
+    pub fn review_done(
+        &mut self,
+        verdict: Option<std::result::Result<(), String>>,
+    ) -> Result<Judged> {
+        let Some((mut after, original)) = self.pending.take() else {
+            return Err(Error::user("no review is pending"));
+        };
+        let (k, _) = self.current.unwrap_or((0, 1));
+        match verdict {
+            Some(Ok(())) => {}
+            Some(Err(reason)) => {
+                table::review_failed(&mut after, k, &format!("review: {reason}"));
+            }
+            None => {
+                table::review_failed(
+                    &mut after,
+                    k,
+                    "review: the reviewer gave no REVIEW: PASS/FAIL line",
+                );
+            }
+        }
+        self.finalize(after, &original)
+    }
+
+    fn counts_now(&self) -> Judged {
+        Judged::counts(table::done_count(&self.progress), self.progress.rows.len())
+    }
+
+    /// Close the iteration's judgement: finish the table when no task is left, write the cells
+    /// ralph owns, and report.
+    fn finalize(&mut self, mut after: table::Progress, original: &str) -> Result<Judged> {
+        let (k, attempt) = self.current.unwrap_or((0, 1));
+        let done_now = row_done(&after, k);
+        let overall = table::next_task(&after)
+            .is_none()
+            .then(|| table::finish(&mut after));
+        let text = table::render_progress(original, &after);
+        if text != original {
+            crate::state::write_atomic(&self.progress_path, text.as_bytes())?;
+        }
+        let figures = table::figures(&after, k, attempt);
+        let title = self
+            .prd
+            .tasks
+            .iter()
+            .find(|t| t.number == k)
+            .map(|t| t.title.clone())
+            .unwrap_or_default();
+        self.progress = after;
+        let halt = (overall == Some(table::OverallStatus::Partial)).then(|| {
+            let mut lines = self.closing_lines();
+            lines.insert(0, "## Status: PARTIAL — some tasks are BLOCKED".to_string());
+            Halt::Partial(lines)
+        });
+        Ok(Judged {
+            source_complete: overall == Some(table::OverallStatus::Complete),
+            what: done_now.then(|| format!("task {k}: {title}")),
+            figures: Some(figures),
+            halt,
+            ..self.counts_now()
+        })
+    }
+
+    /// The promise on its own line, then the summary.
+    pub fn closing_lines(&self) -> Vec<String> {
+        let mut lines = vec![format!("<promise>{}</promise>", self.prd.promise)];
+        lines.extend(table::summary(&self.progress));
+        lines
+    }
+
+    pub fn remaining(&self) -> Vec<String> {
+        self.progress
+            .rows
+            .iter()
+            .filter(|r| r.status != table::RowStatus::Done)
+            .map(|r| format!("task {}: {} ({:?})", r.number, r.task, r.status))
+            .collect()
+    }
+}
+
+fn row_done(p: &table::Progress, k: u32) -> bool {
+    p.rows
+        .iter()
+        .any(|r| r.number == k && r.status == table::RowStatus::Done)
+}
+
+/// What the agent did to the table beyond its own row.
+struct RowGuard {
+    kept: table::Progress,
+    restored: Vec<String>,
+    tampered: Vec<String>,
+}
+
+/// Interim row guard until the table module has its own: rows must stay the same set, in the
+/// same order; other rows' Status and Notes are put back.
+fn guard_rows(before: &table::Progress, mut after: table::Progress, current: u32) -> RowGuard {
+    let numbers = |p: &table::Progress| p.rows.iter().map(|r| r.number).collect::<Vec<_>>();
+    let mut tampered = Vec::new();
+    for r in &before.rows {
+        if !after.rows.iter().any(|a| a.number == r.number) {
+            tampered.push(format!(
+                "task {} ({}): its row was removed",
+                r.number, r.task
+            ));
+        }
+    }
+    for a in &after.rows {
+        if !before.rows.iter().any(|r| r.number == a.number) {
+            tampered.push(format!("row {} ({}) was added", a.number, a.task));
+        }
+    }
+    if tampered.is_empty() && numbers(before) != numbers(&after) {
+        tampered.push("the rows were renumbered or reordered".into());
+    }
+    let mut restored = Vec::new();
+    for a in after.rows.iter_mut().filter(|a| a.number != current) {
+        if let Some(b) = before.rows.iter().find(|b| b.number == a.number)
+            && (a.status != b.status || a.notes != b.notes || a.attempts != b.attempts)
+        {
+            restored.push(format!(
+                "task {}: Status {:?} → {:?} put back (only task {current} was being worked)",
+                a.number, b.status, a.status
+            ));
+            a.status = b.status;
+            a.notes = b.notes.clone();
+            a.attempts = b.attempts;
+        }
+    }
+    RowGuard {
+        kept: after,
+        restored,
+        tampered,
+    }
+}

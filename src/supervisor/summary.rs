@@ -1,0 +1,189 @@
+//! What the user reads when a run halts (SPEC §9): one summary per outcome, the criteria left,
+//! the annotations to review; and the one question the loop asks (continue when stuck).
+
+use std::io::IsTerminal;
+
+use super::Loop;
+use super::decide::Halt;
+use crate::error::Error;
+use crate::state::Mode;
+use crate::ui::human_duration;
+
+impl Loop {
+    pub(super) fn ask_continue_when_stuck(&self) -> bool {
+        let t = 2 * self.settings.stuck_threshold;
+        if self.unattended || !std::io::stdin().is_terminal() {
+            return false;
+        }
+        eprint!("The loop has made no progress for {t} iterations. Continue or stop? [c/S] ");
+        let mut answer = String::new();
+        if std::io::stdin().read_line(&mut answer).is_err() {
+            return false;
+        }
+        matches!(
+            answer.trim().to_ascii_lowercase().as_str(),
+            "c" | "continue"
+        )
+    }
+
+    pub(super) fn summary(&self, halt: &Halt) {
+        match halt {
+            Halt::Complete => self.summary_complete(),
+            Halt::MaxIterations => self.summary_max_iterations(),
+            Halt::Stalled { iterations, commit } => {
+                self.ui.alert(&format!(
+                    "STALLED: {iterations} iterations with no change at {commit}"
+                ));
+                self.progress_line();
+                self.print_remaining();
+                self.ui.plain("\nThe agent changed nothing for three iterations: check its transcript in .ralph/runs/ and the task.");
+            }
+            Halt::Stuck => {
+                let t = 2 * self.settings.stuck_threshold;
+                self.ui.alert(&format!(
+                    "## 🤚 RALPH Loop — Stuck: no progress for {t} iterations"
+                ));
+                self.progress_line();
+                self.print_remaining();
+                self.ui.plain(
+                    "\nAdjust the task (split hard criteria, add guardrails) and run again.",
+                );
+            }
+            Halt::TargetOnly(rows) => {
+                self.ui.alert(&format!(
+                    "TARGET-ONLY: {} rows unverifiable in this environment",
+                    rows.len()
+                ));
+                for r in rows {
+                    self.ui.plain(&format!("- {r}"));
+                }
+                self.ui
+                    .plain("\nThese rows can only be verified against the real deployment target.");
+            }
+            Halt::VerdictUnavailable => {
+                self.ui
+                    .alert("## ⛔ RALPH Loop — the verdict command could not run twice in a row");
+                self.ui.plain(&format!(
+                    "Check it by hand: {}",
+                    self.settings.verdict_command.as_deref().unwrap_or("")
+                ));
+            }
+            Halt::Budget(why) => {
+                self.ui.alert("## 💸 RALPH Loop — Budget reached");
+                self.ui.plain(&format!("{why}."));
+                self.progress_line();
+                self.ui
+                    .plain(&format!("Total cost ${:.2}", self.state.cost_usd));
+                self.ui.plain("\nContinue later with: ralph resume (raise --max-cost or --max-wait if needed)");
+            }
+            Halt::Partial(lines) => {
+                self.ui.alert("## ⚠️ RALPH Loop — PARTIAL");
+                for l in lines {
+                    self.ui.plain(l);
+                }
+            }
+            Halt::Tampered(what) => self.summary_tampered(what),
+            Halt::Interrupted => {
+                let n = self.state.iteration;
+                self.ui.alert(&format!(
+                    "Interrupted in iteration {n}: the agent was stopped and its work committed. Continue with: ralph resume"
+                ));
+            }
+            Halt::Error { message, hint } => {
+                self.ui
+                    .error(&Error::user(message.clone()).with_hint(hint.clone()));
+            }
+        }
+        self.print_annotations();
+    }
+
+    fn summary_complete(&self) {
+        let ui = self.ui;
+        let n = self.counters.iteration;
+        let (_, total) = self.source.counts();
+        ui.success("## 🎉 RALPH Loop Complete!");
+        ui.plain(&format!("**Task:** {}", self.task_name));
+        ui.plain(&format!(
+            "**Iterations:** {n} of {}",
+            self.settings.max_iterations
+        ));
+        ui.plain(&format!(
+            "**Duration:** {}",
+            human_duration(self.started.elapsed())
+        ));
+        if self.source.mode() == Mode::Checklist {
+            ui.plain(&format!("**Criteria:** {total}/{total} ✅"));
+        }
+        for l in self.source.completion_lines() {
+            ui.plain(&l);
+        }
+        ui.plain(&format!(
+            "\nAll success criteria are met. Review the changes with:\n  git log --oneline -{n}"
+        ));
+    }
+
+    fn summary_max_iterations(&self) {
+        let ui = self.ui;
+        let (done, total) = self.source.counts();
+        let max = self.settings.max_iterations;
+        ui.alert("## 🛑 RALPH Loop — Max Iterations Reached");
+        ui.plain(&format!("**Task:** {}", self.task_name));
+        ui.plain(&format!(
+            "**Iterations:** {} of {max}",
+            self.counters.iteration
+        ));
+        ui.plain(&format!(
+            "**Criteria:** {done}/{total} ({done} completed, {} remaining)",
+            total.saturating_sub(done)
+        ));
+        self.print_remaining();
+        ui.plain(&format!(
+            "\nTo continue, raise the limit: ralph resume --max-iterations {}",
+            max + 10
+        ));
+    }
+
+    fn summary_tampered(&self, what: &[String]) {
+        self.ui.alert("## ⛔ RALPH Loop — Criteria tampered");
+        self.ui.plain(&format!(
+            "Iteration {} changed what {} is judged by:",
+            self.counters.iteration, self.task_name
+        ));
+        for w in what {
+            self.ui.plain(&format!("  {w}"));
+        }
+        self.ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes. Restore them (see git log -p) and run again.");
+    }
+
+    fn progress_line(&self) {
+        let (done, total) = self.source.counts();
+        self.ui.plain(&format!(
+            "**Progress:** {done}/{total} {} after {} iterations ({})",
+            self.source.unit(),
+            self.counters.iteration,
+            human_duration(self.started.elapsed())
+        ));
+    }
+
+    fn print_remaining(&self) {
+        let remaining = self.source.remaining();
+        if !remaining.is_empty() {
+            self.ui.plain("\nRemaining criteria:");
+            for c in remaining {
+                self.ui.plain(&format!("- [ ] {c}"));
+            }
+        }
+    }
+
+    /// Criteria the agent annotated while checking them: kept, but worth a person's look.
+    fn print_annotations(&self) {
+        if self.state.annotations.is_empty() {
+            return;
+        }
+        self.ui
+            .plain("\nCriteria the agent annotated (kept as the same criteria; review them):");
+        for a in &self.state.annotations {
+            self.ui.plain(&format!("- {a}"));
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Phase 4 of an iteration (SPEC §3.3, §5.1 step 6, §5.3): the test command, the verdict command
+//! (or the CPM roll-up) and the completion promise — the evidence completion needs. What a failed
+//! check printed becomes feedback for the next prompt.
+
+use super::Loop;
+use super::attempt::Attempted;
+use super::checks::{Check, shell};
+use super::decide::Halt;
+use super::prepare::Prepared;
+use super::source::Judged;
+use crate::agent::process::Watchers;
+use crate::error::Result;
+use crate::task::checklist::normalize;
+use crate::task::verdict::{Verdict, VerdictClass};
+
+/// The judgement with its evidence.
+pub(super) struct Verified {
+    pub judged: Judged,
+    /// The test command passed, or there is none.
+    pub tests_ok: bool,
+    pub verdict: Option<Verdict>,
+    /// A halt the verdict calls for (spec mode's phase rule).
+    pub verdict_halt: Option<Halt>,
+    pub promise_ok: bool,
+    /// What the failed checks said, for the next prompt.
+    pub feedback: Option<String>,
+}
+
+impl Verified {
+    /// Whether the task source (or the verdict) says the work is done.
+    pub fn evidence(&self) -> bool {
+        match &self.verdict {
+            Some(v) => v.class == VerdictClass::Verified,
+            None => self.judged.source_complete,
+        }
+    }
+}
+
+impl Loop {
+    pub(super) async fn verify(
+        &mut self,
+        prep: &mut Prepared,
+        judged: Judged,
+        attempted: &Attempted,
+    ) -> Result<std::result::Result<Verified, Halt>> {
+        let mut feedback = Vec::new();
+        let Some(tests_ok) = self.run_tests(prep, &mut feedback).await? else {
+            return Ok(Err(Halt::Interrupted));
+        };
+        let verdict = match self.source.verdict_invocation(&self.settings) {
+            None => None,
+            Some((display, inv)) => {
+                let Some(v) = self.run_verdict(prep, display, inv, &mut feedback).await? else {
+                    return Ok(Err(Halt::Interrupted));
+                };
+                Some(v)
+            }
+        };
+        let verdict_halt = verdict.as_ref().and_then(|v| self.source.after_verdict(v));
+        let promise_ok = match &self.settings.completion_promise {
+            None => true,
+            Some(word) => {
+                let last = attempted.final_message.clone().unwrap_or_default();
+                promise_in_final_message(last.as_bytes(), word, &prep.prompt)
+            }
+        };
+        Ok(Ok(Verified {
+            judged,
+            tests_ok,
+            verdict,
+            verdict_halt,
+            promise_ok,
+            feedback: (!feedback.is_empty()).then(|| super::checks::bounded(feedback.join("\n\n"))),
+        }))
+    }
+
+    /// The test command; `None` when interrupted. A failure is logged and fed to the next prompt.
+    async fn run_tests(
+        &mut self,
+        prep: &mut Prepared,
+        feedback: &mut Vec<String>,
+    ) -> Result<Option<bool>> {
+        let Some(cmd) = self.settings.test_command.clone() else {
+            return Ok(Some(true));
+        };
+        let check = Check {
+            what: format!("test command: {cmd}"),
+            inv: shell(&cmd),
+            echo: self.echo(),
+            limits: self.check_limits(),
+        };
+        let Some(fin) = self.run_aux(check, prep, Watchers::default()).await? else {
+            return Ok(None);
+        };
+        if !fin.success() {
+            let why = match fin.stopped {
+                Some(_) => format!(
+                    "timed out after {}",
+                    crate::ui::human_duration(self.settings.check_timeout)
+                ),
+                None => format!("exit {}", fin.exit_code),
+            };
+            let line = format!("Tests failed ({why}): {cmd}");
+            self.log(&format!(
+                "Iteration {}: tests failed ({why}): {cmd}",
+                prep.n
+            ))?;
+            feedback.push(super::checks::feedback(&line, &prep.transcript_path));
+            prep.notes.push(line);
+        }
+        Ok(Some(fin.success()))
+    }
+
+    /// The verdict command (or roll-up); `None` when interrupted.
+    async fn run_verdict(
+        &mut self,
+        prep: &mut Prepared,
+        display: String,
+        inv: crate::agent::Invocation,
+        feedback: &mut Vec<String>,
+    ) -> Result<Option<Verdict>> {
+        let check = Check {
+            what: format!("verdict command: {display}"),
+            inv,
+            echo: self.echo(),
+            limits: self.check_limits(),
+        };
+        let Some(fin) = self.run_aux(check, prep, Watchers::default()).await? else {
+            return Ok(None);
+        };
+        let v = self
+            .source
+            .verdict(fin.exit_code, &String::from_utf8_lossy(&fin.stdout_tail));
+        if let Some(note) = self.note_verdict(prep.n, &v)? {
+            feedback.push(super::checks::feedback(&note, &prep.transcript_path));
+            prep.notes.push(note);
+        }
+        Ok(Some(v))
+    }
+
+    /// Relay what the verdict command said into the log; the report note when there is one.
+    fn note_verdict(&self, n: u32, v: &Verdict) -> Result<Option<String>> {
+        let figures = v.figures();
+        let (line, note) = match &v.class {
+            VerdictClass::Verified => (
+                format!("verdict exit 0 (every row verified): {figures}"),
+                None,
+            ),
+            VerdictClass::Unverified | VerdictClass::NothingPlanned => (
+                format!("verdict exit {}: {figures}", v.exit_code),
+                Some(format!("Verdict exit {}: {figures}", v.exit_code)),
+            ),
+            VerdictClass::TargetOnly(rows) => (
+                format!(
+                    "verdict exit 5: TARGET-ONLY: {} rows unverifiable in this environment",
+                    rows.len()
+                ),
+                None,
+            ),
+            VerdictClass::Unavailable => (
+                format!(
+                    "the verdict command could not run (exit {}): {figures}",
+                    v.exit_code
+                ),
+                Some(format!(
+                    "The verdict command could not run (exit {}); neither progress nor work remaining",
+                    v.exit_code
+                )),
+            ),
+        };
+        self.log(&format!("Iteration {n}: {line}"))?;
+        Ok(note)
+    }
+}
+
+/// `<promise>WORD</promise>` in the agent's final message: after the last echo of the prompt,
+/// compared after whitespace normalisation.
+pub fn promise_in_final_message(stdout_tail: &[u8], word: &str, prompt: &str) -> bool {
+    let text = String::from_utf8_lossy(stdout_tail);
+    // An agent that echoes its prompt must not satisfy the promise by the echo.
+    let last_prompt_line = prompt
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let after = match (!last_prompt_line.is_empty())
+        .then(|| text.rfind(last_prompt_line))
+        .flatten()
+    {
+        Some(i) => &text[i + last_prompt_line.len()..],
+        None => &text[..],
+    };
+    let want = normalize(word);
+    let mut rest = after;
+    while let Some(start) = rest.find("<promise>") {
+        let inner = &rest[start + "<promise>".len()..];
+        match inner.find("</promise>") {
+            Some(end) => {
+                if normalize(&inner[..end]) == want {
+                    return true;
+                }
+                rest = &inner[end..];
+            }
+            None => break,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn promise_must_follow_the_prompt_echo() {
+        let prompt = "do it\nend with <promise>DONE</promise>\n";
+        assert!(promise_in_final_message(
+            b"work...\n<promise>DONE</promise>\n",
+            "DONE",
+            prompt
+        ));
+        assert!(promise_in_final_message(
+            b"<promise> DONE </promise>",
+            "DONE",
+            prompt
+        ));
+        assert!(!promise_in_final_message(
+            b"<promise>NOPE</promise>",
+            "DONE",
+            prompt
+        ));
+        let echo = format!("{prompt}thinking\n");
+        assert!(!promise_in_final_message(echo.as_bytes(), "DONE", prompt));
+    }
+}

@@ -1,0 +1,359 @@
+//! Checklist integrity (SPEC §3.1): the criteria recorded when a run starts must all still be
+//! there, so "all boxes checked" cannot be reached by deleting or rewording boxes.
+//!
+//! Texts compare normalised ([`normalize`]: Unicode NFC, whitespace collapsed). Criteria with
+//! the same text are distinct: each baseline criterion needs a criterion of its own. A criterion
+//! the agent annotated (`- [x] GET /login redirects — done in src/auth.rs`) keeps its baseline
+//! text whole at the start and is the same criterion; the annotation is reported for review.
+//! When it cannot be told which of two identical criteria went, the unchecked one is assumed
+//! gone: the strict reading, which can only stop a run, never complete one.
+
+use std::collections::HashMap;
+
+use super::checklist::{Checklist, normalize};
+
+/// The criteria at the start of a run, normalised.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Baseline {
+    /// Unchecked at the start: removing or rewording one is tampering.
+    pub unchecked: Vec<String>,
+    /// Already checked at the start: they may go (they are done), but they still take their
+    /// own match, so a twin of an unchecked criterion cannot stand in for it.
+    pub checked: Vec<String>,
+}
+
+impl Baseline {
+    pub fn of(list: &Checklist) -> Baseline {
+        let mut b = Baseline::default();
+        for c in &list.criteria {
+            let t = normalize(&c.text);
+            if c.checked {
+                b.checked.push(t);
+            } else {
+                b.unchecked.push(t);
+            }
+        }
+        b
+    }
+}
+
+/// A baseline criterion found with text appended to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Annotation {
+    /// The baseline text.
+    pub criterion: String,
+    /// The criterion as the agent left it.
+    pub written: String,
+    pub checked: bool,
+}
+
+/// The baseline held against the current criteria.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Review {
+    /// Unchecked baseline criteria that are gone (removed or reworded), in baseline order.
+    pub tampered: Vec<String>,
+    /// Baseline criteria kept with an annotation after their text.
+    pub annotated: Vec<Annotation>,
+}
+
+/// Match every baseline criterion to a distinct current one: first by equal text, then by a
+/// current text that starts with the baseline text and goes on after a word boundary (an
+/// annotation). Checked baseline criteria are matched first, so an ambiguity leaves an
+/// unchecked one unmatched.
+pub fn review(baseline: &Baseline, current: &Checklist) -> Review {
+    let texts: Vec<String> = current
+        .criteria
+        .iter()
+        .map(|c| normalize(&c.text))
+        .collect();
+    let mut taken = vec![false; texts.len()];
+    // Baseline entries in matching order: checked first, each with its index in its list.
+    let order: Vec<(bool, usize, &str)> = baseline
+        .checked
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (true, i, t.as_str()))
+        .chain(
+            baseline
+                .unchecked
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (false, i, t.as_str())),
+        )
+        .collect();
+    let mut matched = vec![false; order.len()];
+    let mut by_text: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, t) in texts.iter().enumerate().rev() {
+        by_text.entry(t.as_str()).or_default().push(i);
+    }
+    for (k, (_, _, text)) in order.iter().enumerate() {
+        if let Some(i) = by_text.get_mut(text).and_then(Vec::pop) {
+            taken[i] = true;
+            matched[k] = true;
+        }
+    }
+    // Annotations: longer baseline texts first, so `a b` is not taken by the baseline `a`.
+    let mut rest: Vec<usize> = (0..order.len()).filter(|&k| !matched[k]).collect();
+    rest.sort_by_key(|&k| (!order[k].0, std::cmp::Reverse(order[k].2.len())));
+    let mut out = Review::default();
+    for k in rest {
+        let text = order[k].2;
+        if let Some(i) = (0..texts.len()).find(|&i| !taken[i] && annotates(&texts[i], text)) {
+            taken[i] = true;
+            matched[k] = true;
+            out.annotated.push(Annotation {
+                criterion: text.to_string(),
+                written: current.criteria[i].text.clone(),
+                checked: current.criteria[i].checked,
+            });
+        }
+    }
+    out.tampered = baseline
+        .unchecked
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            let k = baseline.checked.len() + i;
+            !matched[k]
+        })
+        .map(|(_, t)| t.clone())
+        .collect();
+    out
+}
+
+/// `written` is `criterion` with something appended after a word boundary.
+fn annotates(written: &str, criterion: &str) -> bool {
+    if criterion.is_empty() || written.len() <= criterion.len() {
+        return false;
+    }
+    let Some(rest) = written.strip_prefix(criterion) else {
+        return false;
+    };
+    // `opens` annotated as `opens.`, `opens — done`, `opens (see x)`; never `opensX`.
+    let last = criterion.chars().next_back();
+    let next = rest.chars().next();
+    match (last, next) {
+        (Some(l), Some(n)) => !(l.is_alphanumeric() && n.is_alphanumeric()),
+        _ => false,
+    }
+}
+
+/// Criteria checked before this iteration and present but unchecked now.
+pub fn regressions(before: &Checklist, after: &Checklist) -> Vec<String> {
+    let mut was_checked = counts(before, true);
+    let still = counts(after, true);
+    let mut out = Vec::new();
+    for c in after.criteria.iter().filter(|c| !c.checked) {
+        let t = normalize(&c.text);
+        let before_n = was_checked.get(&t).copied().unwrap_or(0);
+        let now_n = still.get(&t).copied().unwrap_or(0);
+        if before_n > now_n {
+            was_checked.insert(t, before_n - 1);
+            out.push(c.text.clone());
+        }
+    }
+    out
+}
+
+/// Criteria checked now that were not checked before (new ones included), in file order.
+pub fn newly_checked(before: &Checklist, after: &Checklist) -> Vec<String> {
+    let mut was_checked = counts(before, true);
+    let mut out = Vec::new();
+    for c in after.criteria.iter().filter(|c| c.checked) {
+        match was_checked.get_mut(&normalize(&c.text)) {
+            Some(k) if *k > 0 => *k -= 1,
+            _ => out.push(c.text.clone()),
+        }
+    }
+    out
+}
+
+fn counts(list: &Checklist, checked: bool) -> HashMap<String, usize> {
+    let mut m: HashMap<String, usize> = HashMap::new();
+    for c in list.criteria.iter().filter(|c| c.checked == checked) {
+        *m.entry(normalize(&c.text)).or_default() += 1;
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::checklist::parse_checklist;
+    use proptest::prelude::*;
+
+    fn list(md: &str) -> Checklist {
+        parse_checklist(md, 1)
+    }
+
+    fn base(md: &str) -> Baseline {
+        Baseline::of(&list(md))
+    }
+
+    #[test]
+    fn removal_or_rewording_of_an_unchecked_criterion_is_tampering() {
+        let b = base("## Success Criteria\n- [ ] a\n- [ ] b\n");
+        let r = review(
+            &b,
+            &list("## Success Criteria\n- [x] a\n- [ ] b  \n- [ ] c\n"),
+        );
+        assert!(r.tampered.is_empty());
+        let r = review(&b, &list("## Success Criteria\n- [x] a\n- [ ] c\n"));
+        assert_eq!(r.tampered, vec!["b"]);
+        let r = review(&b, &list("## Success Criteria\n- [ ] a\n- [ ] B\n"));
+        assert_eq!(r.tampered, vec!["b"], "rewording is tampering");
+        let r = review(&b, &list("## Success Criteria\n"));
+        assert_eq!(r.tampered, vec!["a", "b"], "emptied");
+    }
+
+    #[test]
+    fn twins_are_distinct_criteria() {
+        let b = base("## Success Criteria\n- [x] dup\n- [ ] dup\n- [ ] other\n");
+        // The unchecked twin deleted, the other checked: one `dup` is gone.
+        let r = review(&b, &list("## Success Criteria\n- [x] dup\n- [x] other\n"));
+        assert_eq!(r.tampered, vec!["dup"]);
+        // Both twins kept and checked: fine.
+        let r = review(
+            &b,
+            &list("## Success Criteria\n- [x] dup\n- [x] dup\n- [x] other\n"),
+        );
+        assert!(r.tampered.is_empty());
+        // The checked one removed instead: which one went cannot be told; the unchecked is
+        // assumed gone (strict).
+        let r = review(&b, &list("## Success Criteria\n- [ ] dup\n- [x] other\n"));
+        assert_eq!(r.tampered, vec!["dup"]);
+    }
+
+    #[test]
+    fn annotations_keep_the_criterion() {
+        let b = base("## Success Criteria\n- [ ] café opens\n- [ ] b\n");
+        let r = review(
+            &b,
+            &list("## Success Criteria\n- [x] café opens — done in src/cafe.rs\n- [ ] b\n"),
+        );
+        assert!(r.tampered.is_empty());
+        assert_eq!(
+            r.annotated,
+            vec![Annotation {
+                criterion: "café opens".into(),
+                written: "café opens — done in src/cafe.rs".into(),
+                checked: true
+            }]
+        );
+        // NFD is the same criterion, not an annotation.
+        let r = review(
+            &b,
+            &list("## Success Criteria\n- [x] cafe\u{301} opens\n- [ ] b\n"),
+        );
+        assert!(r.tampered.is_empty() && r.annotated.is_empty(), "{r:?}");
+        // The text must stay whole at the start, ending at a word boundary.
+        for reworded in ["café open", "the café opens", "café opensX"] {
+            let r = review(
+                &b,
+                &list(&format!("## Success Criteria\n- [x] {reworded}\n- [ ] b\n")),
+            );
+            assert_eq!(r.tampered, vec!["café opens"], "{reworded}");
+        }
+        // `a` and `a b` both in the baseline: `a b — done` is the annotated `a b`.
+        let b = base("## Success Criteria\n- [ ] a\n- [ ] a b\n");
+        let r = review(
+            &b,
+            &list("## Success Criteria\n- [x] a b — done\n- [ ] a\n"),
+        );
+        assert!(r.tampered.is_empty(), "{r:?}");
+    }
+
+    #[test]
+    fn regressions_and_new_checks() {
+        let before = list("## Success Criteria\n- [x] a\n- [ ] b\n");
+        let after = list("## Success Criteria\n- [ ] a\n- [x] b\n- [x] c\n");
+        assert_eq!(regressions(&before, &after), vec!["a"]);
+        assert_eq!(newly_checked(&before, &after), vec!["b", "c"]);
+        let twins = list("## Success Criteria\n- [x] a\n- [x] a\n");
+        let one_unchecked = list("## Success Criteria\n- [x] a\n- [ ] a\n");
+        assert_eq!(regressions(&twins, &one_unchecked), vec!["a"]);
+        assert!(newly_checked(&one_unchecked, &twins).len() == 1);
+    }
+
+    /// One thing an agent can do to a checklist.
+    #[derive(Debug, Clone)]
+    enum Act {
+        Check(usize),
+        Uncheck(usize),
+        Add(u8, bool),
+        Delete(usize),
+        Reword(usize),
+        Annotate(usize),
+        Duplicate(usize),
+    }
+
+    fn act() -> impl Strategy<Value = Act> {
+        prop_oneof![
+            (0..8usize).prop_map(Act::Check),
+            (0..8usize).prop_map(Act::Uncheck),
+            (0..4u8, any::<bool>()).prop_map(|(t, c)| Act::Add(t, c)),
+            (0..8usize).prop_map(Act::Delete),
+            (0..8usize).prop_map(Act::Reword),
+            (0..8usize).prop_map(Act::Annotate),
+            (0..8usize).prop_map(Act::Duplicate),
+        ]
+    }
+
+    fn apply(items: &mut Vec<(String, bool)>, a: &Act) {
+        let n = items.len();
+        match *a {
+            Act::Check(i) if n > 0 => items[i % n].1 = true,
+            Act::Uncheck(i) if n > 0 => items[i % n].1 = false,
+            Act::Add(t, c) => items.push((format!("t{t}"), c)),
+            Act::Delete(i) if n > 0 => {
+                items.remove(i % n);
+            }
+            Act::Reword(i) if n > 0 => items[i % n].0.push('x'),
+            Act::Annotate(i) if n > 0 => items[i % n].0.push_str(" — done"),
+            Act::Duplicate(i) if n > 0 => items.push(items[i % n].clone()),
+            _ => {}
+        }
+    }
+
+    fn render(items: &[(String, bool)]) -> String {
+        let mut s = String::from("## Success Criteria\n");
+        for (t, c) in items {
+            s.push_str(&format!("- [{}] {t}\n", if *c { 'x' } else { ' ' }));
+        }
+        s
+    }
+
+    proptest! {
+        /// Whatever the agent does, a run judged complete (every criterion checked, nothing
+        /// tampered) still holds every baseline criterion, each checked, each its own item.
+        #[test]
+        fn complete_only_when_every_baseline_criterion_is_there_and_done(
+            start in proptest::collection::vec((0..4u8, any::<bool>()), 1..6),
+            acts in proptest::collection::vec(act(), 0..12),
+        ) {
+            let mut items: Vec<(String, bool)> =
+                start.iter().map(|(t, c)| (format!("t{t}"), *c)).collect();
+            let baseline = base(&render(&items));
+            for a in &acts {
+                apply(&mut items, a);
+            }
+            let now = list(&render(&items));
+            let r = review(&baseline, &now);
+            let complete = now.total() > 0 && now.done() == now.total() && r.tampered.is_empty();
+            if complete {
+                // An independent check: greedily give each unchecked baseline criterion its own
+                // item, equal or annotated, all checked.
+                let mut free: Vec<&(String, bool)> = items.iter().collect();
+                let mut need: Vec<&String> = baseline.unchecked.iter().collect();
+                need.sort_by_key(|t| std::cmp::Reverse(t.len()));
+                for t in need {
+                    let pos = free.iter().position(|(w, c)| {
+                        *c && (w == t || annotates(w, t))
+                    });
+                    prop_assert!(pos.is_some(), "baseline {t:?} missing from {items:?}");
+                    free.remove(pos.unwrap());
+                }
+            }
+        }
+    }
+}
