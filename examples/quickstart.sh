@@ -6,8 +6,15 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 
 echo "==> building ralph (release)"
-cargo build --release --quiet --manifest-path "$root/Cargo.toml" --bin ralph
-ralph="$root/target/release/ralph"
+# Ask cargo where the binary went: CARGO_TARGET_DIR, a config's build.target-dir and the
+# default target/ all end up in its "executable" record.
+ralph=$(cargo build --release --quiet --manifest-path "$root/Cargo.toml" --bin ralph \
+    --message-format=json-render-diagnostics |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+if [ -z "$ralph" ] || [ ! -x "$ralph" ]; then
+    echo "quickstart: cargo built no ralph executable" >&2
+    exit 1
+fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ralph-quickstart.XXXXXX")
 echo "==> demo repository: $work"

@@ -178,8 +178,8 @@ impl Report<'_> {
             self.iteration, self.max_iterations
         ));
         s.push_str(&format!(
-            "✅ Progress: {}/{} criteria\n",
-            self.done, self.total
+            "✅ Progress: {}/{} {}\n",
+            self.done, self.total, self.unit
         ));
         if let Some(c) = self.last_commit {
             s.push_str(&format!("📝 Last: \"{c}\"\n"));
@@ -230,7 +230,7 @@ mod tests {
             max_iterations: 5,
             done: 1,
             total: 3,
-            unit: "criteria",
+            unit: "tasks",
             last_commit: Some("ralph: iteration 2 — x"),
             started: "s",
             ended: "e",
@@ -248,7 +248,7 @@ mod tests {
         .render();
         for needle in [
             "## Iteration 2/5 complete",
-            "Progress: 1/3 criteria",
+            "Progress: 1/3 tasks",
             "Last: \"ralph: iteration 2 — x\"",
             "Started: s",
             "Ended: e",

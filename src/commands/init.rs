@@ -122,9 +122,7 @@ fn render_for_planning(description: &str, args: &InitArgs) -> String {
 /// validates them by the rules `ralph run` applies.
 fn plan_with_agent(ctx: &Context, repo: &Repo, args: &InitArgs, table_mode: bool) -> Result<i32> {
     use crate::agent::Agent;
-    use crate::agent::process::{self, Echo, Limits, StopCause, Watchers};
     use crate::config::{self, AgentChoice, Layer, Source};
-    use crate::task::table;
     let ui = ctx.ui;
     let rd = RalphDir::new(repo.root());
     let mut layers = vec![Source {
@@ -139,27 +137,7 @@ fn plan_with_agent(ctx: &Context, repo: &Repo, args: &InitArgs, table_mode: bool
     let settings = config::merge(&layers)?;
     let agent = Agent::resolve(&settings.agent, true)?;
     let description = args.description.clone().unwrap_or_default();
-    let prompt = if table_mode {
-        table::planning_prompt(&description)
-    } else {
-        format!(
-            "You are planning a RALPH loop: later iterations, each a fresh agent, will work the \
-             criteria you write, one per iteration, and a supervisor will count the checkboxes.\n\n\
-             The task: {description}\n\n\
-             Read the repository to understand it. Then edit {TASK_FILE}: under its \
-             `## Success Criteria` heading, write between 3 and 12 criteria as `- [ ] ...` lines. \
-             Each must be specific and machine-verifiable (a command, a test, an endpoint, a file), \
-             and small enough for one iteration. Do not implement anything and do not change \
-             anything else.\n"
-        )
-    };
-    let dir = rd.run_dir("planning");
-    crate::state::create_private_dir(&dir)?;
-    let prompt_file = dir.join("init.prompt.md");
-    std::fs::write(&prompt_file, &prompt).map_err(|e| Error::file("write", &prompt_file, e))?;
-    let log = dir.join("init.log");
-    let mut transcript = std::fs::File::create(&log).map_err(|e| Error::file("create", &log, e))?;
-    let inv = agent.invocation(&prompt, &prompt_file)?;
+    let prompt = planning_prompt(table_mode, &description);
     for note in &agent.notes {
         ui.note(note);
     }
@@ -170,62 +148,80 @@ fn plan_with_agent(ctx: &Context, repo: &Repo, args: &InitArgs, table_mode: bool
         .enable_all()
         .build()
         .map_err(|e| Error::io("failed to start the async runtime", e))?;
-    let fin = runtime.block_on(async {
-        let mut interrupts = crate::signals::Interrupts::install()
-            .map_err(|e| Error::io("failed to install signal handlers", e))?;
-        let limits = Limits {
-            timeout: settings.timeout,
-            idle_timeout: settings.idle_timeout,
-            grace: settings.grace,
-        };
-        process::run(
-            &inv,
-            repo.root(),
-            &mut transcript,
-            &limits,
-            &mut interrupts,
-            Echo::None,
-            Watchers::default(),
-        )
-        .await
-        .map_err(|e| Error::io(format!("failed to spawn agent `{}`", inv.program), e))
-    })?;
-    if fin.stopped == Some(StopCause::Interrupt) {
+    let (fin, log) = runtime.block_on(crate::supervisor::checks::run_agent_once(
+        repo.root(),
+        &rd.run_dir("planning"),
+        "init",
+        &prompt,
+        &agent,
+        &settings,
+    ))?;
+    if fin.is_none() {
         return Err(Error::user("interrupted while planning"));
     }
     let hint = format!("the planning transcript is {}", log.display());
     if table_mode {
-        let prd_path = ctx.cwd.join(table::PRD_FILE);
-        let progress_path = ctx.cwd.join(table::PROGRESS_FILE);
-        let read =
-            |p: &std::path::Path| std::fs::read_to_string(p).map_err(|e| Error::file("read", p, e));
-        let prd = table::parse_prd(&prd_path, &read(&prd_path)?)
-            .map_err(|e| Error::user(e.to_string()).with_hint(hint.clone()))?;
-        let progress = table::parse_progress(&progress_path, &read(&progress_path)?)
-            .map_err(|e| Error::user(e.to_string()).with_hint(hint.clone()))?;
-        table::validate(&prd, &prd_path, &progress, &progress_path)
-            .map_err(|e| Error::user(e.to_string()).with_hint(hint.clone()))?;
-        ui.plain(&format!(
-            "planned {} tasks in {} and {}",
-            prd.tasks.len(),
-            prd_path.display(),
-            progress_path.display()
-        ));
+        report_planned_table(ctx, &hint)?;
     } else {
-        let path = ctx.cwd.join(TASK_FILE);
-        let doc = crate::task::document::load_task_file(&path)
-            .map_err(|e| Error::user(e.to_string()).with_hint(hint.clone()))?;
-        ui.plain(&format!(
-            "planned {} criteria in {}:",
-            doc.checklist.total(),
-            path.display()
-        ));
-        for c in &doc.checklist.criteria {
-            ui.plain(&format!("- [ ] {}", c.text));
-        }
+        report_planned_criteria(ctx, &hint)?;
     }
     ui.plain("\nNext: review them, then run:\n  ralph run");
     Ok(exit::COMPLETE)
+}
+
+/// What the planning run is asked to write: the PRD and progress table, or the criteria.
+fn planning_prompt(table_mode: bool, description: &str) -> String {
+    if table_mode {
+        return crate::task::table::planning_prompt(description);
+    }
+    format!(
+        "You are planning a RALPH loop: later iterations, each a fresh agent, will work the \
+         criteria you write, one per iteration, and a supervisor will count the checkboxes.\n\n\
+         The task: {description}\n\n\
+         Read the repository to understand it. Then edit {TASK_FILE}: under its \
+         `## Success Criteria` heading, write between 3 and 12 criteria as `- [ ] ...` lines. \
+         Each must be specific and machine-verifiable (a command, a test, an endpoint, a file), \
+         and small enough for one iteration. Do not implement anything and do not change \
+         anything else.\n"
+    )
+}
+
+/// Validate the PRD and progress table the planning run wrote (SPEC §3.2) and show them.
+fn report_planned_table(ctx: &Context, hint: &str) -> Result<()> {
+    use crate::task::table;
+    let prd_path = ctx.cwd.join(table::PRD_FILE);
+    let progress_path = ctx.cwd.join(table::PROGRESS_FILE);
+    let read = |p: &std::path::Path| {
+        crate::files::read_text(p).map_err(|e| Error::user(e.to_string()).with_hint(hint))
+    };
+    let invalid = |e: table::TableError| Error::user(e.to_string()).with_hint(hint);
+    let prd = table::parse_prd(&prd_path, &read(&prd_path)?).map_err(invalid)?;
+    let progress =
+        table::parse_progress(&progress_path, &read(&progress_path)?).map_err(invalid)?;
+    table::validate(&prd, &prd_path, &progress, &progress_path).map_err(invalid)?;
+    ctx.ui.plain(&format!(
+        "planned {} tasks in {} and {}",
+        prd.tasks.len(),
+        prd_path.display(),
+        progress_path.display()
+    ));
+    Ok(())
+}
+
+/// Validate the criteria the planning run wrote (SPEC §3.1) and show them.
+fn report_planned_criteria(ctx: &Context, hint: &str) -> Result<()> {
+    let path = ctx.cwd.join(TASK_FILE);
+    let doc = crate::task::document::load_task_file(&path)
+        .map_err(|e| Error::user(e.to_string()).with_hint(hint))?;
+    ctx.ui.plain(&format!(
+        "planned {} criteria in {}:",
+        doc.checklist.total(),
+        path.display()
+    ));
+    for c in &doc.checklist.criteria {
+        ctx.ui.plain(&format!("- [ ] {}", c.text));
+    }
+    Ok(())
 }
 
 fn ask(question: &str) -> Result<String> {

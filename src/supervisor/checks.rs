@@ -100,6 +100,48 @@ pub async fn run_check(
     Ok((fin.stopped != Some(StopCause::Interrupt)).then_some(fin))
 }
 
+/// One agent run outside the loop (the planning runs of `ralph init --plan` and `ralph run
+/// "description"`): its prompt saved as `{dir}/{name}.prompt.md`, its output in
+/// `{dir}/{name}.log` (returned), under the run's limits and its own signal handling.
+/// `Ok(None)` when an interrupt stopped it.
+pub async fn run_agent_once(
+    root: &Path,
+    dir: &Path,
+    name: &str,
+    prompt: &str,
+    agent: &crate::agent::Agent,
+    settings: &crate::config::Settings,
+) -> Result<(Option<Finished>, std::path::PathBuf)> {
+    crate::state::create_private_dir(dir)?;
+    let prompt_file = dir.join(format!("{name}.prompt.md"));
+    std::fs::write(&prompt_file, prompt).map_err(|e| Error::file("write", &prompt_file, e))?;
+    let transcript_path = dir.join(format!("{name}.log"));
+    let mut transcript = std::fs::File::create(&transcript_path)
+        .map_err(|e| Error::file("create", &transcript_path, e))?;
+    let check = Check {
+        what: format!("{name}: a {} run", agent.name),
+        inv: agent.invocation(prompt, &prompt_file)?,
+        echo: Echo::None,
+        limits: Limits {
+            timeout: settings.timeout,
+            idle_timeout: settings.idle_timeout,
+            grace: settings.grace,
+        },
+    };
+    let mut interrupts =
+        Interrupts::install().map_err(|e| Error::io("failed to install signal handlers", e))?;
+    let fin = run_check(
+        root,
+        check,
+        &mut transcript,
+        &[],
+        &mut interrupts,
+        Watchers::default(),
+    )
+    .await?;
+    Ok((fin, transcript_path))
+}
+
 /// What the next prompt is told about a failed check: a first line naming it, then the last
 /// lines of its output from the transcript (bounded).
 pub fn feedback(first: &str, transcript: &Path) -> String {

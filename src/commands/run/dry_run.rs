@@ -17,7 +17,7 @@ use crate::state::RalphDir;
 use crate::supervisor::source::{PromptCtx, Source};
 use crate::task::cpm::{Phase, Targets};
 use crate::task::table;
-use crate::ui::human_duration;
+use crate::ui::{Ui, human_duration};
 
 /// Print what `ralph run` would do; a description to plan shows its plan or planning prompt.
 pub(super) fn report(
@@ -67,9 +67,27 @@ fn dry_run_report(
     })?;
     let prompt_file = rd.run_dir("RUN_ID").join("iter-001.prompt.md");
     let inv = agent.invocation(&first, &prompt_file)?;
-    let opt = |d: Option<Duration>| d.map_or_else(|| "none".to_string(), human_duration);
     ui.plain("ralph run --dry-run: nothing is spawned or written");
     ui.plain(&format!("mode: {}", plan.mode()));
+    describe_target(ui, plan, source);
+    let agent_source = match &settings.agent {
+        AgentChoice::Preset(p) => format!("preset `{p}`"),
+        AgentChoice::Template(t) => format!("--agent-cmd `{t}`"),
+    };
+    ui.plain(&format!("agent: {agent_source}"));
+    ui.plain(&format!("argv: {}", inv.display()));
+    for note in &agent.notes {
+        ui.plain(&format!("note: {note}"));
+    }
+    describe_settings(ui, source, settings);
+    ui.plain("--- prompt of iteration 1 ---");
+    ui.plain(first.trim_end());
+    ui.plain("--- end of prompt ---");
+    Ok(exit::COMPLETE)
+}
+
+/// What the run works on: the task file, the table, or CPM's targets, roll-up and phase.
+fn describe_target(ui: Ui, plan: &Plan, source: &Source) {
     let (done, total) = plan.counts();
     match plan {
         Plan::Checklist { doc, path, .. } => ui.plain(&format!(
@@ -101,12 +119,11 @@ fn dry_run_report(
                 }
             }
             if let Source::Cpm(c) = source {
-                ui.plain(&format!(
-                    "roll-up: {}",
-                    c.rollup
-                        .as_ref()
-                        .map_or("none".to_string(), |r| r.display().to_string())
-                ));
+                let rollup = c
+                    .rollup
+                    .as_ref()
+                    .map_or("none".to_string(), |r| r.display().to_string());
+                ui.plain(&format!("roll-up: {rollup}"));
                 ui.plain(&format!(
                     "test runner: {}",
                     c.test_runner.as_deref().unwrap_or("none found")
@@ -121,15 +138,11 @@ fn dry_run_report(
             }
         }
     }
-    let agent_source = match &settings.agent {
-        AgentChoice::Preset(p) => format!("preset `{p}`"),
-        AgentChoice::Template(t) => format!("--agent-cmd `{t}`"),
-    };
-    ui.plain(&format!("agent: {agent_source}"));
-    ui.plain(&format!("argv: {}", inv.display()));
-    for note in &agent.notes {
-        ui.plain(&format!("note: {note}"));
-    }
+}
+
+/// The limits, the checks and the commit policy.
+fn describe_settings(ui: Ui, source: &Source, settings: &Settings) {
+    let opt = |d: Option<Duration>| d.map_or_else(|| "none".to_string(), human_duration);
     ui.plain(&format!(
         "limits: max iterations {}, timeout {}, idle timeout {}, grace {}, stuck threshold {} (halt after {})",
         settings.max_iterations,
@@ -161,8 +174,4 @@ fn dry_run_report(
             "one per iteration that changed something"
         }
     ));
-    ui.plain("--- prompt of iteration 1 ---");
-    ui.plain(first.trim_end());
-    ui.plain("--- end of prompt ---");
-    Ok(exit::COMPLETE)
 }

@@ -9,8 +9,7 @@ use crate::commands::Context;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::git::Repo;
-use crate::signals::Interrupts;
-use crate::state::{self, RalphDir};
+use crate::state::RalphDir;
 use crate::supervisor;
 use crate::task::{cpm, table};
 
@@ -61,40 +60,23 @@ pub(super) async fn plan_table(
         ))
         .with_hint("run the table as it is with `ralph run PRD.md`, or move the files away"));
     }
-    let dir = rd.run_dir("planning");
-    state::create_private_dir(&dir)?;
-    let prompt = table::planning_prompt(description);
-    let prompt_file = dir.join("planning.prompt.md");
-    std::fs::write(&prompt_file, &prompt).map_err(|e| Error::file("write", &prompt_file, e))?;
-    let transcript_path = dir.join("planning.log");
-    let mut transcript = std::fs::File::create(&transcript_path)
-        .map_err(|e| Error::file("create", &transcript_path, e))?;
-    let inv = agent.invocation(&prompt, &prompt_file)?;
     ui.line(&format!(
         "planning: one {} run writes {} and {} for \"{description}\"",
         agent.name,
         table::PRD_FILE,
         table::PROGRESS_FILE
     ));
-    let mut interrupts =
-        Interrupts::install().map_err(|e| Error::io("failed to install signal handlers", e))?;
-    let limits = crate::agent::process::Limits {
-        timeout: settings.timeout,
-        idle_timeout: settings.idle_timeout,
-        grace: settings.grace,
-    };
-    let fin = crate::agent::process::run(
-        &inv,
+    let prompt = table::planning_prompt(description);
+    let (fin, transcript_path) = supervisor::checks::run_agent_once(
         root,
-        &mut transcript,
-        &limits,
-        &mut interrupts,
-        crate::agent::process::Echo::None,
-        crate::agent::process::Watchers::default(),
+        &rd.run_dir("planning"),
+        "planning",
+        &prompt,
+        agent,
+        settings,
     )
-    .await
-    .map_err(|e| Error::io(format!("failed to spawn agent `{}`", inv.program), e))?;
-    if fin.stopped == Some(crate::agent::process::StopCause::Interrupt) {
+    .await?;
+    if fin.is_none() {
         return Err(Error::user(
             "interrupted during planning; nothing was committed",
         ));
