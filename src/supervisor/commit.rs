@@ -94,8 +94,9 @@ pub(super) enum Subject {
     /// `ralph: iteration N — {what}`: the first newly checked item, else the agent's own last
     /// commit subject, else `no criteria completed`.
     Work(Option<String>),
-    /// `ralph: iteration N (interrupted)`.
-    Interrupted,
+    /// `ralph: iteration N (interrupted)`, `(budget reached)`, `(halted: error)`: an iteration
+    /// that ended before it was judged.
+    Stopped(&'static str),
 }
 
 impl Loop {
@@ -132,7 +133,7 @@ impl Loop {
         };
         if agent_changed {
             let subject = match subject {
-                Subject::Interrupted => format!("ralph: iteration {n} (interrupted)"),
+                Subject::Stopped(why) => format!("ralph: iteration {n} ({why})"),
                 Subject::Work(what) => {
                     let what = what
                         .or(agents_own)

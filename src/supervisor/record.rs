@@ -50,10 +50,11 @@ impl Loop {
             }
             Err(halt) => {
                 let (d, t) = self.source.counts();
-                let subject = match halt {
-                    Halt::Interrupted => Subject::Interrupted,
-                    _ => Subject::Work(None),
-                };
+                let subject = Subject::Stopped(match halt {
+                    Halt::Interrupted => "interrupted",
+                    Halt::Budget(_) => "budget reached",
+                    _ => "halted: error",
+                });
                 let status = format!("Halted: {}", halt.reason());
                 (subject, status, d, t, format!("{d}/{t} {unit}"))
             }

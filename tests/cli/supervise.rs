@@ -181,6 +181,12 @@ fn sigterm_and_sighup_behave_like_the_first_ctrl_c() {
         let env = setup(&["s1"]);
         let bg = env.spawn_fake("churn+hang", &["--grace", "1s"]);
         let pids = env.wait_for_pids(1, 1);
+        // The agent's work is on disk before the signal: it is what gets committed (ralph's
+        // own bookkeeping never commits alone).
+        assert!(wait_until(Duration::from_secs(10), || env
+            .repo
+            .join("churn.txt")
+            .exists()));
         bg.signal(sig);
         let (code, _, _) = bg.wait(Duration::from_secs(20));
         assert_eq!(code, Some(130), "signal {sig}");
