@@ -50,11 +50,18 @@ pub fn format_for(preset: &str) -> Format {
     }
 }
 
-/// Backoff when a limit gives no reset time: attempt 1 → `base`, doubling, capped at 30 min.
+/// The shortest backoff, whatever `--limit-backoff` says (SPEC §6): a zero base must never make
+/// ralph re-run a limited agent in a tight loop.
+pub const MIN_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Backoff when a limit gives no reset time: attempt 1 → `base` (at least [`MIN_BACKOFF`]),
+/// doubling, capped at 30 min.
 pub fn backoff(base: Duration, attempt: u32) -> Duration {
     const CAP: Duration = Duration::from_secs(30 * 60);
     let doublings = attempt.saturating_sub(1).min(16);
-    base.saturating_mul(1 << doublings).min(CAP)
+    base.max(MIN_BACKOFF)
+        .saturating_mul(1 << doublings)
+        .min(CAP)
 }
 
 /// Tokens and cost; zero when unknown.
@@ -2655,6 +2662,22 @@ mod tests {
         assert_eq!(secs, [60, 60, 120, 240, 480, 960, 1800, 1800, 1800]);
         assert_eq!(backoff(base, u32::MAX), Duration::from_secs(1800));
         assert_eq!(backoff(Duration::from_secs(1), 3), Duration::from_secs(4));
+    }
+
+    #[test]
+    fn backoff_is_at_least_a_second_whatever_the_base() {
+        for base in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_millis(999),
+        ] {
+            for attempt in [0, 1, 2, 5, u32::MAX] {
+                assert!(backoff(base, attempt) >= MIN_BACKOFF, "{base:?} {attempt}");
+            }
+            assert_eq!(backoff(base, 1), MIN_BACKOFF);
+            assert_eq!(backoff(base, 3), Duration::from_secs(4));
+        }
+        assert_eq!(backoff(Duration::MAX, 9), Duration::from_secs(1800));
     }
 
     #[test]
