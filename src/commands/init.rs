@@ -188,7 +188,7 @@ fn plan_with_agent(ctx: &Context, repo: &Repo, args: &InitArgs, table_mode: bool
             Watchers::default(),
         )
         .await
-        .map_err(|e| Error::io(format!("failed to spawn agent `{}`", inv.program), e))
+        .map_err(|e| e.into_error(format_args!("agent `{}`", inv.program)))
     })?;
     if fin.stopped == Some(StopCause::Interrupt) {
         return Err(Error::user("interrupted while planning"));

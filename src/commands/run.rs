@@ -669,7 +669,7 @@ async fn plan_table(
         crate::agent::process::Watchers::default(),
     )
     .await
-    .map_err(|e| Error::io(format!("failed to spawn agent `{}`", inv.program), e))?;
+    .map_err(|e| e.into_error(format_args!("agent `{}`", inv.program)))?;
     if fin.stopped == Some(crate::agent::process::StopCause::Interrupt) {
         return Err(Error::user(
             "interrupted during planning; nothing was committed",

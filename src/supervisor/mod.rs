@@ -190,7 +190,7 @@ impl Loop {
                 watchers,
             )
             .await
-            .map_err(|e| Error::io(format!("failed to spawn agent `{}`", inv.program), e))?;
+            .map_err(|e| e.into_error(format_args!("agent `{}`", inv.program)))?;
             if let Some(v) = view {
                 v.finish();
             }
@@ -788,7 +788,7 @@ impl Loop {
             watchers,
         )
         .await
-        .map_err(|e| Error::io(format!("failed to run the {what}"), e))?;
+        .map_err(|e| e.into_error(format_args!("the {what}")))?;
         Ok((fin.stopped != Some(StopCause::Interrupt)).then_some(fin))
     }
 
