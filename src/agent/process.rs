@@ -174,7 +174,7 @@ pub async fn run(
         relay.write_error = Some(e);
     }
     if let Some(o) = relay.watchers.observer {
-        o.finish();
+        o.finish(status.code());
     }
     if let Some(e) = relay.write_error {
         return Err(RunError::Transcript(e));

@@ -5,8 +5,15 @@
 //! splits them into lines itself (a line is capped at [`MAX_LINE`] bytes, the excess dropped), so
 //! memory stays bounded whatever the volume. Claude's `stream-json`, Codex's `exec --json` and
 //! Copilot's `--output-format json` events are read leniently (as `serde_json::Value`, following
-//! the shapes in `AGENT-CLIS.md`); anything else is plain text, scanned for the limit and login
-//! messages the CLIs print. Nothing here panics, whatever the input.
+//! the shapes in `AGENT-CLIS.md`); anything else is plain text. Nothing here panics, whatever the
+//! input.
+//!
+//! Limits and login failures come only from real signals (SPEC §6): the structured events and
+//! error fields of the JSON formats, and, when the attempt exited non-zero (or a signal ended
+//! it), the last plain lines it printed: the last [`FAILED_TAIL_LINES`] non-empty lines of
+//! stdout and of stderr, each cut to [`FAILED_TAIL_LINE_BYTES`]. Plain output is never scanned
+//! while it streams, and nothing an attempt that exited 0 printed as plain text counts: an agent
+//! writing about rate limiters or login pages is doing its work.
 
 use std::time::Duration;
 
@@ -25,8 +32,12 @@ const TAIL_BYTES: usize = 64 * 1024;
 const MESSAGE_CHARS: usize = 400;
 /// A plain-text signal must start within this many bytes of its line.
 const SIGNAL_WINDOW: usize = 200;
-/// How much of a plain line is examined for signals (the window plus the longest pattern).
-const SCAN_BYTES: usize = 256;
+/// How many of the last non-empty plain lines of each stream (stdout, stderr) a failed attempt
+/// is judged by.
+pub const FAILED_TAIL_LINES: usize = 20;
+/// How much of each of those lines is kept (the rest is dropped): with both streams, at most
+/// 2 × 20 × 2 KiB = 80 KiB whatever the volume.
+pub const FAILED_TAIL_LINE_BYTES: usize = 2048;
 
 /// What an agent writes on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +152,30 @@ impl LineBuf {
     }
 }
 
+/// The last non-empty plain lines of one stream, each with its arrival number, so the two
+/// streams can be read back in the order they were printed.
+#[derive(Debug, Default)]
+struct LastLines {
+    lines: std::collections::VecDeque<(u64, Vec<u8>)>,
+}
+
+impl LastLines {
+    fn push(&mut self, seq: u64, line: &[u8]) {
+        let line = &line[..line.len().min(FAILED_TAIL_LINE_BYTES)];
+        let mut kept = if self.lines.len() >= FAILED_TAIL_LINES {
+            self.lines
+                .pop_front()
+                .map(|(_, buf)| buf)
+                .unwrap_or_default()
+        } else {
+            Vec::with_capacity(line.len())
+        };
+        kept.clear();
+        kept.extend_from_slice(line);
+        self.lines.push_back((seq, kept));
+    }
+}
+
 /// Where a text to be scanned for limit and login messages came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scope {
@@ -196,6 +231,11 @@ pub struct Observer {
     last_text: Option<String>,
     /// The tail of plain stdout, control codes stripped.
     tail: Vec<u8>,
+    /// The last plain lines of stdout and stderr, read for signals when the attempt failed.
+    last_out: LastLines,
+    last_err: LastLines,
+    /// How many plain lines were kept so far (their order across the two streams).
+    plain_lines: u64,
 }
 
 impl Observer {
@@ -221,6 +261,9 @@ impl Observer {
             session_id: None,
             last_text: None,
             tail: Vec::new(),
+            last_out: LastLines::default(),
+            last_err: LastLines::default(),
+            plain_lines: 0,
         }
     }
 
@@ -276,8 +319,10 @@ impl Observer {
         self.flush_activity();
     }
 
-    /// Call at end of output to flush a last partial line.
-    pub fn finish(&mut self) {
+    /// Call when the attempt ended, with its exit code (`None` when a signal ended it): flushes
+    /// a last partial line and, unless it exited 0, reads its last plain lines for a limit or a
+    /// login failure.
+    pub fn finish(&mut self, exit: Option<i32>) {
         for is_stderr in [false, true] {
             let pending = if is_stderr {
                 &mut self.err
@@ -290,6 +335,9 @@ impl Observer {
             }
         }
         self.flush_activity();
+        if exit != Some(0) {
+            self.read_failed_tail();
+        }
         // A rate limit the agent was still retrying when its output ended is what ended it.
         if self.limit.is_none()
             && let Some(notice) = self.retrying.take()
@@ -414,10 +462,13 @@ impl Observer {
             self.activity_line
                 .extend_from_slice(&trimmed[..trimmed.len().min(ACTIVITY_BYTES)]);
             self.activity_pending = true;
-            if might_signal(&trimmed[..trimmed.len().min(SCAN_BYTES)]) {
-                let text = String::from_utf8_lossy(trimmed);
-                self.scan(&text, Scope::Plain);
-            }
+            let last = if is_stderr {
+                &mut self.last_err
+            } else {
+                &mut self.last_out
+            };
+            last.push(self.plain_lines, trimmed);
+            self.plain_lines += 1;
         }
         if scratch.capacity() > 64 * 1024 {
             scratch = Vec::new();
@@ -656,12 +707,9 @@ impl Observer {
             }
             self.scan(&text, Scope::Error);
         } else {
-            // The run completed: whatever limit it met on the way did not end it (unless its
-            // final word is a short limit message).
+            // The run completed: whatever limit it met on the way did not end it, and what its
+            // final text says is its work, not a signal.
             self.limit = None;
-            if text.len() < 1000 {
-                self.scan(&text, Scope::Plain);
-            }
         }
         self.result = Some(result);
     }
@@ -890,14 +938,39 @@ impl Observer {
 
     // ----- limit, retry and login signals -----
 
-    fn scan(&mut self, text: &str, scope: Scope) {
+    /// The attempt failed: its last plain lines, in the order printed, may say why. A rate limit
+    /// it was retrying counts unless stdout went on after it.
+    fn read_failed_tail(&mut self) {
+        let out = std::mem::take(&mut self.last_out);
+        let err = std::mem::take(&mut self.last_err);
+        let mut lines: Vec<(u64, bool, &[u8])> = out
+            .lines
+            .iter()
+            .map(|(n, l)| (*n, false, l.as_slice()))
+            .chain(err.lines.iter().map(|(n, l)| (*n, true, l.as_slice())))
+            .collect();
+        lines.sort_unstable_by_key(|(n, _, _)| *n);
+        let earlier = self.retrying.take();
+        for (_, is_stderr, line) in lines {
+            let text = String::from_utf8_lossy(line);
+            if !self.scan(&text, Scope::Plain) && !is_stderr {
+                self.retrying = None;
+            }
+        }
+        if self.retrying.is_none() {
+            self.retrying = earlier;
+        }
+    }
+
+    /// Looks for a limit, retry or login message in `text`; whether it found one.
+    fn scan(&mut self, text: &str, scope: Scope) -> bool {
         if text.trim().is_empty() {
-            return;
+            return false;
         }
         let text = &text[..floor_char_boundary(text, 16 * 1024)];
         let lower = text.to_ascii_lowercase();
         let Some(signal) = find_signal(text, &lower, scope) else {
-            return;
+            return false;
         };
         let message = one_line(&text[line_start(text, signal.at)..]);
         match signal.class {
@@ -920,6 +993,7 @@ impl Observer {
                 }
             }
         }
+        true
     }
 
     /// Records a limit; a later one replaces an earlier one, keeping its reset time when the
@@ -1815,25 +1889,6 @@ fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
         .then(|| &s[prefix.len()..])
 }
 
-/// A cheap gate before the real scan: whether `window` holds a word every signal contains
-/// (`limit`, `429`, `529`, `401`, `quota`, `log`, `auth`, `api key`, `overload`), in any case.
-fn might_signal(window: &[u8]) -> bool {
-    let at = |i: usize, word: &[u8]| {
-        window
-            .get(i..i + word.len())
-            .is_some_and(|w| w.eq_ignore_ascii_case(word))
-    };
-    (0..window.len()).any(|i| match window[i] | 0x20 {
-        b'l' => at(i, b"limit") || at(i, b"log"),
-        b'4' => at(i, b"429") || at(i, b"401"),
-        b'5' => at(i, b"529"),
-        b'q' => at(i, b"quota"),
-        b'a' => at(i, b"auth") || at(i, b"api key"),
-        b'o' => at(i, b"overload"),
-        _ => false,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1854,10 +1909,21 @@ mod tests {
             .with_local_zone(FixedOffset::east_opt(0).unwrap(), Some("Etc/UTC"))
     }
 
+    /// An attempt that printed `stdout` and exited 0.
     fn observe(format: Format, stdout: &str) -> Observer {
         let mut o = observer(format);
         o.feed(stdout.as_bytes(), false);
-        o.finish();
+        o.finish(Some(0));
+        o
+    }
+
+    /// A plain-text attempt whose last lines were `stdout` and `stderr` and that exited 1.
+    fn failed(now: DateTime<Utc>, stdout: &str, stderr: &str) -> Observer {
+        let mut o = Observer::new(Format::Text, now)
+            .with_local_zone(FixedOffset::east_opt(0).unwrap(), Some("Etc/UTC"));
+        o.feed(stdout.as_bytes(), false);
+        o.feed(stderr.as_bytes(), true);
+        o.finish(Some(1));
         o
     }
 
@@ -2039,24 +2105,21 @@ mod tests {
     #[test]
     fn session_limit_time_of_day_rolls_over_to_the_next_day() {
         let text = "You've hit your session limit · resets 12:43pm (UTC)\n";
-        let mut o = Observer::new(Format::Text, at("2026-03-10T09:00:00Z"));
-        o.feed(text.as_bytes(), false);
+        let o = failed(at("2026-03-10T09:00:00Z"), text, "");
         assert_eq!(
             o.limit().unwrap().reset_at,
             Some(at("2026-03-10T12:43:00Z"))
         );
         assert_eq!(o.limit().unwrap().kind, "session_limit");
 
-        let mut o = Observer::new(Format::Text, at("2026-03-10T20:15:00Z"));
-        o.feed(text.as_bytes(), false);
+        let o = failed(at("2026-03-10T20:15:00Z"), text, "");
         assert_eq!(
             o.limit().unwrap().reset_at,
             Some(at("2026-03-11T12:43:00Z"))
         );
 
         // Across a month end, a few minutes past the time → the next day.
-        let mut o = Observer::new(Format::Text, at("2026-03-31T12:46:00Z"));
-        o.feed(text.as_bytes(), false);
+        let o = failed(at("2026-03-31T12:46:00Z"), text, "");
         assert_eq!(
             o.limit().unwrap().reset_at,
             Some(at("2026-04-01T12:43:00Z"))
@@ -2115,7 +2178,7 @@ mod tests {
             let mut o = Observer::new(Format::ClaudeStreamJson, now)
                 .with_local_zone(FixedOffset::east_opt(0).unwrap(), Some("UTC"));
             o.feed(result(text).as_bytes(), false);
-            o.finish();
+            o.finish(Some(1));
             let limit = o.limit().unwrap_or_else(|| panic!("no limit in {text:?}"));
             assert_eq!(limit.kind, *kind, "{text}");
             assert_eq!(limit.reset_at, reset.map(at), "{text}");
@@ -2138,7 +2201,7 @@ mod tests {
         let limit = |zone: (FixedOffset, Option<&str>), text: &str| {
             let mut o = Observer::new(Format::Text, now).with_local_zone(zone.0, zone.1);
             o.feed(text.as_bytes(), true);
-            o.finish();
+            o.finish(Some(1));
             o.limit().cloned().expect("limit")
         };
         // The local zone, by name or without one.
@@ -2223,7 +2286,7 @@ mod tests {
     }
 
     #[test]
-    fn copilot_quota_texts_in_plain_output() {
+    fn copilot_quota_texts_as_the_last_lines_of_a_failed_attempt() {
         let cases = [
             (
                 "You've hit your session rate limit. Please wait and try again.",
@@ -2242,7 +2305,9 @@ mod tests {
             for is_stderr in [false, true] {
                 let mut o = observer(Format::Text);
                 o.feed(format!("Thinking...\n{text}\n").as_bytes(), is_stderr);
-                o.finish();
+                // Copilot's text mode writes its stats footer after the error.
+                o.feed(b"Total usage est: 1 Premium request\n", true);
+                o.finish(Some(1));
                 let limit = o.limit().unwrap_or_else(|| panic!("no limit in {text:?}"));
                 assert_eq!(limit.kind, kind);
                 assert_eq!(limit.reset_at, None);
@@ -2305,25 +2370,28 @@ mod tests {
         let mut o = Observer::new(Format::CodexJson, at("2026-03-10T14:00:00Z"))
             .with_local_zone(eastern, None);
         o.feed(stream.as_bytes(), false);
-        o.finish();
+        o.finish(Some(1));
         let limit = o.limit().expect("limit");
         assert_eq!(limit.kind, "usage_limit");
         assert_eq!(limit.reset_at, Some(at("2026-03-10T20:28:00Z")));
         assert_eq!(limit.message, message);
 
         // The same in text mode (stderr), with a date.
-        let mut o = observer(Format::Text);
-        o.feed(
-            b"ERROR: You've hit your usage limit. To get more access now, send a request to your admin or try again at Aug 8th, 2026 12:30 PM.\n",
-            true,
+        let o = failed(
+            utc_now(),
+            "",
+            "ERROR: You've hit your usage limit. To get more access now, send a request to your admin or try again at Aug 8th, 2026 12:30 PM.\n",
         );
         assert_eq!(
             o.limit().unwrap().reset_at,
             Some(at("2026-08-08T12:30:00Z"))
         );
         // Relative.
-        let mut o = observer(Format::Text);
-        o.feed(b"You've hit your usage limit. To get more access now, send a request to your admin or try again in 3 days 6 hours 57 minutes.\n", false);
+        let o = failed(
+            utc_now(),
+            "You've hit your usage limit. To get more access now, send a request to your admin or try again in 3 days 6 hours 57 minutes.\n",
+            "",
+        );
         assert_eq!(
             o.limit().unwrap().reset_at,
             Some(at("2026-03-13T15:57:00Z"))
@@ -2349,8 +2417,11 @@ mod tests {
             Some(Utc.timestamp_opt(1773158400, 0).unwrap())
         );
         // Unparseable time: a limit without a reset.
-        let mut o = observer(Format::Text);
-        o.feed(b"You've hit your usage limit. Try again later.\n", false);
+        let o = failed(
+            utc_now(),
+            "You've hit your usage limit. Try again later.\n",
+            "",
+        );
         assert_eq!(o.limit().unwrap().reset_at, None);
     }
 
@@ -2365,33 +2436,43 @@ mod tests {
             .join("\n"),
         );
         assert_eq!(o.limit().unwrap().kind, "rate_limit");
-        let mut o = observer(Format::Text);
-        o.feed(b"[2026-03-10T09:00:01] ERROR: exceeded retry limit, last status: 429 Too Many Requests\n", true);
+        let o = failed(
+            utc_now(),
+            "",
+            "[2026-03-10T09:00:01] ERROR: exceeded retry limit, last status: 429 Too Many Requests\n",
+        );
         assert_eq!(o.limit().unwrap().kind, "rate_limit");
     }
 
     #[test]
     fn gemini_429_retries() {
         let retries = "Attempt 1 failed with status 429. Retrying with backoff... GaxiosError: [{\n  \"error\": {\"code\": 429}\n}]\nAttempt 2 failed with status 429. Retrying with backoff...\n";
-        // Retried until the output ended: a limit.
+        // Retried until the attempt failed: a limit. Plain text is only read at the end.
         let mut o = observer(Format::Text);
         o.feed(retries.as_bytes(), true);
         assert!(o.limit().is_none());
-        assert_eq!(o.retrying().unwrap().kind, "rate_limit");
-        o.finish();
+        assert!(o.retrying().is_none());
+        o.finish(Some(1));
         let limit = o.limit().expect("limit at finish");
         assert!(
             limit
                 .message
                 .starts_with("Attempt 2 failed with status 429")
         );
-        // Retried, then answered: not a limit.
+        // Retried, then answered: not a limit, even when it failed afterwards.
+        let o = failed(utc_now(), "I updated the README.\n", "");
+        assert!(o.limit().is_none());
         let mut o = observer(Format::Text);
         o.feed(retries.as_bytes(), true);
         o.feed(b"I updated the README.\n", false);
-        o.finish();
+        o.finish(Some(1));
         assert!(o.limit().is_none());
         assert!(o.retrying().is_none());
+        // Retried, then exited 0: its work, not a limit.
+        let mut o = observer(Format::Text);
+        o.feed(retries.as_bytes(), true);
+        o.finish(Some(0));
+        assert!(o.limit().is_none());
         // Claude's api_retry is informational too.
         let o = observe(
             Format::ClaudeStreamJson,
@@ -2421,8 +2502,7 @@ mod tests {
             "API key not valid. Please pass a valid API key.",
             "ERROR: unexpected status 401 Unauthorized: Missing bearer authentication in header",
         ] {
-            let mut o = observer(Format::Text);
-            o.feed(format!("{text}\n").as_bytes(), true);
+            let o = failed(utc_now(), "", &format!("{text}\n"));
             assert_eq!(o.auth_error(), Some(text), "{text}");
             assert!(o.limit().is_none());
         }
@@ -2450,9 +2530,8 @@ mod tests {
             "Approaching usage limit · resets at 10pm",
             "test agent::stream::tests::gemini_429_retries ... ok",
         ] {
-            let mut o = observer(Format::Text);
-            o.feed(format!("{line}\n").as_bytes(), false);
-            o.finish();
+            // Not even as the last line of a failed attempt.
+            let o = failed(utc_now(), &format!("{line}\n"), "");
             assert!(o.limit().is_none(), "{line}");
             assert!(o.auth_error().is_none(), "{line}");
         }
@@ -2469,6 +2548,188 @@ mod tests {
             r#"{"type":"assistant","message":{"model":"claude-sonnet-4-5","content":[{"type":"text","text":"You've hit your session limit · resets 1pm (UTC) is what Claude prints."}]}}"#,
         );
         assert!(o.limit().is_none());
+    }
+
+    /// What an agent at work may well print: prose, code and logs about rate limiters, quotas
+    /// and login pages, and every real CLI message quoted as text.
+    const TALK: &[&str] = &[
+        "clients that hit the rate limit now get a 429",
+        "Not logged in users are redirected to /login",
+        "You've hit your limit · resets 3pm (UTC)",
+        "You've hit your session limit · resets 12:43pm (UTC)",
+        "You've hit the rate limit for this model.",
+        "API Error: Request rejected (429) · this may be a temporary rate limit",
+        "API Error: 529 Overloaded",
+        "No remaining quota for premium requests",
+        "You've hit your usage limit. Try again at 3:28 PM.",
+        "usage_limit_reached",
+        "exceeded retry limit, last status: 429 Too Many Requests",
+        "Attempt 2 failed with status 429. Retrying with backoff...",
+        "Invalid API key · Please run /login",
+        "Not logged in · Please run /login",
+        "Error: No authentication information found.",
+        "ERROR: unexpected status 401 Unauthorized",
+    ];
+
+    fn assert_no_signal(o: &Observer, what: &str) {
+        assert!(o.limit().is_none(), "{what}: {:?}", o.limit());
+        assert!(o.retrying().is_none(), "{what}: {:?}", o.retrying());
+        assert!(o.auth_error().is_none(), "{what}: {:?}", o.auth_error());
+    }
+
+    #[test]
+    fn talk_about_limits_and_logins_in_plain_text_that_exited_0_is_work() {
+        let talk = TALK.join("\n") + "\n";
+        let mut o = observer(Format::Text);
+        o.feed(talk.as_bytes(), false);
+        o.feed(talk.as_bytes(), true);
+        o.finish(Some(0));
+        assert_no_signal(&o, "plain text, exit 0");
+        // Each alone, as the very last line of either stream.
+        for text in TALK {
+            for is_stderr in [false, true] {
+                let mut o = observer(Format::Text);
+                o.feed(format!("{text}\n").as_bytes(), is_stderr);
+                o.finish(Some(0));
+                assert_no_signal(&o, text);
+            }
+        }
+    }
+
+    #[test]
+    fn talk_about_limits_and_logins_in_json_formats_is_work() {
+        let talk = TALK.join("\n");
+        let claude = [
+            serde_json::json!({"type": "system", "subtype": "init", "session_id": "s", "model": "claude-sonnet-4-5"}),
+            serde_json::json!({"type": "assistant", "message": {"model": "claude-sonnet-4-5", "content": [{"type": "text", "text": talk}]}}),
+            serde_json::json!({"type": "assistant", "message": {"model": "claude-sonnet-4-5", "content": [{"type": "tool_use", "name": "Bash", "input": {"command": format!("echo '{talk}'")}}]}}),
+            serde_json::json!({"type": "user", "message": {"content": [{"type": "tool_result", "content": talk}]}}),
+            serde_json::json!({"type": "result", "subtype": "success", "is_error": false, "result": talk, "total_cost_usd": 0.1, "usage": {"input_tokens": 10, "output_tokens": 5}, "permission_denials": []}),
+        ];
+        let codex = [
+            serde_json::json!({"type": "thread.started", "thread_id": "t"}),
+            serde_json::json!({"type": "item.started", "item": {"type": "command_execution", "command": format!("grep -r '{}' src", TALK[0])}}),
+            serde_json::json!({"type": "item.completed", "item": {"type": "command_execution", "aggregated_output": talk, "exit_code": 0}}),
+            serde_json::json!({"type": "item.completed", "item": {"type": "agent_message", "text": talk}}),
+            serde_json::json!({"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 5}}),
+        ];
+        let copilot = [
+            serde_json::json!({"type": "session.start", "data": {"sessionId": "c"}}),
+            serde_json::json!({"type": "assistant.message", "data": {"content": talk, "outputTokens": 5}}),
+            serde_json::json!({"type": "tool.execution_start", "data": {"toolName": "bash", "arguments": {"command": format!("echo '{talk}'")}}}),
+            serde_json::json!({"type": "result", "sessionId": "c", "exitCode": 0, "usage": {"premiumRequests": 1}}),
+        ];
+        let plain = TALK.join("\n") + "\n";
+        for (format, events) in [
+            (Format::ClaudeStreamJson, &claude[..]),
+            (Format::CodexJson, &codex[..]),
+            (Format::CopilotJson, &copilot[..]),
+        ] {
+            let mut stream: String = events.iter().map(|e| format!("{e}\n")).collect();
+            // Plain lines among the events, and on stderr.
+            stream.push_str(&plain);
+            let mut o = observer(format);
+            o.feed(stream.as_bytes(), false);
+            o.feed(plain.as_bytes(), true);
+            o.finish(Some(0));
+            assert_no_signal(&o, &format!("{format:?}"));
+            // Failed, the events and the assistant's words still say nothing.
+            let mut o = observer(format);
+            let events: String = events.iter().map(|e| format!("{e}\n")).collect();
+            o.feed(events.as_bytes(), false);
+            o.finish(Some(1));
+            assert_no_signal(&o, &format!("{format:?}, exit 1"));
+        }
+    }
+
+    #[test]
+    fn real_messages_as_the_last_lines_of_a_failed_plain_attempt_are_signals() {
+        let limits = [
+            ("You've hit your limit · resets 3pm (UTC)", "usage_limit"),
+            (
+                "You've hit your session limit · resets 12:43pm (UTC)",
+                "session_limit",
+            ),
+            ("You've hit the rate limit for this model.", "rate_limit"),
+            (
+                "API Error: Request rejected (429) · this may be a temporary rate limit",
+                "rate_limit",
+            ),
+            ("API Error: 529 Overloaded", "overloaded"),
+            ("No remaining quota for premium requests", "premium_quota"),
+            (
+                "You've hit your usage limit. Try again at 3:28 PM.",
+                "usage_limit",
+            ),
+            (
+                "exceeded retry limit, last status: 429 Too Many Requests",
+                "rate_limit",
+            ),
+            (
+                "Attempt 2 failed with status 429. Retrying with backoff...",
+                "rate_limit",
+            ),
+        ];
+        for (text, kind) in limits {
+            for (stdout, stderr) in [
+                (format!("working\n{text}\n"), String::new()),
+                (String::new(), format!("{text}\n")),
+            ] {
+                let o = failed(utc_now(), &stdout, &stderr);
+                let limit = o.limit().unwrap_or_else(|| panic!("no limit in {text:?}"));
+                assert_eq!(limit.kind, kind, "{text}");
+                assert!(o.auth_error().is_none(), "{text}");
+            }
+        }
+        for text in [
+            "Invalid API key · Please run /login",
+            "Not logged in · Please run /login",
+            "Error: No authentication information found.",
+            "ERROR: unexpected status 401 Unauthorized",
+        ] {
+            let o = failed(utc_now(), "", &format!("{text}\n"));
+            assert_eq!(o.auth_error(), Some(text));
+            // A signal ended by a signal (no exit code) counts as well.
+            let mut o = observer(Format::Text);
+            o.feed(format!("{text}\n").as_bytes(), true);
+            o.finish(None);
+            assert_eq!(o.auth_error(), Some(text));
+        }
+        // Only the last lines count: a message buried under more output is history.
+        let mut buried = String::from("You've hit your session limit · resets 12:43pm (UTC)\n");
+        for i in 0..FAILED_TAIL_LINES {
+            buried.push_str(&format!("later line {i}\n"));
+        }
+        let o = failed(utc_now(), &buried, "");
+        assert!(o.limit().is_none());
+        // Each stream keeps its own last lines: chatty stdout does not push out stderr's error.
+        let o = failed(utc_now(), &buried, "Not logged in · Please run /login\n");
+        assert_eq!(o.auth_error(), Some("Not logged in · Please run /login"));
+        // A JSON-format attempt's plain lines (the CLI's own stderr) count the same way.
+        let mut o = observer(Format::ClaudeStreamJson);
+        o.feed(b"Invalid API key \xc2\xb7 Please run /login\n", true);
+        o.finish(Some(1));
+        assert_eq!(o.auth_error(), Some("Invalid API key · Please run /login"));
+    }
+
+    #[test]
+    fn the_failed_tail_is_bounded() {
+        let mut o = observer(Format::Text);
+        let long = "z".repeat(10 * FAILED_TAIL_LINE_BYTES);
+        for _ in 0..3 * FAILED_TAIL_LINES {
+            o.feed(format!("{long}\n").as_bytes(), false);
+            o.feed(format!("{long}\n").as_bytes(), true);
+        }
+        for last in [&o.last_out, &o.last_err] {
+            assert_eq!(last.lines.len(), FAILED_TAIL_LINES);
+            assert!(
+                last.lines
+                    .iter()
+                    .all(|(_, l)| l.len() <= FAILED_TAIL_LINE_BYTES)
+            );
+        }
+        o.finish(Some(1));
+        assert_no_signal(&o, "long lines");
     }
 
     #[test]
@@ -2502,7 +2763,7 @@ mod tests {
         assert!(a.ends_with('…'));
         // A last line without a newline counts at finish.
         o.feed(b"<promise>DONE</promise>", false);
-        o.finish();
+        o.finish(Some(0));
         assert_eq!(o.activity(), Some("<promise>DONE</promise>"));
         let last = o.final_message().unwrap();
         assert!(last.ends_with("<promise>DONE</promise>"));
@@ -2554,7 +2815,7 @@ mod tests {
                 o.feed(&chunk, false);
             }
             o.feed(b"\"}]}}\n", false);
-            o.finish();
+            o.finish(Some(0));
             assert!(o.out.buf.is_empty());
             if format != Format::Text {
                 assert_eq!(o.activity(), None);
@@ -2585,7 +2846,7 @@ mod tests {
         o.feed(b"{not json at all\n", false);
         o.feed(b"[1,2,3]\n", false);
         o.feed(b"null\n", false);
-        o.finish();
+        o.finish(Some(0));
         assert!(o.result().is_none());
     }
 
@@ -2746,7 +3007,7 @@ mod tests {
             last = p;
         }
         o.feed(&data[last..], false);
-        o.finish();
+        o.finish(Some(1));
         o
     }
 
@@ -2777,6 +3038,7 @@ mod tests {
         #[test]
         fn feed_never_panics(
             chunks in proptest::collection::vec((proptest::collection::vec(any::<u8>(), 0..300), any::<bool>()), 0..20),
+            exit in prop_oneof![Just(None), Just(Some(0)), Just(Some(1))],
             format in prop_oneof![
                 Just(Format::ClaudeStreamJson),
                 Just(Format::CodexJson),
@@ -2789,7 +3051,7 @@ mod tests {
                 o.feed(chunk, *is_stderr);
                 let _ = o.take_activity_changed();
             }
-            o.finish();
+            o.finish(exit);
             let _ = (o.activity(), o.result(), o.usage(), o.limit(), o.auth_error(), o.final_message());
         }
 
@@ -2808,10 +3070,41 @@ mod tests {
             o.feed(b"\n", true);
             let json = serde_json::json!({"type": "error", "message": line, "data": {"errorType": "rate_limit", "message": line}});
             o.feed(format!("{json}\n").as_bytes(), false);
-            o.finish();
+            o.finish(Some(1));
             if let Some(limit) = o.limit() {
                 prop_assert!(limit.message.chars().count() <= MESSAGE_CHARS + 1);
             }
+        }
+
+        #[test]
+        fn nothing_a_plain_attempt_that_exited_0_printed_is_a_signal(
+            lines in proptest::collection::vec(
+                (prop_oneof![
+                    proptest::sample::select(TALK).prop_map(str::to_owned),
+                    "\\PC{0,80}",
+                    (proptest::sample::select(TALK), "\\PC{0,20}").prop_map(|(t, s)| format!("{s}{t}")),
+                ], any::<bool>()),
+                0..40,
+            ),
+            cuts in proptest::collection::vec(any::<usize>(), 0..10),
+        ) {
+            let mut o = observer(Format::Text);
+            for (line, is_stderr) in &lines {
+                let bytes = format!("{line}\n").into_bytes();
+                let mut last = 0;
+                for c in &cuts {
+                    let c = c % (bytes.len() + 1);
+                    if c > last {
+                        o.feed(&bytes[last..c], *is_stderr);
+                        last = c;
+                    }
+                }
+                o.feed(&bytes[last..], *is_stderr);
+            }
+            o.finish(Some(0));
+            prop_assert!(o.limit().is_none());
+            prop_assert!(o.auth_error().is_none());
+            prop_assert!(o.retrying().is_none());
         }
 
         #[test]
@@ -2830,7 +3123,7 @@ mod tests {
     fn copilot_text_mode_rate_limit_after_its_retries() {
         let mut o = Observer::new(Format::Text, chrono::Utc::now());
         o.feed(b"Failed to get response from the AI model; retried 5 times (total retry wait time: 5.00 seconds) Last error: 429 Rate limit exceeded. Please retry later.\n", false);
-        o.finish();
+        o.finish(Some(1));
         let l = o.limit().expect("a limit");
         assert_eq!(l.kind, "rate_limit");
         assert_eq!(l.reset_at, None);
@@ -2846,7 +3139,7 @@ mod tests {
         let exact = now.timestamp() + 3;
         o.feed(format!("{{\"type\":\"rate_limit_event\",\"rate_limit_info\":{{\"status\":\"rejected\",\"resetsAt\":{exact},\"rateLimitType\":\"five_hour\"}}}}\n").as_bytes(), false);
         o.feed(b"{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":true,\"result\":\"You've hit your session limit \xc2\xb7 resets 1:41pm (UTC)\",\"usage\":{},\"permission_denials\":[]}\n", false);
-        o.finish();
+        o.finish(Some(1));
         let l = o.limit().expect("a limit");
         assert_eq!(
             l.reset_at.map(|t| t.timestamp()),
