@@ -31,7 +31,7 @@ pub fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
             .with_hint("edit it, or pass --force to overwrite it"));
     }
     if let Some(agent) = &args.agent
-        && !crate::agent::PRESETS.iter().any(|(n, _)| n == agent)
+        && crate::agent::preset(agent).is_none()
     {
         return Err(Error::user(format!("unknown agent `{agent}`"))
             .with_hint("use one of copilot, claude, codex, gemini"));
