@@ -1,7 +1,8 @@
 //! Limits and logins only from real signals (SPEC §6): an agent whose whole output talks about
 //! rate limits, 429s, quotas and login pages — the work of someone building a rate limiter or a
-//! login page — completes its task like any other, with every preset; a plain-text agent whose
-//! failed attempt ends on a real limit message is waited out and then completes.
+//! login page — completes its task like any other, with every preset and a custom command; a
+//! plain-text agent whose failed attempt ends on a real limit message is waited out and then
+//! completes.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -110,7 +111,7 @@ fn assert_completed_normally(env: &TestEnv, out: &std::process::Output, who: &st
 
 #[test]
 fn an_agent_talking_about_rate_limits_and_logins_completes_its_task_with_every_preset() {
-    for preset in ["claude", "copilot", "codex"] {
+    for preset in ["claude", "copilot", "codex", "gemini"] {
         let env = setup();
         let bin = stand_in(&env, preset, "  --yolo   allow everything");
         let talk = if preset == "claude" {
@@ -182,4 +183,37 @@ fn a_plain_agent_whose_failed_attempt_ends_on_a_limit_is_waited_out_then_complet
         "{activity}"
     );
     assert_eq!(activity.matches("waiting").count(), 1, "{activity}");
+}
+
+#[test]
+fn a_plain_agent_whose_failed_attempt_ends_on_a_login_failure_halts_the_run() {
+    let env = setup();
+    let agent = script(
+        &env,
+        "agent.sh",
+        "echo 'Starting'\necho 'Not logged in · Please run /login' >&2\nexit 1\n",
+    );
+    let out = run(&env, &["--agent-cmd", &format!("'{agent}'")], &[]);
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("cannot work: Not logged in · Please run /login"),
+        "{}",
+        stderr(&out)
+    );
+    // The same words from an attempt that exited 0 are its work.
+    let env = setup();
+    let agent = script(
+        &env,
+        "agent.sh",
+        &format!(
+            "'{}' \"$@\" || exit $?\necho 'Not logged in · Please run /login' >&2\n",
+            fake_agent().display()
+        ),
+    );
+    let out = run(
+        &env,
+        &["--agent-cmd", &format!("'{agent}'")],
+        &[("FAKE_AGENT_SCRIPT", "check")],
+    );
+    assert_completed_normally(&env, &out, "exit 0");
 }
