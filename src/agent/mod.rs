@@ -1,12 +1,35 @@
-//! Agents (SPEC §4): presets and custom templates turned into an argv, never through a shell.
+//! Agents (SPEC §4): presets and custom templates turned into an argv, never through a shell,
+//! and their output understood.
+//!
+//! Each CLI is a unit struct implementing [`Cli`] in a file of its own — its argv, what it
+//! prints, its limit and login signals — and one line in [`PRESETS`]; `--agent-cmd` templates
+//! are `custom`. Below them all: the vocabulary ([`output`], [`cli`], [`findings`]), the
+//! reset-time parser (`reset`), text signals (`signal`) and helpers (`text`); above them, the
+//! [`stream::Observer`] that reads an attempt's output and [`process`] that runs it.
 
+pub mod cli;
+pub mod findings;
+pub mod output;
 pub mod process;
+mod reset;
+pub mod signal;
 pub mod stream;
+mod text;
 pub mod unix;
+
+mod claude;
+mod codex;
+mod copilot;
+mod custom;
+mod gemini;
+
+#[cfg(test)]
+mod testkit;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+
+pub use cli::{Cli, Format, Launch, Output, Part};
 
 use crate::config::AgentChoice;
 use crate::error::{Error, Result};
@@ -15,20 +38,24 @@ use crate::error::{Error, Result};
 /// 128 KiB); presets switch to stdin and custom `{prompt}` templates are refused.
 pub const MAX_PROMPT_ARG: usize = 100 * 1024;
 
-/// The four presets and what installs them.
-pub const PRESETS: &[(&str, &str)] = &[
-    ("copilot", "npm install -g @github/copilot"),
-    ("claude", "npm install -g @anthropic-ai/claude-code"),
-    ("codex", "npm install -g @openai/codex"),
-    ("gemini", "npm install -g @google/gemini-cli"),
+/// The presets, in the order they are listed to the user. Adding a CLI is a file implementing
+/// [`Cli`] and one line here.
+pub const PRESETS: &[&dyn Cli] = &[
+    &copilot::Copilot,
+    &claude::Claude,
+    &codex::Codex,
+    &gemini::Gemini,
 ];
 
-/// One piece of an argv template.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Part {
-    Literal(String),
-    /// An argument containing `{prompt}` and/or `{prompt_file}`, substituted at spawn time.
-    Template(String),
+/// The preset named `name`.
+pub fn preset(name: &str) -> Option<&'static dyn Cli> {
+    PRESETS.iter().copied().find(|cli| cli.name() == name)
+}
+
+/// How the observer reads an agent's output: a preset's own format; plain text for `custom` or
+/// anything else.
+pub fn format_for(name: &str) -> Format {
+    Format::of(preset(name).unwrap_or(&custom::Custom))
 }
 
 /// Where the prompt goes.
@@ -47,6 +74,8 @@ pub struct Agent {
     pub program: String,
     /// The absolute path the program resolved to on PATH.
     pub resolved: Option<PathBuf>,
+    /// The CLI: its output format and signals.
+    pub cli: &'static dyn Cli,
     args: Vec<Part>,
     /// For presets: the argv to use when the prompt goes through stdin.
     stdin_args: Option<Vec<Part>>,
@@ -84,149 +113,76 @@ impl Invocation {
     }
 }
 
-fn install_hint(program: &str) -> Option<&'static str> {
-    PRESETS
-        .iter()
-        .find(|(name, _)| *name == program)
-        .map(|(_, hint)| *hint)
-}
-
-fn literal(words: &[&str]) -> Vec<Part> {
-    words.iter().map(|w| Part::Literal(w.to_string())).collect()
-}
-
 impl Agent {
-    /// Resolve the configured agent. `probe` allows spawning `copilot --help` once to learn
-    /// which permission flag it accepts (dry runs pass false and show `--yolo`).
+    /// Resolve the configured agent. `probe` lets a CLI look at the installed program once
+    /// (copilot's `--help`, for the permission flag it accepts); dry runs pass false.
     pub fn resolve(choice: &AgentChoice, probe: bool) -> Result<Agent> {
         let mut agent = match choice {
             AgentChoice::Preset(name) => Self::preset(name)?,
             AgentChoice::Template(t) => Self::template(t)?,
         };
-        agent.resolved = Some(find_program(&agent.program)?);
-        if agent.name == "copilot" && probe {
-            let flag = copilot_permission_flag(agent.resolved.as_deref().unwrap_or(Path::new("")));
-            if flag != "--yolo" {
-                agent
-                    .notes
-                    .push(format!("this copilot rejects --yolo; using {flag}"));
-            }
-            for args in [&mut agent.args]
-                .into_iter()
-                .chain(agent.stdin_args.as_mut())
-            {
-                for p in args.iter_mut() {
-                    if *p == Part::Literal("--yolo".into()) {
-                        *p = Part::Literal(flag.to_string());
-                    }
-                }
-            }
+        let resolved = find_program(&agent.program)?;
+        if probe {
+            let mut launch = agent.take_launch();
+            agent.cli.probe(&resolved, &mut launch);
+            agent.set_launch(launch);
         }
+        agent.resolved = Some(resolved);
         Ok(agent)
     }
 
     fn preset(name: &str) -> Result<Agent> {
-        let prompt = || Part::Template("{prompt}".into());
-        let (args, stdin_args) = match name {
-            "copilot" => (
-                vec![
-                    Part::Literal("-p".into()),
-                    prompt(),
-                    Part::Literal("--yolo".into()),
-                ],
-                literal(&["--yolo"]),
-            ),
-            "claude" => {
-                let tail = [
-                    "--dangerously-skip-permissions",
-                    "--output-format",
-                    "stream-json",
-                    "--verbose",
-                ];
-                let mut args = vec![Part::Literal("-p".into()), prompt()];
-                args.extend(literal(&tail));
-                let mut stdin = literal(&["-p"]);
-                stdin.extend(literal(&tail));
-                (args, stdin)
-            }
-            "codex" => {
-                let mut args = literal(&["exec", "--dangerously-bypass-approvals-and-sandbox"]);
-                args.push(prompt());
-                (
-                    args,
-                    literal(&["exec", "--dangerously-bypass-approvals-and-sandbox", "-"]),
-                )
-            }
-            "gemini" => (
-                vec![
-                    Part::Literal("-p".into()),
-                    prompt(),
-                    Part::Literal("--yolo".into()),
-                ],
-                literal(&["--yolo"]),
-            ),
-            other => {
-                let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
-                return Err(
-                    Error::user(format!("unknown agent `{other}`")).with_hint(format!(
-                        "use one of {}, or --agent-cmd 'PROGRAM ARGS {{prompt}}'",
-                        names.join(", ")
-                    )),
-                );
-            }
-        };
-        let mut agent = Agent {
-            name: name.to_string(),
-            program: name.to_string(),
-            resolved: None,
-            args,
-            stdin_args: Some(stdin_args),
-            env: Vec::new(),
-            notes: Vec::new(),
-        };
-        if name == "claude" && nix::unistd::Uid::effective().is_root() {
-            agent.env.push(("IS_SANDBOX".into(), "1".into()));
-            agent.notes.push(
-                "running as root: setting IS_SANDBOX=1 so claude accepts --dangerously-skip-permissions"
-                    .into(),
+        let Some(cli) = preset(name) else {
+            let names: Vec<&str> = PRESETS.iter().map(|cli| cli.name()).collect();
+            return Err(
+                Error::user(format!("unknown agent `{name}`")).with_hint(format!(
+                    "use one of {}, or --agent-cmd 'PROGRAM ARGS {{prompt}}'",
+                    names.join(", ")
+                )),
             );
-        }
-        Ok(agent)
+        };
+        Ok(Agent::new(
+            cli,
+            cli.name(),
+            cli.name().to_owned(),
+            cli.launch(),
+        ))
     }
 
     fn template(template: &str) -> Result<Agent> {
-        let words = shell_words::split(template).map_err(|e| {
-            Error::user(format!("cannot split --agent-cmd `{template}`: {e}")).with_hint(
-                "quote arguments as in a shell: --agent-cmd 'prog --flag \"two words\" {prompt}'",
-            )
-        })?;
-        let Some((program, rest)) = words.split_first() else {
-            return Err(Error::user("--agent-cmd is empty"));
-        };
-        if program.contains("{prompt") {
-            return Err(Error::user(format!(
-                "--agent-cmd `{template}` starts with a placeholder; it must start with the program"
-            )));
-        }
-        let args = rest
-            .iter()
-            .map(|w| {
-                if w.contains("{prompt}") || w.contains("{prompt_file}") {
-                    Part::Template(w.clone())
-                } else {
-                    Part::Literal(w.clone())
-                }
-            })
-            .collect();
-        Ok(Agent {
-            name: "custom".into(),
-            program: program.clone(),
+        let (program, launch) = custom::template(template)?;
+        Ok(Agent::new(&custom::Custom, "custom", program, launch))
+    }
+
+    fn new(cli: &'static dyn Cli, name: &str, program: String, launch: Launch) -> Agent {
+        let mut agent = Agent {
+            name: name.to_owned(),
+            program,
             resolved: None,
-            args,
+            cli,
+            args: Vec::new(),
             stdin_args: None,
             env: Vec::new(),
             notes: Vec::new(),
-        })
+        };
+        agent.set_launch(launch);
+        agent
+    }
+
+    fn take_launch(&mut self) -> Launch {
+        Launch {
+            args: std::mem::take(&mut self.args),
+            stdin_args: self.stdin_args.take(),
+            env: std::mem::take(&mut self.env),
+            notes: std::mem::take(&mut self.notes),
+        }
+    }
+
+    fn set_launch(&mut self, launch: Launch) {
+        self.args = launch.args;
+        self.stdin_args = launch.stdin_args;
+        self.env = launch.env;
+        self.notes = launch.notes;
     }
 
     /// How this agent receives a prompt of `len` bytes.
@@ -297,7 +253,7 @@ pub fn find_program(program: &str) -> Result<PathBuf> {
     };
     found.ok_or_else(|| {
         let err = Error::user(format!("agent `{program}` not found on PATH"));
-        match install_hint(program) {
+        match preset(program).and_then(|cli| cli.install_hint()) {
             Some(hint) => err.with_hint(format!("install it with `{hint}`")),
             None if program.contains('/') => {
                 err.with_hint("check that the file exists and is executable")
@@ -310,34 +266,6 @@ pub fn find_program(program: &str) -> Result<PathBuf> {
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// Ask `copilot --help` which permission flag it knows: `--yolo`, else `--allow-all`, else
-/// `--allow-all-tools` (older versions).
-fn copilot_permission_flag(program: &Path) -> &'static str {
-    let help = crate::brief::run(
-        std::process::Command::new(program).arg("--help"),
-        Duration::from_secs(10),
-    )
-    .map(|b| b.output)
-    .unwrap_or_default();
-    pick_permission_flag(&help)
-}
-
-fn pick_permission_flag(help: &str) -> &'static str {
-    let has = |flag: &str| {
-        help.split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']' || c == '=')
-            .any(|w| w == flag)
-    };
-    if has("--yolo") {
-        "--yolo"
-    } else if has("--allow-all") {
-        "--allow-all"
-    } else if has("--allow-all-tools") {
-        "--allow-all-tools"
-    } else {
-        "--yolo"
-    }
 }
 
 #[cfg(test)]
@@ -471,13 +399,6 @@ mod tests {
     }
 
     #[test]
-    fn template_errors() {
-        assert!(Agent::template("").is_err());
-        assert!(Agent::template("prog 'unterminated").is_err());
-        assert!(Agent::template("{prompt} x").is_err());
-    }
-
-    #[test]
     fn missing_program_has_install_hint() {
         let e = find_program("claude-definitely-not-installed").unwrap_err();
         assert!(e.to_string().contains("not found on PATH"));
@@ -486,16 +407,22 @@ mod tests {
     }
 
     #[test]
-    fn permission_flag_probe_reads_help_text() {
-        assert_eq!(pick_permission_flag("  --yolo  Allow all"), "--yolo");
-        assert_eq!(
-            pick_permission_flag("  --allow-all-tools  x\n  --allow-all  y"),
-            "--allow-all"
-        );
-        assert_eq!(
-            pick_permission_flag("  --allow-all-tools  x"),
-            "--allow-all-tools"
-        );
-        assert_eq!(pick_permission_flag(""), "--yolo");
+    fn every_preset_names_its_program_and_install_hint() {
+        let names: Vec<&str> = PRESETS.iter().map(|cli| cli.name()).collect();
+        assert_eq!(names, ["copilot", "claude", "codex", "gemini"]);
+        for cli in PRESETS {
+            assert!(cli.install_hint().unwrap().starts_with("npm install -g @"));
+            assert!(preset(cli.name()).is_some());
+            let agent = Agent::preset(cli.name()).unwrap();
+            assert_eq!(agent.cli.name(), cli.name());
+            assert!(
+                agent.stdin_args.is_some(),
+                "{} takes a prompt on stdin",
+                cli.name()
+            );
+        }
+        assert!(preset("custom").is_none());
+        let e = find_program("codex-not-here").unwrap_err();
+        assert!(e.hint().is_some());
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
+use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop, ProcessGroup};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::sleep_until;
 
@@ -92,6 +92,36 @@ pub enum Echo {
     Stderr,
 }
 
+/// Which step of a supervised run failed, so the caller can say so: a program that cannot be
+/// started is not a full disk.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The program could not be started (not found, not executable, out of processes).
+    #[error("failed to spawn the process")]
+    Spawn(#[source] std::io::Error),
+    /// Its output could not be written to the transcript (`ENOSPC` on a full disk). The process
+    /// was killed: what it did could not be recorded.
+    #[error("failed to write the transcript")]
+    Transcript(#[source] std::io::Error),
+    /// Waiting for the process failed.
+    #[error("failed to wait for the process")]
+    Wait(#[source] std::io::Error),
+}
+
+impl RunError {
+    /// The crate's error, naming what ran (`agent `claude``, `the test command: make`): "failed
+    /// to spawn agent `claude`", "failed to write the transcript", "failed to wait for …", with
+    /// the OS error as its cause.
+    pub fn into_error(self, what: impl std::fmt::Display) -> crate::error::Error {
+        use crate::error::Error;
+        match self {
+            RunError::Spawn(e) => Error::io(format!("failed to spawn {what}"), e),
+            RunError::Transcript(e) => Error::io("failed to write the transcript", e),
+            RunError::Wait(e) => Error::io(format!("failed to wait for {what}"), e),
+        }
+    }
+}
+
 /// Run `inv` in `cwd` as the leader of a new process group, relaying its output into
 /// `transcript`, until it exits or a limit or an interrupt stops it.
 pub async fn run(
@@ -101,9 +131,71 @@ pub async fn run(
     limits: &Limits,
     interrupts: &mut Interrupts,
     echo: Echo,
-    mut watchers: Watchers<'_>,
-) -> std::io::Result<Finished> {
+    watchers: Watchers<'_>,
+) -> Result<Finished, RunError> {
     let started = Instant::now();
+    let mut child = spawn(inv, cwd).map_err(RunError::Spawn)?;
+    let group = Group::from_leader(child.id().unwrap_or(0));
+    // If ralph dies, even by SIGKILL, the guard kills the group (see `unix.rs`).
+    let guard = match Guard::spawn(group) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            tracing::warn!("could not start the guard process: {e}");
+            None
+        }
+    };
+    if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.stdin().take()) {
+        tokio::spawn(async move {
+            // An agent that exits without reading its prompt is not an error of ours.
+            let _ = stdin.write_all(&input).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
+    let mut relay = Relay {
+        transcript,
+        echo,
+        watchers,
+        write_error: None,
+        tail: Vec::new(),
+        output_bytes: 0,
+    };
+    let seen_interrupts = interrupts.count();
+    let mut state = State::new(group, limits, seen_interrupts);
+    let waited = state.supervise(&mut child, interrupts, &mut relay).await;
+    // Nothing of the group outlives the iteration: whatever it left running goes now.
+    group.kill();
+    if let Some(g) = guard {
+        g.release();
+    }
+    let status = waited.map_err(RunError::Wait)?;
+    if relay.write_error.is_none()
+        && let Err(e) = relay.transcript.flush()
+    {
+        relay.write_error = Some(e);
+    }
+    if let Some(o) = relay.watchers.observer {
+        o.finish(status.code());
+    }
+    if let Some(e) = relay.write_error {
+        return Err(RunError::Transcript(e));
+    }
+    let exit_code = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    Ok(Finished {
+        exit_code,
+        stopped: state.stopped,
+        killed: state.killed,
+        leaked_pipes: state.leaked,
+        interrupts: state.interrupts_now - seen_interrupts,
+        duration: started.elapsed(),
+        stdout_tail: relay.tail,
+        output_bytes: relay.output_bytes,
+    })
+}
+
+/// The program, in its own process group, stdin closed unless it carries the prompt.
+fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Box<dyn ChildWrapper>> {
     let mut cmd = CommandWrap::with_new(&inv.program, |c| {
         c.args(&inv.args)
             .current_dir(cwd)
@@ -120,162 +212,177 @@ pub async fn run(
         set_parent_death_signal(c);
     });
     cmd.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-    let mut child = cmd.spawn()?;
-    let group = Group::from_leader(child.id().unwrap_or(0));
-    // If ralph dies, even by SIGKILL, the guard kills the group (see `unix.rs`).
-    let guard = match Guard::spawn(group) {
-        Ok(g) => Some(g),
-        Err(e) => {
-            tracing::warn!("could not start the guard process: {e}");
-            None
+    cmd.spawn()
+}
+
+/// Where each chunk of output goes: the transcript, the watchers, the echo, the stdout tail.
+struct Relay<'t, 'w> {
+    transcript: &'t mut std::fs::File,
+    echo: Echo,
+    watchers: Watchers<'w>,
+    /// The first failed transcript write; nothing more is written after it.
+    write_error: Option<std::io::Error>,
+    tail: Vec<u8>,
+    output_bytes: u64,
+}
+
+impl Relay<'_, '_> {
+    /// Relays one chunk; false when it could not be written to the transcript (the first time).
+    fn chunk(&mut self, chunk: &[u8], is_stderr: bool) -> bool {
+        let mut written = true;
+        if self.write_error.is_none()
+            && let Err(e) = self.transcript.write_all(chunk)
+        {
+            self.write_error = Some(e);
+            written = false;
         }
-    };
-
-    if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.stdin().take()) {
-        tokio::spawn(async move {
-            // An agent that exits without reading its prompt is not an error of ours.
-            let _ = stdin.write_all(&input).await;
-            let _ = stdin.shutdown().await;
-        });
-    }
-    let mut out = child.stdout().take();
-    let mut err = child.stderr().take();
-
-    let seen_interrupts = interrupts.count();
-    let mut interrupts_now = seen_interrupts;
-    let mut stopped: Option<StopCause> = None;
-    let mut killed = false;
-    let mut leaked = false;
-    let mut status = None;
-    let mut tail: Vec<u8> = Vec::new();
-    let mut output_bytes = 0u64;
-    let mut buf_out = vec![0u8; 16 * 1024];
-    let mut buf_err = vec![0u8; 16 * 1024];
-
-    let far = tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
-    let deadline = limits
-        .timeout
-        .map_or(far, |t| tokio::time::Instant::now() + t);
-    let mut idle_deadline = limits
-        .idle_timeout
-        .map_or(far, |t| tokio::time::Instant::now() + t);
-    let mut kill_at = far;
-    let mut drain_until = far;
-    let mut stdout = std::io::stdout();
-
-    loop {
-        if status.is_some() && out.is_none() && err.is_none() {
-            break;
-        }
-        tokio::select! {
-            n = interrupts.after(interrupts_now) => {
-                interrupts_now = n;
-                if status.is_none() {
-                    if stopped.is_some() || limits.grace.is_zero() {
-                        // A second interrupt (or no grace) kills at once.
-                        stopped.get_or_insert(StopCause::Interrupt);
-                        killed = true;
-                        group.kill();
-                    } else {
-                        stopped = Some(StopCause::Interrupt);
-                        group.terminate();
-                        kill_at = tokio::time::Instant::now() + limits.grace;
-                    }
-                }
+        self.watchers.chunk(chunk, is_stderr);
+        match (self.echo, is_stderr) {
+            (Echo::None, _) => {}
+            (Echo::Stdout, false) => {
+                let mut stdout = std::io::stdout();
+                let _ = stdout.write_all(chunk);
+                let _ = stdout.flush();
             }
-            r = read_some(&mut out, &mut buf_out) => {
-                match r {
-                    Some(n) => {
-                        let chunk = &buf_out[..n];
-                        transcript.write_all(chunk)?;
-                        watchers.chunk(chunk, false);
-                        match echo {
-                            Echo::Stdout => {
-                                let _ = stdout.write_all(chunk);
-                                let _ = stdout.flush();
-                            }
-                            Echo::Stderr => {
-                                let _ = std::io::stderr().write_all(chunk);
-                            }
-                            Echo::None => {}
-                        }
-                        output_bytes += n as u64;
-                        tail.extend_from_slice(chunk);
-                        if tail.len() > 2 * TAIL {
-                            tail.drain(..tail.len() - TAIL);
-                        }
-                        if let Some(t) = limits.idle_timeout {
-                            idle_deadline = tokio::time::Instant::now() + t;
-                        }
-                    }
+            (Echo::Stdout | Echo::Stderr, _) => {
+                let _ = std::io::stderr().write_all(chunk);
+            }
+        }
+        self.output_bytes += chunk.len() as u64;
+        if !is_stderr {
+            self.tail.extend_from_slice(chunk);
+            if self.tail.len() > 2 * TAIL {
+                self.tail.drain(..self.tail.len() - TAIL);
+            }
+        }
+        written
+    }
+}
+
+/// The timers and what happened to the process while it is supervised.
+struct State {
+    group: Group,
+    grace: Duration,
+    idle_timeout: Option<Duration>,
+    interrupts_now: u32,
+    stopped: Option<StopCause>,
+    killed: bool,
+    leaked: bool,
+    status: Option<std::process::ExitStatus>,
+    deadline: tokio::time::Instant,
+    idle_deadline: tokio::time::Instant,
+    kill_at: tokio::time::Instant,
+    drain_until: tokio::time::Instant,
+}
+
+/// A deadline that never comes.
+fn far() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86400 * 365)
+}
+
+impl State {
+    fn new(group: Group, limits: &Limits, interrupts_now: u32) -> State {
+        let after = |d: Option<Duration>| d.map_or_else(far, |t| tokio::time::Instant::now() + t);
+        State {
+            group,
+            grace: limits.grace,
+            idle_timeout: limits.idle_timeout,
+            interrupts_now,
+            stopped: None,
+            killed: false,
+            leaked: false,
+            status: None,
+            deadline: after(limits.timeout),
+            idle_deadline: after(limits.idle_timeout),
+            kill_at: far(),
+            drain_until: far(),
+        }
+    }
+
+    /// Relays the output and waits for the exit, the timers and interrupts; returns the exit
+    /// status (SIGKILL's when the pipes leaked before an exit was seen).
+    async fn supervise(
+        &mut self,
+        child: &mut Box<dyn ChildWrapper>,
+        interrupts: &mut Interrupts,
+        relay: &mut Relay<'_, '_>,
+    ) -> std::io::Result<std::process::ExitStatus> {
+        let mut out = child.stdout().take();
+        let mut err = child.stderr().take();
+        let mut buf_out = vec![0u8; 16 * 1024];
+        let mut buf_err = vec![0u8; 16 * 1024];
+        let running = |s: &State| s.status.is_none();
+        while running(self) || out.is_some() || err.is_some() {
+            tokio::select! {
+                n = interrupts.after(self.interrupts_now) => self.interrupted(n),
+                r = read_some(&mut out, &mut buf_out) => match r {
+                    Some(n) => self.output(relay, &buf_out[..n], false),
                     None => out = None,
-                }
-            }
-            r = read_some(&mut err, &mut buf_err) => {
-                match r {
-                    Some(n) => {
-                        let chunk = &buf_err[..n];
-                        transcript.write_all(chunk)?;
-                        watchers.chunk(chunk, true);
-                        if echo != Echo::None {
-                            let _ = std::io::stderr().write_all(chunk);
-                        }
-                        output_bytes += n as u64;
-                        if let Some(t) = limits.idle_timeout {
-                            idle_deadline = tokio::time::Instant::now() + t;
-                        }
-                    }
+                },
+                r = read_some(&mut err, &mut buf_err) => match r {
+                    Some(n) => self.output(relay, &buf_err[..n], true),
                     None => err = None,
+                },
+                s = child.wait(), if running(self) => {
+                    self.status = Some(s?);
+                    self.drain_until = tokio::time::Instant::now() + DRAIN;
                 }
-            }
-            s = child.wait(), if status.is_none() => {
-                status = Some(s?);
-                drain_until = tokio::time::Instant::now() + DRAIN;
-            }
-            _ = sleep_until(deadline), if status.is_none() && stopped.is_none() => {
-                stopped = Some(StopCause::Timeout);
-                killed |= begin_stop(group, limits.grace, &mut kill_at);
-            }
-            _ = sleep_until(idle_deadline), if status.is_none() && stopped.is_none() => {
-                stopped = Some(StopCause::IdleTimeout);
-                killed |= begin_stop(group, limits.grace, &mut kill_at);
-            }
-            _ = sleep_until(kill_at), if status.is_none() => {
-                killed = true;
-                kill_at = far;
-                group.kill();
-            }
-            _ = sleep_until(drain_until), if status.is_some() => {
-                // The process is gone but something it started still holds the pipes.
-                leaked = true;
-                group.kill();
-                break;
+                _ = sleep_until(self.deadline), if running(self) && self.stopped.is_none() => {
+                    self.stop(StopCause::Timeout);
+                }
+                _ = sleep_until(self.idle_deadline), if running(self) && self.stopped.is_none() => {
+                    self.stop(StopCause::IdleTimeout);
+                }
+                _ = sleep_until(self.kill_at), if running(self) => {
+                    self.killed = true;
+                    self.kill_at = far();
+                    self.group.kill();
+                }
+                _ = sleep_until(self.drain_until), if !running(self) => {
+                    // The process is gone but something it started still holds the pipes.
+                    self.leaked = true;
+                    self.group.kill();
+                    break;
+                }
             }
         }
+        Ok(self
+            .status
+            .unwrap_or_else(|| std::process::ExitStatus::from_raw(9)))
     }
-    // Nothing of the group outlives the iteration: whatever it left running goes now.
-    group.kill();
-    if let Some(g) = guard {
-        g.release();
+
+    fn interrupted(&mut self, count: u32) {
+        self.interrupts_now = count;
+        if self.status.is_some() {
+            return;
+        }
+        if self.stopped.is_some() || self.grace.is_zero() {
+            // A second interrupt (or no grace) kills at once.
+            self.stopped.get_or_insert(StopCause::Interrupt);
+            self.killed = true;
+            self.group.kill();
+        } else {
+            self.stopped = Some(StopCause::Interrupt);
+            self.group.terminate();
+            self.kill_at = tokio::time::Instant::now() + self.grace;
+        }
     }
-    transcript.flush()?;
-    if let Some(o) = watchers.observer {
-        o.finish();
+
+    fn output(&mut self, relay: &mut Relay<'_, '_>, chunk: &[u8], is_stderr: bool) {
+        if !relay.chunk(chunk, is_stderr) && self.status.is_none() {
+            // What the process does can no longer be recorded: stop it now.
+            self.killed = true;
+            self.group.kill();
+        }
+        if let Some(t) = self.idle_timeout {
+            self.idle_deadline = tokio::time::Instant::now() + t;
+        }
     }
-    let status = status.unwrap_or_else(|| std::process::ExitStatus::from_raw(9));
-    let exit_code = status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-    Ok(Finished {
-        exit_code,
-        stopped,
-        killed,
-        leaked_pipes: leaked,
-        interrupts: interrupts_now - seen_interrupts,
-        duration: started.elapsed(),
-        stdout_tail: tail,
-        output_bytes,
-    })
+
+    fn stop(&mut self, cause: StopCause) {
+        self.stopped = Some(cause);
+        self.killed |= begin_stop(self.group, self.grace, &mut self.kill_at);
+    }
 }
 
 /// SIGTERM the group and arm the SIGKILL timer; with no grace, SIGKILL at once. Returns whether

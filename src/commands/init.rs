@@ -31,10 +31,11 @@ pub fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
             .with_hint("edit it, or pass --force to overwrite it"));
     }
     if let Some(agent) = &args.agent
-        && !crate::agent::PRESETS.iter().any(|(n, _)| n == agent)
+        && crate::agent::preset(agent).is_none()
     {
+        let names: Vec<&str> = crate::agent::PRESETS.iter().map(|c| c.name()).collect();
         return Err(Error::user(format!("unknown agent `{agent}`"))
-            .with_hint("use one of copilot, claude, codex, gemini"));
+            .with_hint(format!("use one of {}", names.join(", "))));
     }
     let description = match &args.description {
         Some(d) if !d.trim().is_empty() => d.trim().to_string(),

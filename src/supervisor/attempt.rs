@@ -8,9 +8,9 @@ use serde_json::json;
 use super::Loop;
 use super::decide::Halt;
 use super::prepare::Prepared;
-use crate::agent::process::{self, Echo, Finished, StopCause, Watchers};
+use crate::agent::process::{self, Echo, Finished, RunError, StopCause, Watchers};
 use crate::agent::stream::{Observer, Usage, format_for};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::live::LiveView;
 use crate::ui::human_duration;
 
@@ -32,7 +32,10 @@ impl Loop {
         let mut usage = Usage::default();
         let mut limited = 0u32;
         loop {
-            let (finished, observer) = self.run_agent(prep).await?;
+            let (finished, observer) = match self.run_agent(prep).await? {
+                Ok(ran) => ran,
+                Err(halt) => return Ok(unrecorded(usage, halt)),
+            };
             let u = observer.usage();
             self.add_usage(&u);
             usage.add(&u);
@@ -75,8 +78,13 @@ impl Loop {
         }
     }
 
-    /// One run of the agent, relayed to the transcript (and the terminal), observed.
-    async fn run_agent(&mut self, prep: &mut Prepared) -> Result<(Finished, Observer)> {
+    /// One run of the agent, relayed to the transcript (and the terminal), observed. A
+    /// transcript that cannot be written (a full disk) stops the agent and the run, as a halt
+    /// the record phase still closes.
+    async fn run_agent(
+        &mut self,
+        prep: &mut Prepared,
+    ) -> Result<std::result::Result<(Finished, Observer), Halt>> {
         let mut observer = Observer::new(format_for(&self.agent.name), chrono::Utc::now());
         let view = (!self.stream && !self.ui.quiet && LiveView::available())
             .then(|| self.live_view(prep.n));
@@ -87,7 +95,7 @@ impl Loop {
         let root = self.repo.root().to_path_buf();
         let limits = self.agent_limits();
         let echo = self.echo();
-        let finished = process::run(
+        let run = process::run(
             &prep.inv,
             &root,
             &mut prep.transcript,
@@ -96,12 +104,29 @@ impl Loop {
             echo,
             watchers,
         )
-        .await
-        .map_err(|e| Error::io(format!("failed to spawn agent `{}`", prep.inv.program), e))?;
+        .await;
         if let Some(v) = view {
             v.finish();
         }
-        Ok((finished, observer))
+        match run {
+            Ok(finished) => Ok(Ok((finished, observer))),
+            Err(RunError::Transcript(e)) => {
+                let message = format!(
+                    "iteration {} failed to write the transcript `{}`: {e}",
+                    prep.n,
+                    prep.transcript_path.display()
+                );
+                self.log(&format!(
+                    "Iteration {}: the transcript cannot be written ({e}); the agent was stopped",
+                    prep.n
+                ))?;
+                Ok(Err(Halt::Error {
+                    message,
+                    hint: "free some disk space, then continue with `ralph resume`".into(),
+                }))
+            }
+            Err(e) => Err(e.into_error(format_args!("agent `{}`", prep.inv.program))),
+        }
     }
 
     pub(super) fn add_usage(&mut self, u: &Usage) {
@@ -321,5 +346,25 @@ fn limit_wait(
             }
         }
         None => backoff(base, attempt),
+    }
+}
+
+/// The iteration ends without a finished attempt to show (its transcript failed).
+fn unrecorded(usage: Usage, halt: Halt) -> Attempted {
+    Attempted {
+        finished: Finished {
+            exit_code: 128 + libc::SIGKILL,
+            stopped: None,
+            killed: true,
+            leaked_pipes: false,
+            interrupts: 0,
+            duration: std::time::Duration::ZERO,
+            stdout_tail: Vec::new(),
+            output_bytes: 0,
+        },
+        usage,
+        final_message: None,
+        ended_at: crate::state::now_rfc3339(),
+        stop: Some(halt),
     }
 }

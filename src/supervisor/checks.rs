@@ -96,7 +96,7 @@ pub async fn run_check(
     inv.env.extend_from_slice(env);
     let fin = process::run(&inv, root, transcript, &limits, interrupts, echo, watchers)
         .await
-        .map_err(|e| Error::io(format!("failed to run the {what}"), e))?;
+        .map_err(|e| e.into_error(format_args!("the {what}")))?;
     Ok((fin.stopped != Some(StopCause::Interrupt)).then_some(fin))
 }
 

@@ -1,5 +1,6 @@
 //! Presets against stand-in CLIs on PATH: the argv each preset builds, copilot's permission-flag
-//! probe, claude's `IS_SANDBOX=1` as root, and stdin for huge prompts.
+//! probe, claude's `IS_SANDBOX=1` as root, stdin for huge prompts; and a transcript that cannot
+//! be written, told apart from an agent that cannot be spawned.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -9,7 +10,7 @@ use crate::common::*;
 
 /// Write a stand-in CLI named `name` into a bin dir: it records its argv (NUL-separated) and
 /// stdin, answers `--help` with `help`, and delegates the work to the fake agent.
-fn stand_in(env: &TestEnv, name: &str, help: &str) -> PathBuf {
+pub fn stand_in(env: &TestEnv, name: &str, help: &str) -> PathBuf {
     let bin = env.home.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let script = format!(
@@ -144,4 +145,46 @@ fn huge_prompt_goes_to_a_preset_on_stdin() {
 fn nix_is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn a_transcript_that_cannot_be_written_is_named_as_such() {
+    let env = setup();
+    let out = env.run_fake("check", &["--max-iterations", "1"]);
+    assert_exit(&out, 3);
+    // The next iteration's transcript is /dev/full: every write fails with ENOSPC.
+    let runs = env.repo.join(".ralph/runs");
+    let run_dir = std::fs::read_dir(&runs)
+        .unwrap()
+        .next()
+        .expect("a run directory")
+        .unwrap()
+        .path();
+    std::os::unix::fs::symlink("/dev/full", run_dir.join("iter-002.log")).unwrap();
+    let agent = format!("'{}'", fake_agent().display());
+    let out = env.ralph_with_limit(
+        &[
+            "resume",
+            "--agent-cmd",
+            &agent,
+            "--yes",
+            "--max-iterations",
+            "2",
+        ],
+        &[("FAKE_AGENT_SCRIPT", "check")],
+        Duration::from_secs(60),
+    );
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(err.contains("failed to write the transcript"), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(!err.contains("spawn"), "{err}");
+    // The iteration still closes: recorded, and the run halted with an error.
+    let recs = env.iter_records();
+    assert!(
+        recs.last().is_some_and(|r| r.starts_with("ITER 2 ")),
+        "{recs:?}"
+    );
+    let st: serde_json::Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    assert_eq!(st["halt_reason"], "error");
 }

@@ -7,6 +7,7 @@ mod common;
 mod cpm;
 mod errors;
 mod init;
+mod limits;
 mod observe;
 mod real_agents;
 mod run;

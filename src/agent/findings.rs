@@ -1,0 +1,461 @@
+//! What an attempt reported, as the CLIs read it: the live activity, the result, usage and cost,
+//! the session, and the limit, retry or login failure that ended it. Each CLI's reader writes
+//! here through a few methods; the observer reads it back.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::output::{AgentResult, Limit, LimitKind, Usage};
+use super::reset::Clock;
+use super::signal::{self, Class, Patterns, Scope};
+use super::text::{
+    bounded, clip, cut_chars, first_line, floor_char_boundary, one_line, strip_controls,
+};
+
+/// How many characters of a line the activity shows.
+pub const ACTIVITY_CHARS: usize = 120;
+/// Enough bytes of a line for [`ACTIVITY_CHARS`] characters of any width, and one more.
+pub(super) const ACTIVITY_BYTES: usize = 4 * ACTIVITY_CHARS + 4;
+
+/// One of the last plain lines of a failed attempt, control codes stripped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TailLine {
+    pub text: String,
+    pub is_stderr: bool,
+}
+
+/// Everything an attempt reported so far.
+#[derive(Debug)]
+pub struct Findings {
+    clock: Clock,
+    activity: Option<String>,
+    activity_changed: bool,
+    /// The start of the last plain line, shown at the end of the chunk unless an event set the
+    /// activity after it.
+    pending: Vec<u8>,
+    has_pending: bool,
+    pub(super) result: Option<AgentResult>,
+    /// Usage summed from streaming events (Codex turns, Copilot usage events).
+    pub(super) usage: Usage,
+    /// Copilot: output tokens counted from `assistant.message`, used when no usage events come.
+    pub(super) message_output_tokens: u64,
+    pub(super) premium_requests: Option<f64>,
+    limit: Option<Limit>,
+    retrying: Option<Limit>,
+    auth_error: Option<String>,
+    pub(super) session_id: Option<String>,
+    /// The latest assistant message (JSON formats).
+    pub(super) last_text: Option<String>,
+}
+
+impl Findings {
+    pub(super) fn new(clock: Clock) -> Findings {
+        Findings {
+            clock,
+            activity: None,
+            activity_changed: false,
+            pending: Vec::new(),
+            has_pending: false,
+            result: None,
+            usage: Usage::default(),
+            message_output_tokens: 0,
+            premium_requests: None,
+            limit: None,
+            retrying: None,
+            auth_error: None,
+            session_id: None,
+            last_text: None,
+        }
+    }
+
+    pub(super) fn clock_mut(&mut self) -> &mut Clock {
+        &mut self.clock
+    }
+
+    // ----- read back -----
+
+    pub fn activity(&self) -> Option<&str> {
+        self.activity.as_deref()
+    }
+
+    /// Whether activity changed since the last call (for redraws).
+    pub fn take_activity_changed(&mut self) -> bool {
+        std::mem::take(&mut self.activity_changed)
+    }
+
+    pub fn result(&self) -> Option<&AgentResult> {
+        self.result.as_ref()
+    }
+
+    /// Tokens and cost the attempt reported, also when it ended on a limit: the result's when
+    /// there is one, else what the events added up to.
+    pub fn usage(&self) -> Usage {
+        if let Some(r) = &self.result {
+            return r.usage.clone();
+        }
+        self.summed_usage()
+    }
+
+    /// What the streaming events added up to (Copilot's output tokens from its messages when no
+    /// usage event came).
+    pub(super) fn summed_usage(&self) -> Usage {
+        let mut u = self.usage.clone();
+        if u.output_tokens == 0 {
+            u.output_tokens = self.message_output_tokens;
+        }
+        u
+    }
+
+    pub fn limit(&self) -> Option<&Limit> {
+        self.limit.as_ref()
+    }
+
+    pub fn retrying(&self) -> Option<&Limit> {
+        self.retrying.as_ref()
+    }
+
+    pub fn auth_error(&self) -> Option<&str> {
+        self.auth_error.as_deref()
+    }
+
+    pub fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    pub fn premium_requests(&self) -> Option<f64> {
+        self.premium_requests
+    }
+
+    pub fn last_text(&self) -> Option<&str> {
+        self.last_text.as_deref()
+    }
+
+    // ----- activity -----
+
+    /// Remembers a plain line as the activity to show at the end of the chunk.
+    pub(super) fn pend_activity(&mut self, line: &[u8]) {
+        self.pending.clear();
+        self.pending
+            .extend_from_slice(&line[..line.len().min(ACTIVITY_BYTES)]);
+        self.has_pending = true;
+    }
+
+    /// Shows the last plain line seen, if it is the latest thing seen.
+    pub(super) fn flush_activity(&mut self) {
+        if std::mem::take(&mut self.has_pending) {
+            let line = std::mem::take(&mut self.pending);
+            self.set_activity(&String::from_utf8_lossy(&line));
+            self.pending = line;
+        }
+    }
+
+    pub(super) fn set_activity(&mut self, text: &str) {
+        self.has_pending = false;
+        let text = first_line(text);
+        if text.is_empty() {
+            return;
+        }
+        let (head, cut) = cut_chars(text, ACTIVITY_CHARS);
+        let same = match &self.activity {
+            Some(a) if cut => {
+                a.len() == head.len() + '…'.len_utf8() && a.starts_with(head) && a.ends_with('…')
+            }
+            Some(a) => a == head,
+            None => false,
+        };
+        if same {
+            return;
+        }
+        let a = self.activity.get_or_insert_with(String::new);
+        a.clear();
+        a.push_str(head);
+        if cut {
+            a.push('…');
+        }
+        self.activity_changed = true;
+    }
+
+    /// Sets the activity from a text that may hold newlines and control codes.
+    pub(super) fn set_activity_clean(&mut self, text: &str) {
+        let line = first_line(text);
+        let mut bytes = Vec::with_capacity(line.len().min(4 * ACTIVITY_CHARS));
+        strip_controls(
+            &line.as_bytes()[..line.len().min(8 * ACTIVITY_CHARS)],
+            &mut bytes,
+        );
+        let clean = String::from_utf8_lossy(&bytes).into_owned();
+        self.set_activity(clean.trim());
+    }
+
+    /// Keeps an assistant message (bounded) as the latest, and shows it.
+    pub(super) fn assistant_text(&mut self, text: &str) {
+        if text.trim().is_empty() {
+            return;
+        }
+        self.set_activity_clean(text);
+        self.last_text = Some(bounded(text));
+    }
+
+    // ----- limits, retries, logins -----
+
+    /// Output that shows the agent moved on: a retry it was waiting on succeeded.
+    pub(super) fn progress(&mut self) {
+        self.retrying = None;
+    }
+
+    /// Records a limit; a later one replaces an earlier one, keeping its reset time when the
+    /// later one has none.
+    pub(super) fn set_limit(
+        &mut self,
+        kind: LimitKind,
+        message: &str,
+        reset_at: Option<DateTime<Utc>>,
+    ) {
+        let earlier = self.limit.as_ref().and_then(|l| l.reset_at);
+        let reset_at = match (reset_at, earlier) {
+            // The same reset said twice (an exact event, then a text rounded to the minute):
+            // keep the later, so the retry never lands before it.
+            (Some(new), Some(old)) if (new - old).abs() < chrono::TimeDelta::minutes(2) => {
+                Some(new.max(old))
+            }
+            (new, old) => new.or(old),
+        };
+        let message = one_line(message);
+        let message = if message.is_empty() {
+            kind.as_str().replace('_', " ")
+        } else {
+            message
+        };
+        self.retrying = None;
+        self.limit = Some(Limit {
+            reset_at,
+            kind,
+            message: clip(&message),
+        });
+    }
+
+    /// The run completed: whatever limit it met on the way did not end it.
+    pub(super) fn clear_limit(&mut self) {
+        self.limit = None;
+    }
+
+    /// A rate limit the agent is retrying by itself (ignored once a limit is known).
+    pub(super) fn retry(&mut self, kind: LimitKind, message: &str) {
+        if self.limit.is_none() {
+            self.retrying = Some(Limit {
+                reset_at: None,
+                kind,
+                message: clip(message),
+            });
+        }
+    }
+
+    /// A login failure; the first one said is kept.
+    pub(super) fn auth(&mut self, message: &str) {
+        if self.auth_error.is_none() {
+            self.auth_error = Some(clip(message));
+        }
+    }
+
+    /// When a limit lifts, from a text that says so.
+    pub(super) fn parse_reset(&mut self, text: &str) -> Option<DateTime<Utc>> {
+        self.clock.parse_reset(text, &text.to_ascii_lowercase())
+    }
+
+    /// Looks for one of `patterns` in `text`; whether it found one.
+    pub(super) fn scan(&mut self, text: &str, scope: Scope, patterns: &Patterns) -> bool {
+        if text.trim().is_empty() {
+            return false;
+        }
+        let text = &text[..floor_char_boundary(text, 16 * 1024)];
+        let lower = text.to_ascii_lowercase();
+        let Some(found) = signal::find(text, &lower, scope, patterns) else {
+            return false;
+        };
+        let message = one_line(&text[signal::line_start(text, found.at)..]);
+        match found.class {
+            Class::Limit => {
+                let reset = self
+                    .clock
+                    .parse_reset(&text[found.at..], &lower[found.at..]);
+                self.set_limit(found.kind, &message, reset);
+            }
+            Class::Retry => self.retry(found.kind, &message),
+            Class::Auth => self.auth(&message),
+        }
+        true
+    }
+
+    /// An error message from a JSON event: its signal, and a reset time the raw line may carry
+    /// when the message does not (`"resets_at": 1773158400` inside escaped JSON).
+    pub(super) fn json_error(&mut self, message: &str, raw: &[u8], patterns: &Patterns) {
+        if !message.trim().is_empty() {
+            self.set_activity_clean(message);
+        }
+        self.scan(message, Scope::Error, patterns);
+        if self.limit.as_ref().is_some_and(|l| l.reset_at.is_none())
+            && let Some(reset) = self.parse_reset(&raw_text(raw))
+            && let Some(limit) = &mut self.limit
+        {
+            limit.reset_at = Some(reset);
+        }
+    }
+
+    /// The last plain lines of a failed attempt, in the order printed, read with the messages
+    /// of one CLI (or several, for a custom agent that may wrap any): the first login failure
+    /// and the last limit count; a rate limit it was retrying counts unless stdout went on after.
+    pub(super) fn read_tail(&mut self, lines: &[TailLine], sets: &[&Patterns]) {
+        let earlier = self.retrying.take();
+        for line in lines {
+            let found = sets
+                .iter()
+                .any(|patterns| self.scan(&line.text, Scope::Plain, patterns));
+            if !found && !line.is_stderr {
+                self.retrying = None;
+            }
+        }
+        if self.retrying.is_none() {
+            self.retrying = earlier;
+        }
+    }
+
+    /// The attempt ended: a rate limit it was still retrying is what ended it.
+    pub(super) fn end(&mut self) {
+        if self.limit.is_none()
+            && let Some(notice) = self.retrying.take()
+        {
+            self.limit = Some(notice);
+        }
+    }
+}
+
+/// The start of a raw event line as text (16 KiB is plenty for any error event).
+pub(super) fn raw_text(raw: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(&raw[..raw.len().min(16 * 1024)])
+}
+
+/// What a tool call is doing, from its input's most telling field: `Bash: cargo test`.
+pub fn tool_activity(name: &str, input: &Value) -> String {
+    let detail = tool_detail(name, input);
+    let detail = first_line(detail.trim());
+    if detail.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{name}: {detail}")
+    }
+}
+
+fn tool_detail(name: &str, input: &Value) -> String {
+    let s = |key: &str| input[key].as_str().map(str::to_owned);
+    let by_name = match name {
+        "Bash" | "bash" | "shell" | "Shell" => s("command").or_else(|| s("cmd")),
+        "Read" | "Edit" | "Write" | "MultiEdit" | "view" | "edit" | "create" => {
+            s("file_path").or_else(|| s("path"))
+        }
+        "NotebookEdit" | "NotebookRead" => s("notebook_path"),
+        "Grep" | "Glob" | "grep" | "glob" => s("pattern"),
+        "WebFetch" | "web_fetch" => s("url"),
+        "WebSearch" | "web_search" => s("query"),
+        "Task" | "Agent" => s("description").or_else(|| s("prompt")),
+        "TodoWrite" => input["todos"].as_array().map(|todos| {
+            todos
+                .iter()
+                .find(|t| t["status"].as_str() == Some("in_progress"))
+                .and_then(|t| t["activeForm"].as_str().or_else(|| t["content"].as_str()))
+                .map_or_else(|| format!("{} items", todos.len()), str::to_owned)
+        }),
+        _ => None,
+    };
+    if let Some(d) = by_name {
+        return d;
+    }
+    for key in [
+        "command",
+        "cmd",
+        "file_path",
+        "path",
+        "pattern",
+        "url",
+        "query",
+        "description",
+        "prompt",
+    ] {
+        if let Some(d) = s(key) {
+            return d;
+        }
+    }
+    match input {
+        Value::Object(map) => map
+            .values()
+            .find_map(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        Value::String(s) => s.clone(),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_activity_picks_the_telling_field() {
+        let cases = [
+            (
+                r#"{"name":"Read","input":{"file_path":"src/lib.rs","limit":20}}"#,
+                "Read: src/lib.rs",
+            ),
+            (
+                r#"{"name":"Grep","input":{"pattern":"fn main","path":"src"}}"#,
+                "Grep: fn main",
+            ),
+            (
+                r#"{"name":"WebFetch","input":{"url":"https://docs.rs","prompt":"x"}}"#,
+                "WebFetch: https://docs.rs",
+            ),
+            (
+                r#"{"name":"TodoWrite","input":{"todos":[{"content":"a","status":"completed","activeForm":"Doing a"},{"content":"b","status":"in_progress","activeForm":"Doing b"}]}}"#,
+                "TodoWrite: Doing b",
+            ),
+            (
+                r#"{"name":"Bash","input":{"command":"cd x &&\n  make"}}"#,
+                "Bash: cd x &&",
+            ),
+            (
+                r#"{"name":"mcp__github__get_issue","input":{"owner":"o","issue_number":3}}"#,
+                "mcp__github__get_issue: o",
+            ),
+            (r#"{"name":"Weird","input":{}}"#, "Weird"),
+        ];
+        for (block, expected) in cases {
+            let block: Value = serde_json::from_str(block).unwrap();
+            assert_eq!(
+                tool_activity(block["name"].as_str().unwrap(), &block["input"]),
+                expected
+            );
+        }
+    }
+
+    #[test]
+    fn a_later_limit_keeps_an_earlier_reset_time() {
+        let now = DateTime::parse_from_rfc3339("2026-03-10T09:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let mut f = Findings::new(Clock::new(now));
+        let reset = now + chrono::TimeDelta::hours(1);
+        f.set_limit(LimitKind::FiveHour, "", Some(reset));
+        assert_eq!(f.limit().unwrap().message, "five hour");
+        f.set_limit(
+            LimitKind::SessionLimit,
+            "You've hit your session limit",
+            None,
+        );
+        let l = f.limit().unwrap();
+        assert_eq!(
+            (l.kind.clone(), l.reset_at),
+            (LimitKind::SessionLimit, Some(reset))
+        );
+        f.retry(LimitKind::RateLimit, "retrying");
+        assert!(f.retrying().is_none(), "a known limit is not a retry");
+    }
+}
