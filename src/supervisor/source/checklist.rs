@@ -91,3 +91,129 @@ fn empty() -> Checklist {
         scope: crate::task::checklist::Scope::WholeDocument,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::checklist::normalize;
+    use proptest::prelude::*;
+
+    /// What an agent can do to a task file between two judgements.
+    #[derive(Debug, Clone)]
+    enum Act {
+        Check(usize),
+        Uncheck(usize),
+        Add(u8, bool),
+        Delete(usize),
+        Reword(usize),
+        Annotate(usize),
+        Duplicate(usize),
+        /// Empty the file, or replace it by nothing at all.
+        Empty,
+        Remove,
+    }
+
+    fn act() -> impl Strategy<Value = Act> {
+        prop_oneof![
+            4 => (0..8usize).prop_map(Act::Check),
+            1 => (0..8usize).prop_map(Act::Uncheck),
+            1 => (0..4u8, any::<bool>()).prop_map(|(t, c)| Act::Add(t, c)),
+            2 => (0..8usize).prop_map(Act::Delete),
+            1 => (0..8usize).prop_map(Act::Reword),
+            1 => (0..8usize).prop_map(Act::Annotate),
+            1 => (0..8usize).prop_map(Act::Duplicate),
+            1 => Just(Act::Empty),
+            1 => Just(Act::Remove),
+        ]
+    }
+
+    /// The file's criteria as the agent leaves them; `None`: no file.
+    fn apply(items: &mut Option<Vec<(String, bool)>>, a: &Act) {
+        let Some(list) = items else {
+            // A removed file may come back with anything: here, a fresh checked criterion.
+            if let Act::Add(t, _) = a {
+                *items = Some(vec![(format!("c{t}"), true)]);
+            }
+            return;
+        };
+        let n = list.len();
+        match *a {
+            Act::Check(i) if n > 0 => list[i % n].1 = true,
+            Act::Uncheck(i) if n > 0 => list[i % n].1 = false,
+            Act::Add(t, c) => list.push((format!("c{t}"), c)),
+            Act::Delete(i) if n > 0 => {
+                list.remove(i % n);
+            }
+            Act::Reword(i) if n > 0 => list[i % n].0.push('s'),
+            Act::Annotate(i) if n > 0 => list[i % n].0.push_str(" — done in x.rs"),
+            Act::Duplicate(i) if n > 0 => list.push(list[i % n].clone()),
+            Act::Empty => list.clear(),
+            Act::Remove => *items = None,
+            _ => {}
+        }
+    }
+
+    fn write(path: &std::path::Path, items: &Option<Vec<(String, bool)>>) {
+        match items {
+            None => {
+                let _ = std::fs::remove_file(path);
+            }
+            Some(list) => {
+                let mut s = String::from("---\ntask: t\n---\n## Success Criteria\n");
+                for (t, c) in list {
+                    s.push_str(&format!("- [{}] {t}\n", if *c { 'x' } else { ' ' }));
+                }
+                std::fs::write(path, s).unwrap();
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// Iteration after iteration of random agent behaviour against the judge reading a
+        /// real file: whenever it would let the run complete (everything checked, nothing
+        /// tampered), every criterion the run started with unchecked is in the file, checked,
+        /// each as an item of its own (equal, or annotated after its whole text).
+        #[test]
+        fn the_judge_never_completes_without_every_baseline_criterion_done(
+            start in proptest::collection::vec((0..4u8, any::<bool>()), 1..6),
+            iterations in proptest::collection::vec(proptest::collection::vec(act(), 0..4), 1..6),
+        ) {
+            prop_assume!(start.iter().any(|(_, c)| !c));
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("RALPH_TASK.md");
+            let mut items = Some(start.iter().map(|(t, c)| (format!("c{t}"), *c)).collect::<Vec<_>>());
+            write(&path, &items);
+            let doc = load_task_file(&path).unwrap();
+            let mut source = ChecklistSource {
+                path: path.clone(),
+                rel: "RALPH_TASK.md".into(),
+                baseline: Baseline::of(&doc.checklist),
+                previous: doc.checklist,
+            };
+            let baseline = source.baseline.unchecked.clone();
+            for acts in &iterations {
+                for a in acts {
+                    apply(&mut items, a);
+                }
+                write(&path, &items);
+                let j = source.judge().unwrap();
+                if !(j.source_complete && j.tampered.is_empty()) {
+                    continue;
+                }
+                let list = items.clone().unwrap_or_default();
+                let mut free: Vec<(String, bool)> =
+                    list.iter().map(|(t, c)| (normalize(t), *c)).collect();
+                let mut need = baseline.clone();
+                need.sort_by_key(|t| std::cmp::Reverse(t.len()));
+                for t in need {
+                    let pos = free.iter().position(|(w, c)| {
+                        *c && (*w == t || w.strip_prefix(t.as_str()).is_some_and(|r| r.starts_with(' ')))
+                    });
+                    prop_assert!(pos.is_some(), "complete without {t:?}: {list:?}");
+                    free.remove(pos.unwrap());
+                }
+            }
+        }
+    }
+}
