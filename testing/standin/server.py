@@ -16,7 +16,8 @@ Behaviour per "main" request (a request that offers tools to the model), in orde
      `tool_command` (a shell command); one whose last message is a tool result gets `final_text`.
 A session of an agent is therefore: one tool call (e.g. check the first unchecked box of
 RALPH_TASK.md) and one final text. `rate_limit.first` = K makes the first K main requests fail
-with a rate limit instead (see README.md for the kinds). Requests without tools (titles, quota
+with a rate limit instead (see README.md for the kinds); with `rate_limit.after` = N the first N
+main requests are answered normally first (so the limited session has already spent tokens). Requests without tools (titles, quota
 probes, ...) are "side" requests: answered with a short text, never rate-limited unless
 `rate_limit.include_side` is true.
 
@@ -211,7 +212,9 @@ class State:
         """The action for this request: rate_limit / tool / text / error."""
         with self.lock:
             include_side = bool(self.rate_limit.get("include_side"))
-            if self.rate_limited_left > 0 and (is_main or include_side):
+            after = int(self.rate_limit.get("after", 0))
+            due = self.main_n >= after if is_main else include_side
+            if self.rate_limited_left > 0 and due:
                 self.rate_limited_left -= 1
                 return {"action": "rate_limit"}
             if not is_main:

@@ -221,6 +221,59 @@ fn claude_session_limit_is_waited_out_without_counting_an_iteration() {
     assert!(stderr(&out).contains("Usage limit ("), "{}", stderr(&out));
 }
 
+/// A session limited halfway has already spent tokens: that cost counts (SPEC §6). The
+/// iteration's transcript holds both attempts' `result` events; `status --json` reports their
+/// sum.
+#[test]
+fn claude_limited_attempts_cost_counts() {
+    if installed("claude").is_none() {
+        return;
+    }
+    let env = TestEnv::new();
+    two_criteria(&env);
+    let scenario =
+        r#"{"rate_limit": {"first": 1, "after": 1, "kind": "usage_limit", "resets_in": 3}}"#;
+    let out = with_standin(
+        &env,
+        "claude",
+        Some(scenario),
+        &["--claude-oauth"],
+        &run_args("claude", &["--json"]),
+    );
+    assert_exit(&out, 0);
+    assert_eq!(events_named(&out, "waiting").len(), 1, "{}", stdout(&out));
+    let run_id = events_named(&out, "run_started")[0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let transcript = env.read(&format!(".ralph/runs/{run_id}/iter-001.log"));
+    let costs: Vec<f64> = transcript
+        .lines()
+        .filter(|l| l.starts_with(r#"{"type":"result""#))
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["total_cost_usd"]
+                .as_f64()
+                .unwrap_or(0.0)
+        })
+        .collect();
+    assert_eq!(
+        costs.len(),
+        2,
+        "the limited attempt and its retry: {costs:?}"
+    );
+    assert!(
+        costs[0] > 0.0,
+        "the limited attempt spent tokens: {costs:?}"
+    );
+    let st = env.ralph(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    let total = v["cost_usd"].as_f64().unwrap();
+    assert!(
+        (total - costs.iter().sum::<f64>()).abs() < 1e-9,
+        "{total} vs {costs:?}"
+    );
+}
+
 /// A 429 the CLI gives up on is backed off and the same iteration retried: still 2 ITER records.
 fn rate_limit_is_backed_off_and_retried(cli: &str, scenario: &str) {
     if installed(cli).is_none() {
