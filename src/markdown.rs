@@ -380,7 +380,10 @@ fn read(text: &str, first_line: usize, frontmatter: bool) -> Markdown {
 /// Inline content being collected: one line of a paragraph, a heading, or a table cell.
 #[derive(Default)]
 struct Acc {
+    /// Flattened text, whitespace already collapsed (a pending space is added before the next
+    /// word).
     text: String,
+    space: bool,
     start: Option<usize>,
     end: usize,
     spans: Spans,
@@ -395,7 +398,19 @@ impl Acc {
     }
 
     fn push_text(&mut self, s: &str) {
-        self.text.push_str(s);
+        for word in s.split_inclusive(char::is_whitespace) {
+            let trimmed = word.trim_end_matches(char::is_whitespace);
+            if !trimmed.is_empty() {
+                if self.space && !self.text.is_empty() {
+                    self.text.push(' ');
+                }
+                self.text.push_str(trimmed);
+                self.space = false;
+            }
+            if trimmed.len() < word.len() {
+                self.space = true;
+            }
+        }
         if self.strong_depth > 0 {
             self.strong.push_str(s);
         }
@@ -771,19 +786,27 @@ impl<'a> Builder<'a> {
             .or_else(|| own.first().map(|l| l.range.start))
             .unwrap_or(item.range.start);
         item.line = self.md.index.line(item.at);
-        item.text = collapse(
-            &own.iter()
-                .map(|l| l.text.as_str())
-                .collect::<Vec<_>>()
-                .join(" "),
-        );
-        item.markup = own
-            .iter()
-            .flat_map(|l| l.markup.lines())
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join(" ");
+        match own {
+            [one] if !one.markup.contains('\n') => {
+                item.text = one.text.clone();
+                item.markup = one.markup.trim().to_string();
+            }
+            _ => {
+                item.text = collapse(
+                    &own.iter()
+                        .map(|l| l.text.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                );
+                item.markup = own
+                    .iter()
+                    .flat_map(|l| l.markup.lines())
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+            }
+        }
     }
 
     /// Ends the current run, storing what it read.
@@ -813,7 +836,7 @@ impl<'a> Builder<'a> {
         };
         let end = acc.end.max(start);
         self.md.lines.push(TextLine {
-            text: collapse(&acc.text),
+            text: acc.text,
             markup: self.src.get(start..end).unwrap_or("").to_string(),
             range: start..end,
             spans: acc.spans,
@@ -848,7 +871,7 @@ impl<'a> Builder<'a> {
             .is_some_and(|s| s.trim_start_matches([' ', '\t']).starts_with('#'));
         self.md.headings.push(Heading {
             level,
-            text: collapse(&acc.text),
+            text: acc.text,
             markup: self
                 .src
                 .get(markup_range.clone())
@@ -876,7 +899,7 @@ impl<'a> Builder<'a> {
         };
         if let Some((_, cells)) = self.table.as_mut().and_then(|t| t.row.as_mut()) {
             cells.push(Cell {
-                text: collapse(&acc.text),
+                text: acc.text,
                 range,
             });
         }
