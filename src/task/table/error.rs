@@ -5,25 +5,32 @@ use std::path::{Path, PathBuf};
 /// Why `PRD.md` or `PROGRESS.md` could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TableError {
-    /// No `## Goal` heading.
+    /// No goal: neither a `Goal` heading nor a `Goal:` line.
     #[error("{}: no `## Goal` section", .path.display())]
     MissingGoal {
         /// The file.
         path: PathBuf,
     },
-    /// The goal section is empty.
+    /// The goal section (or `Goal:` line) is empty.
     #[error("{}:{line}: the goal is empty", .path.display())]
     EmptyGoal {
         /// The file.
         path: PathBuf,
-        /// The heading line.
+        /// The heading (or line) of the goal.
         line: usize,
     },
-    /// No task headings.
-    #[error("{}: no tasks (expected `### Task 1: title` headings)", .path.display())]
+    /// No tasks in any accepted form.
+    #[error(
+        "{}: no tasks{}: expected a numbered list (`1. Title`) under a `## Tasks` heading or a \
+         `**Tasks:**` line, or task headings (`### Task 1: Title`, `### 1. Title`)",
+        .path.display(),
+        .line.map(|l| format!(" in the Tasks section at line {l}")).unwrap_or_default()
+    )]
     NoTasks {
         /// The file.
         path: PathBuf,
+        /// The `Tasks` heading or line, when there is one.
+        line: Option<usize>,
     },
     /// A task number does not fit.
     #[error("{}:{line}: task number `{text}` is out of range", .path.display())]
@@ -195,11 +202,16 @@ impl TableError {
     pub fn hint(&self) -> Option<String> {
         let hint = match self {
             TableError::MissingGoal { .. } => {
-                "add a `## Goal` section with a one-sentence summary of success"
+                "write the goal as a `## Goal` heading with a sentence under it, or a line \
+                 `Goal: …` / `**Goal:** …`"
             }
-            TableError::EmptyGoal { .. } => "write a one-sentence goal under `## Goal`",
+            TableError::EmptyGoal { .. } => {
+                "write a one-sentence goal under `## Goal` (or after `**Goal:**`)"
+            }
             TableError::NoTasks { .. } => {
-                "add tasks as `### Task 1: title` headings, each with an acceptance-criteria list"
+                "write each task as `1. Title` with its criteria nested under it (`- [ ] …` items \
+                 or `Acceptance: …` lines), or as a `### Task 1: Title` heading followed by \
+                 `**Acceptance Criteria:**` and `- [ ] …` items"
             }
             TableError::BadTaskNumber { .. } => "number the tasks 1, 2, 3, …",
             TableError::EmptyTaskTitle { .. } => {
@@ -207,7 +219,9 @@ impl TableError {
             }
             TableError::DuplicateTask { .. } => "give every task its own number",
             TableError::NoCriteria { .. } => {
-                "add `**Acceptance Criteria:**` followed by `- [ ] criterion` items under the task"
+                "give the task criteria: `- [ ] …` items or `Acceptance: …` lines nested under \
+                 `1. Title`, or `**Acceptance Criteria:**` followed by `- [ ] …` items under a \
+                 task heading"
             }
             TableError::MissingStatus { .. } => {
                 "add a `## Status: IN_PROGRESS` line above the table"
@@ -237,7 +251,7 @@ impl TableError {
         match self {
             TableError::MissingGoal { path }
             | TableError::EmptyGoal { path, .. }
-            | TableError::NoTasks { path }
+            | TableError::NoTasks { path, .. }
             | TableError::BadTaskNumber { path, .. }
             | TableError::EmptyTaskTitle { path, .. }
             | TableError::DuplicateTask { path, .. }
@@ -261,9 +275,9 @@ impl TableError {
     pub fn line(&self) -> Option<usize> {
         match self {
             TableError::MissingGoal { .. }
-            | TableError::NoTasks { .. }
             | TableError::MissingStatus { .. }
             | TableError::NoTable { .. } => None,
+            TableError::NoTasks { line, .. } => *line,
             TableError::EmptyGoal { line, .. }
             | TableError::BadTaskNumber { line, .. }
             | TableError::EmptyTaskTitle { line, .. }

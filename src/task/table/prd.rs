@@ -8,13 +8,28 @@ use std::path::Path;
 use super::{DEFAULT_PROMISE, Prd, PrdTask, TableError, clean, one_line, strip_prefix_ci};
 use crate::markdown::{self, Markdown};
 
-/// Parse `PRD.md`. `path` is only used in error messages.
+/// Parse `PRD.md` (or a plan). `path` is only used in error messages. The file is Markdown
+/// written by people and agents, so the forms are lenient (SPEC §3.2):
 ///
-/// Tasks are `### Task N: Title` or `## Task N: Title` headings (any of `:` `.` `-` `)` `—` after
-/// the number); when there are none, `### N. Title` headings. A task runs to the next heading of
-/// its level or higher, the next task, or the Goal / Completion Promise heading. Its criteria are
-/// the list items under an "Acceptance Criteria" line or heading inside it (nested items join
-/// their parent); without such a label, its `- [ ]` items.
+/// - Goal: a `## Goal` (or `### Goal`, `## Goals`, `## Goal: text`) heading and its section, or
+///   a `Goal: text` / `**Goal:** text` line (an empty value takes the next lines).
+/// - Tasks, tried in this order:
+///   1. a numbered list (`1. Title`, the compound-engineering seed's form) under a `Tasks`
+///      heading or a `Tasks:` / `**Tasks:**` line, up to the next heading; each item's criteria
+///      are its `Acceptance: …` / `Acceptance Criteria: …` lines and sub-items (with their
+///      nested items), else its nested task items (`- [ ] …`), else all its nested items;
+///   2. headings `### Task N: Title` or `## Task N: Title` (levels 2–4, any of `:` `.` `-` `)`
+///      `—` after the number), or, when there are none, `### N. Title`, anywhere. A task runs to
+///      the next heading of its level or higher, the next task, or the Goal / Completion Promise
+///      heading. Its criteria are the list items after each "Acceptance Criteria" heading, line or
+///      item inside it (nested items join their parent with `; `), plus what is written on the
+///      label itself; without any label, its `- [ ]` items.
+/// - Completion promise: a `## Completion Promise` heading (its inline text, else the first line
+///   under it) or a `Completion Promise: …` / `**Completion Promise:** …` line; the keyword is a
+///   `<promise>` tag, a code span, a bold span, a sentence's ALL-CAPS word, or the whole value.
+///   [`DEFAULT_PROMISE`] when there is none.
+///
+/// Frontmatter is skipped; headings and lines in block quotes do not count.
 pub fn parse_prd(path: &Path, text: &str) -> Result<Prd, TableError> {
     let doc = Doc::new(path, text);
     let goal = doc.goal()?;
@@ -134,12 +149,19 @@ impl<'a> Doc<'a> {
             })
     }
 
-    /// The goal: a `Goal` heading's inline text and section.
+    /// The goal: a `Goal` heading's inline text and section, else a `Goal:` line.
     fn goal(&self) -> Result<String, TableError> {
         let Some(n) = self.heads.iter().position(|h| h.kind == Kind::Goal) else {
-            return Err(TableError::MissingGoal {
-                path: self.path.to_path_buf(),
-            });
+            return match self.field_line(&["goal", "goals"]) {
+                Some((line, value)) if value.is_empty() => Err(TableError::EmptyGoal {
+                    path: self.path.to_path_buf(),
+                    line,
+                }),
+                Some((_, value)) => Ok(value),
+                None => Err(TableError::MissingGoal {
+                    path: self.path.to_path_buf(),
+                }),
+            };
         };
         let head = &self.heads[n];
         let h = self.heading(head);
@@ -155,38 +177,214 @@ impl<'a> Doc<'a> {
         Ok(goal)
     }
 
-    /// The completion promise: a `Completion Promise` heading's inline text, else the first line
-    /// of its section; [`DEFAULT_PROMISE`] without one.
-    fn promise(&self) -> String {
-        let found = self
+    /// The first line (outside block quotes) that is a `Name: value` field for one of `names`:
+    /// its line and value. An empty value is taken from the rest of its paragraph, else from the
+    /// next paragraph when no heading comes first.
+    fn field_line(&self, names: &[&str]) -> Option<(usize, String)> {
+        let lines = &self.md.lines;
+        let (li, field) = lines.iter().enumerate().find_map(|(i, l)| {
+            if l.quoted {
+                return None;
+            }
+            names.iter().find_map(|n| l.field(n)).map(|f| (i, f))
+        })?;
+        let line = &lines[li];
+        if !field.markup.is_empty() {
+            return Some((line.line, field.markup));
+        }
+        let next_heading = self
             .heads
             .iter()
-            .position(|h| h.kind == Kind::Promise)
-            .and_then(|n| {
-                let head = &self.heads[n];
-                let h = self.heading(head);
-                let inline = is_promise_heading(head.level, &h.markup).unwrap_or("");
-                if !inline.trim().is_empty() {
-                    return promise_keyword(inline);
-                }
-                let end = self.section_end(n, |_| true);
-                self.md
-                    .lines
-                    .iter()
-                    .find(|l| !l.quoted && l.range.start >= h.range.end && l.range.start < end)
-                    .and_then(|l| promise_keyword(&l.markup))
-            });
-        found.unwrap_or_else(|| DEFAULT_PROMISE.to_string())
+            .map(|h| self.heading(h).range.start)
+            .find(|&start| start > line.range.start)
+            .unwrap_or(self.text.len());
+        let rest = lines.get(li + 1..).unwrap_or(&[]);
+        let paragraph = rest
+            .first()
+            .filter(|l| l.range.start < next_heading && l.item == line.item)
+            .map(|l| l.paragraph);
+        let value: Vec<&str> = rest
+            .iter()
+            .take_while(|l| Some(l.paragraph) == paragraph)
+            .map(|l| l.markup.trim())
+            .collect();
+        Some((line.line, value.join("\n").trim().to_string()))
     }
 
+    /// The completion promise: a `Completion Promise` heading's inline text, else the first line
+    /// of its section; else a `Completion Promise:` line; [`DEFAULT_PROMISE`] without one.
+    fn promise(&self) -> String {
+        let from_heading = || {
+            let n = self.heads.iter().position(|h| h.kind == Kind::Promise)?;
+            let head = &self.heads[n];
+            let h = self.heading(head);
+            let inline = is_promise_heading(head.level, &h.markup).unwrap_or("");
+            if !inline.trim().is_empty() {
+                return promise_keyword(inline);
+            }
+            let end = self.section_end(n, |_| true);
+            self.md
+                .lines
+                .iter()
+                .find(|l| !l.quoted && l.range.start >= h.range.end && l.range.start < end)
+                .and_then(|l| promise_keyword(&l.markup))
+        };
+        let from_line = || {
+            let (_, value) = self.field_line(&["completion promise"])?;
+            promise_keyword(value.lines().next().unwrap_or(""))
+        };
+        from_heading()
+            .or_else(from_line)
+            .unwrap_or_else(|| DEFAULT_PROMISE.to_string())
+    }
+
+    /// The tasks: the numbered list of the Tasks section when it reads as tasks (the seed's
+    /// form, tried first), else the task headings.
     fn tasks(&self) -> Result<Vec<PrdTask>, TableError> {
-        let tasks = self.heading_tasks()?;
-        if tasks.is_empty() {
-            return Err(TableError::NoTasks {
+        let section = self.tasks_section();
+        let listed = section
+            .as_ref()
+            .map(|(_, range)| self.numbered_items(range.clone()))
+            .filter(|items| !items.is_empty());
+        let from_list = listed.map(|items| self.list_tasks(&items));
+        if let Some(Ok(tasks)) = from_list {
+            return Ok(tasks);
+        }
+        match (from_list, self.heading_tasks()) {
+            (_, Ok(tasks)) if !tasks.is_empty() => Ok(tasks),
+            (Some(Err(e)), _) | (None, Err(e)) => Err(e),
+            _ => Err(TableError::NoTasks {
                 path: self.path.to_path_buf(),
-            });
+                line: section.map(|(line, _)| line),
+            }),
+        }
+    }
+
+    /// The Tasks section: after a `Tasks` heading or a `Tasks:` / `**Tasks:**` line, up to the
+    /// next heading. Its line and byte range.
+    fn tasks_section(&self) -> Option<(usize, Range<usize>)> {
+        let heading = self.heads.iter().enumerate().find_map(|(n, head)| {
+            let h = self.heading(head);
+            is_tasks_heading(&h.text).then(|| (h.line, h.range.end..self.section_end(n, |_| true)))
+        });
+        let line = self.md.lines.iter().find_map(|l| {
+            let label = l.text.trim_end_matches(':').trim();
+            let is_label = !l.quoted
+                && l.item.is_none()
+                && (label.eq_ignore_ascii_case("tasks") || label.eq_ignore_ascii_case("task list"));
+            is_label.then(|| {
+                let end = self
+                    .heads
+                    .iter()
+                    .map(|h| self.heading(h).range.start)
+                    .find(|&s| s > l.range.start)
+                    .unwrap_or(self.text.len());
+                (l.line, l.range.end..end)
+            })
+        });
+        match (heading, line) {
+            (Some(h), Some(l)) => Some(if l.1.start < h.1.start { l } else { h }),
+            (h, l) => h.or(l),
+        }
+    }
+
+    /// The top-level numbered items in `range` (outside block quotes).
+    fn numbered_items(&self, range: Range<usize>) -> Vec<usize> {
+        self.md
+            .items
+            .iter()
+            .enumerate()
+            .filter(|(_, it)| {
+                it.depth == 0 && !it.quoted && it.number.is_some() && range.contains(&it.at)
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Tasks written as a numbered list (`1. Title`): the title is the item's first line, the
+    /// criteria its `Acceptance:` lines and labelled sub-items, else its nested task items, else
+    /// all its nested items.
+    fn list_tasks(&self, items: &[usize]) -> Result<Vec<PrdTask>, TableError> {
+        let mut numbers = Numbers::default();
+        let mut tasks = Vec::with_capacity(items.len());
+        for &i in items {
+            let item = &self.md.items[i];
+            let own = self.md.lines.get(item.lines.clone()).unwrap_or(&[]);
+            let digits = item.number.unwrap_or(0).to_string();
+            let first = own.first().map_or("", |l| l.text.as_str());
+            let title = match named_task(2, first) {
+                Some((n, tail)) if n.parse::<u64>().ok() == item.number => tail,
+                _ => first,
+            };
+            let (number, title) =
+                numbers.check(self.path, item.line, &digits, &clean_title(title))?;
+            let (criteria, body) = self.item_criteria(i);
+            tasks.push(self.task(number, title, item.line, criteria, body)?);
         }
         Ok(tasks)
+    }
+
+    /// A numbered task item's criteria and body (see [`Doc::list_tasks`]).
+    fn item_criteria(&self, i: usize) -> (Vec<String>, String) {
+        let own_first = self.md.items[i].lines.start;
+        let mut labelled: Vec<String> = Vec::new();
+        let mut has_label = false;
+        let mut body: Vec<String> = Vec::new();
+        for (li, line) in self.md.lines.iter().enumerate() {
+            if line.item != Some(i) || li == own_first {
+                continue;
+            }
+            match criteria_label(line) {
+                Some(inline) => {
+                    has_label = true;
+                    if !inline.is_empty() {
+                        labelled.push(one_line(&inline));
+                    }
+                }
+                None => body.push(line.markup.trim().to_string()),
+            }
+        }
+        let (mut tasks, mut plain) = (Vec::new(), Vec::new());
+        let mut after_label = false;
+        for c in self.children(i) {
+            let child = &self.md.items[c];
+            let label = self
+                .md
+                .lines
+                .get(child.lines.start)
+                .filter(|l| l.item == Some(c))
+                .and_then(criteria_label);
+            if let Some(inline) = label {
+                has_label = true;
+                if !inline.is_empty() {
+                    labelled.push(one_line(&inline));
+                }
+                let grand = self.children(c);
+                after_label = grand.is_empty();
+                labelled.extend(grand.into_iter().filter_map(|g| self.criterion(g)));
+                continue;
+            }
+            let Some(text) = self.criterion(c) else {
+                continue;
+            };
+            if after_label {
+                labelled.push(text);
+            } else if child.task.is_some() {
+                tasks.push(text);
+            } else {
+                plain.push(text);
+            }
+        }
+        let criteria = if has_label {
+            body.extend(tasks.into_iter().chain(plain).map(|t| format!("- {t}")));
+            labelled
+        } else if !tasks.is_empty() {
+            body.extend(plain.into_iter().map(|t| format!("- {t}")));
+            tasks
+        } else {
+            plain
+        };
+        (criteria, body.join("\n").trim().to_string())
     }
 
     /// Tasks written as headings (`### Task 1: Title`, `### 1. Title`).
@@ -543,6 +741,13 @@ fn is_promise_heading(level: usize, text: &str) -> Option<&str> {
     }
 }
 
+/// `Tasks`, `Tasks (in order)`, `Implementation Tasks`, `Task list`.
+fn is_tasks_heading(text: &str) -> bool {
+    let t = text.trim().trim_end_matches(':').trim().to_lowercase();
+    let words: Vec<&str> = t.split_whitespace().collect();
+    words.first() == Some(&"tasks") || words.last() == Some(&"tasks") || t == "task list"
+}
+
 fn is_criteria_heading(text: &str) -> bool {
     text.to_ascii_lowercase().contains("acceptance criteria")
 }
@@ -606,8 +811,8 @@ fn promise_keyword(markup: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use crate::task::table::DEFAULT_PROMISE;
     use crate::task::table::fixtures::*;
+    use crate::task::table::{DEFAULT_PROMISE, Prd};
 
     #[test]
     fn parses_prd_with_task_headings() {
@@ -686,6 +891,255 @@ mod tests {
         assert_eq!(
             err(read_prd(big)),
             "PRD.md:3: task number `99999999999` is out of range"
+        );
+    }
+
+    /// (number, title, criteria, body) of each task.
+    type Shape = Vec<(u32, String, Vec<String>, String)>;
+
+    fn shape(prd: &Prd) -> Shape {
+        prd.tasks
+            .iter()
+            .map(|t| {
+                (
+                    t.number,
+                    t.title.clone(),
+                    t.criteria.clone(),
+                    t.body.clone(),
+                )
+            })
+            .collect()
+    }
+
+    fn task(
+        n: u32,
+        title: &str,
+        criteria: &[&str],
+        body: &str,
+    ) -> (u32, String, Vec<String>, String) {
+        (
+            n,
+            title.to_string(),
+            criteria.iter().map(|c| c.to_string()).collect(),
+            body.to_string(),
+        )
+    }
+
+    const SEED: &str = "# PRD: Auth module
+
+**Goal:** Users can log in with OAuth.
+
+## Tasks
+1. Add the login route
+   - Acceptance: GET /login redirects to the provider
+2. Token refresh
+   - [ ] a refresh before expiry keeps the session
+
+**Completion Promise:** SHIPPED
+";
+
+    #[test]
+    fn reads_the_seed_form() {
+        for text in [
+            SEED.to_string(),
+            SEED.replace('\n', "\r\n"),
+            format!("\u{feff}{SEED}"),
+        ] {
+            let prd = read_prd(&text).unwrap();
+            assert_eq!(prd.title, "PRD: Auth module");
+            assert_eq!(prd.goal, "Users can log in with OAuth.");
+            assert_eq!(prd.promise, "SHIPPED");
+            assert_eq!(
+                shape(&prd),
+                [
+                    task(
+                        1,
+                        "Add the login route",
+                        &["GET /login redirects to the provider"],
+                        ""
+                    ),
+                    task(
+                        2,
+                        "Token refresh",
+                        &["a refresh before expiry keeps the session"],
+                        ""
+                    ),
+                ]
+            );
+            let lines: Vec<usize> = prd.tasks.iter().map(|t| t.line).collect();
+            assert_eq!(lines, [6, 8]);
+        }
+    }
+
+    #[test]
+    fn reads_numbered_list_variants() {
+        let cases: Vec<(&str, &str, Shape)> = vec![
+            (
+                "a bold Tasks line, nested task items and Acceptance continuation lines",
+                "**Goal:** Ship.\n\n**Tasks:**\n1. First\n   - [ ] crit one\n   - [x] crit two\n2. Second\n   Acceptance: crit three\n",
+                vec![
+                    task(1, "First", &["crit one", "crit two"], ""),
+                    task(2, "Second", &["crit three"], ""),
+                ],
+            ),
+            (
+                "Acceptance Criteria sub-bullets, nested items joined, other items are the body",
+                "## Goal\ng\n## Tasks\n1. Add the login route\n   - Acceptance Criteria:\n     - GET /login redirects\n     - callback works\n       - even on retry\n   - Note: uses the router\n",
+                vec![task(
+                    1,
+                    "Add the login route",
+                    &["GET /login redirects", "callback works; even on retry"],
+                    "- Note: uses the router",
+                )],
+            ),
+            (
+                "plain nested items are criteria when there is nothing else",
+                "Goal: g\n\n## Tasks\n3. **Bold** title\n   - a\n   - b\n4. Task 4: Prefixed\n   1. c\n",
+                vec![
+                    task(3, "Bold title", &["a", "b"], ""),
+                    task(4, "Prefixed", &["c"], ""),
+                ],
+            ),
+            (
+                "task items win over plain notes",
+                "## Goal\ng\n## Task list\n1. T\n   - note\n   - [ ] real\n",
+                vec![task(1, "T", &["real"], "- note")],
+            ),
+            (
+                "an empty label item takes the items after it",
+                "## Goal\ng\n## Tasks\n1. T\n   - Acceptance criteria:\n   - a\n   - b\n",
+                vec![task(1, "T", &["a", "b"], "")],
+            ),
+            (
+                "a loose list with a second paragraph",
+                "## Goal\ng\n## Implementation Tasks\n\n1. T\n\n   Some context.\n\n   Acceptance: works\n\n2. U\n\n   - [ ] done\n",
+                vec![
+                    task(1, "T", &["works"], "Some context."),
+                    task(2, "U", &["done"], ""),
+                ],
+            ),
+            (
+                "a list that is not tasks falls back to task headings",
+                "## Goal\ng\n## Tasks\n1. overview, no criteria\n### Task 1: Real\n- [ ] x\n",
+                vec![task(1, "Real", &["x"], "")],
+            ),
+            (
+                "frontmatter of a plan is skipped",
+                "---\ntitle: Plan\ngoal: not this\n---\n# Plan\n**Goal:** g\n## Tasks\n1. a\n   - [ ] b\n",
+                vec![task(1, "a", &["b"], "")],
+            ),
+        ];
+        for (name, text, want) in cases {
+            let prd = read_prd(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(shape(&prd), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn goal_and_promise_lines() {
+        let tasks = "## Tasks\n1. a\n   - [ ] b\n";
+        let cases: Vec<(String, &str, &str)> = vec![
+            (
+                format!("**Goal:**\nUsers log in.\n{tasks}"),
+                "Users log in.",
+                DEFAULT_PROMISE,
+            ),
+            (
+                format!("**Goal:**\n\nUsers log in.\n\n{tasks}"),
+                "Users log in.",
+                DEFAULT_PROMISE,
+            ),
+            (
+                format!("- **Goals:** many\n\n{tasks}\nCompletion Promise: `SHIPPED`\n"),
+                "many",
+                "SHIPPED",
+            ),
+            (
+                format!("Goal: `g` ok\n{tasks}\n**Completion Promise:** <promise>FIN</promise>\n"),
+                "`g` ok",
+                "FIN",
+            ),
+            (
+                format!(
+                    "## Goal\nfrom heading\nGoal: from line\n{tasks}\n## Completion Promise\nSay **WON** then stop\n\nCompletion Promise: LOST\n"
+                ),
+                "from heading\nGoal: from line",
+                "WON",
+            ),
+            (
+                format!("Goal: g\n{tasks}\n**Completion Promise:**\nOutput SHIP_IT when done.\n"),
+                "g",
+                "SHIP_IT",
+            ),
+        ];
+        for (text, goal, promise) in cases {
+            let prd = read_prd(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(
+                (prd.goal.as_str(), prd.promise.as_str()),
+                (goal, promise),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn unreadable_forms_name_the_line_and_the_forms() {
+        let cases: Vec<(&str, &str, Option<usize>)> = vec![
+            (
+                "> **Goal:** quoted\n## Tasks\n1. a\n   - [ ] b\n",
+                "PRD.md: no `## Goal` section",
+                None,
+            ),
+            (
+                "**Goal:**\n\n## Tasks\n1. a\n   - [ ] b\n",
+                "PRD.md:1: the goal is empty",
+                Some(1),
+            ),
+            (
+                "**Goal:** g\n\n## Tasks\n1. Only a title\n",
+                "PRD.md:4: task 1 has no acceptance criteria",
+                Some(4),
+            ),
+            (
+                "**Goal:** g\n## Tasks\n1. a\n   - [ ] x\n\ntext\n\n1. b\n   - [ ] y\n",
+                "PRD.md:8: task 1 appears twice (first at line 3)",
+                Some(8),
+            ),
+            (
+                "**Goal:** g\n## Tasks\n1. **\n   - [ ] x\n",
+                "PRD.md:3: task 1 has no title",
+                Some(3),
+            ),
+        ];
+        for (text, message, line) in cases {
+            let e = read_prd(text).expect_err(text);
+            assert_eq!(
+                (e.to_string().as_str(), e.line()),
+                (message, line),
+                "{text}"
+            );
+            assert!(e.hint().is_some());
+        }
+        let e = read_prd("**Goal:** g\n\n## Tasks\n- unordered\n").expect_err("no tasks");
+        assert_eq!(e.line(), Some(3));
+        assert!(
+            e.to_string().starts_with(
+                "PRD.md: no tasks in the Tasks section at line 3: expected a numbered list"
+            ),
+            "{e}"
+        );
+        let hint = e.hint().unwrap_or_default();
+        assert!(
+            hint.contains("1. Title") && hint.contains("### Task 1: Title"),
+            "{hint}"
+        );
+        let hint = read_prd("# T\n")
+            .expect_err("no goal")
+            .hint()
+            .unwrap_or_default();
+        assert!(
+            hint.contains("## Goal") && hint.contains("**Goal:**"),
+            "{hint}"
         );
     }
 }
