@@ -16,6 +16,7 @@
 
 mod attempts;
 mod error;
+mod guard;
 mod planning;
 mod prd;
 mod progress;
@@ -26,6 +27,7 @@ pub use attempts::{
     review_failed, summary, validate,
 };
 pub use error::TableError;
+pub use guard::{RowGuard, guard_rows};
 pub use planning::{find_plan, planning_prompt, scaffold};
 pub use prd::parse_prd;
 pub use progress::{parse_progress, render_progress};
