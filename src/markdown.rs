@@ -58,9 +58,9 @@ pub struct Heading {
     pub level: u8,
     /// Flattened text.
     pub text: String,
-    /// The inline source (ATX: without the `#`s and a closing sequence; trimmed).
+    /// The inline source (ATX: without the `#`s and a closing sequence), trimmed.
     pub markup: String,
-    /// Byte range of `markup`.
+    /// Byte range of `markup` (`markup` is exactly this part of the text).
     pub markup_range: Range<usize>,
     /// Code-span contents, strong-emphasis texts and link targets in the heading.
     pub spans: Spans,
@@ -862,7 +862,11 @@ impl<'a> Builder<'a> {
             return;
         };
         let markup_range = match acc.start {
-            Some(s) => s..acc.end.max(s),
+            Some(s) => {
+                let raw = self.src.get(s..acc.end.max(s)).unwrap_or("");
+                let start = s + (raw.len() - raw.trim_start().len());
+                start..(start + raw.trim().len())
+            }
             None => range.end..range.end,
         };
         let atx = self
@@ -872,12 +876,7 @@ impl<'a> Builder<'a> {
         self.md.headings.push(Heading {
             level,
             text: acc.text,
-            markup: self
-                .src
-                .get(markup_range.clone())
-                .unwrap_or("")
-                .trim()
-                .to_string(),
+            markup: self.src.get(markup_range.clone()).unwrap_or("").to_string(),
             markup_range,
             spans: acc.spans,
             line: self.md.index.line(range.start),

@@ -361,6 +361,7 @@ proptest! {
                 && text.is_char_boundary(r.start) && text.is_char_boundary(r.end);
             for h in &md.headings {
                 prop_assert!(ok(&h.range) && ok(&h.markup_range));
+                prop_assert_eq!(&text[h.markup_range.clone()], h.markup.as_str());
                 prop_assert!(h.line >= first);
                 let _ = h.field("status");
             }

@@ -1,4 +1,6 @@
-//! Task sources (SPEC §3): what the loop reads to judge progress. Checklist mode for now.
+//! Task sources (SPEC §3): what the loop reads to judge progress — the checklist
+//! (`RALPH_TASK.md`), the task table (`PRD.md` + `PROGRESS.md`), CPM epics and specs, and verdict
+//! commands. Every Markdown document is read with the one reader, [`crate::markdown`].
 
 pub mod checklist;
 pub mod cpm;

@@ -645,6 +645,87 @@ mod tests {
         assert_eq!(read_progress(&out).unwrap().rows[0].notes, "ok");
     }
 
+    #[test]
+    fn reads_tables_as_markdown_does() {
+        let table = "| # | Task | Status | Notes |\n|---|---|---|---|\n| 1 | a | DONE | |\n";
+        let quoted: String = table.lines().map(|l| format!("> {l}\n")).collect();
+        type Case = (
+            &'static str,
+            String,
+            Result<(OverallStatus, usize, Vec<usize>), &'static str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "a table in a code block is not the table",
+                format!("## Status: IN_PROGRESS\n```\n{table}```\n"),
+                Err("PROGRESS.md: no task table"),
+            ),
+            (
+                "a quoted table is not the table",
+                format!("## Status: IN_PROGRESS\n\n{quoted}"),
+                Err("PROGRESS.md: no task table"),
+            ),
+            (
+                "a quoted status line does not count",
+                format!("> ## Status: COMPLETE\n\n## Status: IN_PROGRESS\n{table}"),
+                Ok((OverallStatus::InProgress, 3, vec![6])),
+            ),
+            (
+                "a BOM and frontmatter keep the file's lines",
+                format!("\u{feff}---\ntitle: x\n---\n## **Status:** COMPLETE\n{table}"),
+                Ok((OverallStatus::Complete, 4, vec![7])),
+            ),
+            (
+                "a line without a pipe ends the table",
+                format!("## Status: PARTIAL\n{table}Trailing text.\n| 2 | b | PENDING | |\n"),
+                Ok((OverallStatus::Partial, 1, vec![4])),
+            ),
+            (
+                "a header without its delimiter row",
+                "## Status: IN_PROGRESS\n\nSome text\n| # | Task | Status | Notes |\n| 1 | a | DONE | |\n".to_string(),
+                Err("PROGRESS.md:4: the table header is not followed by a `|---|` row"),
+            ),
+        ];
+        for (name, text, want) in cases {
+            let got = read_progress(&text)
+                .map(|p| {
+                    (
+                        p.status,
+                        p.status_line,
+                        p.rows.iter().map(|r| r.line).collect(),
+                    )
+                })
+                .map_err(|e| e.to_string());
+            match want {
+                Ok(w) => assert_eq!(got, Ok(w), "{name}"),
+                Err(prefix) => {
+                    let e = got.expect_err(name);
+                    assert!(e.starts_with(prefix), "{name}: {e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn render_keeps_a_bom_and_the_status_label_markup() {
+        let original = "\u{feff}## **Status:** IN_PROGRESS\r\n\r\n| # | Task | Status | Notes |\r\n|---|---|---|---|\r\n| 1 | a | PENDING |\r\n";
+        let mut pr = read_progress(original).unwrap();
+        pr.status = OverallStatus::Complete;
+        pr.rows[0].status = RowStatus::Done;
+        let out = render_progress(original, &pr);
+        assert_eq!(
+            out,
+            "\u{feff}## **Status:** COMPLETE\r\n\r\n| # | Task | Status | Notes |\r\n|---|---|---|---|\r\n| 1 | a | DONE |\r\n"
+        );
+        let empty =
+            "## Status:\n| # | Task | Status | Notes |\n|---|---|---|---|\n| 1 | a | DONE | |\n";
+        let pr = Progress {
+            status: OverallStatus::Complete,
+            ..read_progress(&empty.replace("Status:", "Status: IN_PROGRESS")).unwrap()
+        };
+        assert!(render_progress(empty, &pr).starts_with("## Status: COMPLETE\n"));
+    }
+
     proptest::proptest! {
 
         #[test]
