@@ -26,6 +26,8 @@ const IGNORE_SAMPLES: [(&str, &[&str]); 2] = [
 /// (by the line itself or any pattern that covers the same files, e.g. `.claude/`). No
 /// `.gitignore` ignores nothing. The caller offers them and applies them with
 /// [`apply_ignore_lines`].
+///
+/// [`IGNORE_LINES`]: super::IGNORE_LINES
 pub fn missing_ignore_lines(root: &Path) -> Vec<String> {
     let text = fs::read(root.join(".gitignore"))
         .map(|b| String::from_utf8_lossy(&b).into_owned())

@@ -15,11 +15,11 @@
 //!   `CRITERION` records whose tags make them target-only;
 //! - the iteration prompt: the skill's template minus what the supervisor now does itself.
 //!
-//! A room per file: [`targets`] (target resolution and ranges), [`epics`] (epic docs),
-//! [`preflight`] (`[plan]` stripping and the task budget), [`runner`] (test-runner discovery,
-//! the spec's ENV entries), [`runs`] (earlier runs' logs), [`ignore`] (the session-state ignore
-//! check and the stop-hook warning), [`rollup`] (roll-up resolution and its SUMMARY /
-//! TARGET-ONLY records) and [`prompt`] (the skill's prompt). Epics and specs are read with the
+//! A room per file: `targets` (target resolution and ranges), `epics` (epic docs),
+//! `preflight` (`[plan]` stripping and the task budget), `runner` (test-runner discovery,
+//! the spec's ENV entries), `runs` (earlier runs' logs), `ignore` (the session-state ignore
+//! check and the stop-hook warning), `rollup` (roll-up resolution and its SUMMARY /
+//! TARGET-ONLY records) and `prompt` (the skill's prompt). Epics and specs are read with the
 //! one Markdown reader ([`crate::markdown`]).
 //!
 //! Nothing here panics on any input; file problems are [`CpmError`]s naming the file.

@@ -73,11 +73,17 @@ const COMMITS: &str = " Commit after each completed story. Keep all commits loca
 ///   `COUNTS:`, branch on exit 1/2/4 and the untraced count) — ralph reads the verdict and
 ///   picks the phase, so a Planning prompt only runs `/cpm:epics` and a Delivery prompt only
 ///   runs `/cpm:do`; the partial-set report on `untraced > 0` is ralph's halt (exit 9);
-/// - spec mode's "strip [plan] tags from the epic docs this run generated" — the caller
+/// - spec mode's "strip `[plan]` tags from the epic docs this run generated" — the caller
 ///   applies [`strip_plan_markers`] to the spec's epics before the first Delivery iteration,
 ///   the same pre-flight rule as for epic mode;
 /// - the cpm:epics gate override in Delivery prompts — only a Planning iteration runs
 ///   cpm:epics, and a Delivery prompt must never name it.
+///
+/// [`log_path`]: super::log_path
+/// [`rollup_argv`]: super::rollup_argv
+/// [`completion_lines`]: super::completion_lines
+/// [`target_only_rows`]: super::target_only_rows
+/// [`strip_plan_markers`]: super::strip_plan_markers
 pub fn prompt(p: &PromptParams) -> String {
     let phase = match (p.phase, p.mode_spec) {
         (Phase::Planning, Some(_)) => Phase::Planning,

@@ -2,11 +2,11 @@
 //! completion promise) and `PROGRESS.md` (a `## Status:` line and a `| # | Task | Status | Notes |`
 //! table), the pure bookkeeping ralph does between iterations, and the prompts for this mode.
 //!
-//! A room per file: [`prd`] reads `PRD.md` (and plans under `docs/plans/`), [`progress`] reads
-//! `PROGRESS.md` and rewrites only the cells ralph owns, [`attempts`] is the bookkeeping
-//! (next task, FAILED n/3 → BLOCKED, the summary), [`guard`] keeps the rows the agent must not
-//! touch, [`prompts`] builds the task and review prompts and reads the reviewer's verdict,
-//! [`planning`] scaffolds the files, writes the planning prompt and matches plans. Both files
+//! A room per file: `prd` reads `PRD.md` (and plans under `docs/plans/`), `progress` reads
+//! `PROGRESS.md` and rewrites only the cells ralph owns, `attempts` is the bookkeeping
+//! (next task, FAILED n/3 → BLOCKED, the summary), `guard` keeps the rows the agent must not
+//! touch, `prompts` builds the task and review prompts and reads the reviewer's verdict,
+//! `planning` scaffolds the files, writes the planning prompt and matches plans. Both files
 //! are read with the one Markdown reader ([`crate::markdown`]). Every parse failure is a
 //! [`TableError`] naming the file and, where known, the 1-based line. Nothing here panics,
 //! whatever the input.

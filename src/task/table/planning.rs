@@ -131,6 +131,9 @@ const EXAMPLE_PROGRESS: &str = "# Progress
 
 /// The prompt for the planning run: write `PRD.md` and `PROGRESS.md` for `description`, in
 /// exactly the format [`parse_prd`] and [`parse_progress`] read, and nothing else.
+///
+/// [`parse_prd`]: super::parse_prd
+/// [`parse_progress`]: super::parse_progress
 pub fn planning_prompt(description: &str) -> String {
     format!(
         "# Ralph planning\n\n\
