@@ -11,6 +11,7 @@ pub mod git;
 pub mod guard;
 pub mod hooks;
 pub mod live;
+pub mod markdown;
 pub mod signals;
 pub mod state;
 pub mod supervisor;

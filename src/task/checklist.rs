@@ -1,12 +1,12 @@
 //! Success-criteria checklist extraction from the markdown body of a `RALPH_TASK.md`.
 //!
 //! A criterion is a GFM task-list item (`- [ ]`, `* [x]`, `1. [X]`, nested items included)
-//! under the first "criteria" heading (see [`parse_checklist`]). Everything is driven by
-//! `pulldown-cmark` events, so items inside code blocks, HTML blocks/comments and block
-//! quotes never count. Parsing never fails and never panics; the caller decides what an
+//! under the first "criteria" heading (see [`parse_checklist`]). Everything is read with the
+//! one Markdown reader ([`crate::markdown`]), so items inside code blocks, HTML blocks/comments
+//! and block quotes never count. Parsing never fails and never panics; the caller decides what an
 //! empty checklist means.
 
-use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+use crate::markdown;
 
 /// One success criterion: a task-list item.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,54 +83,11 @@ pub(super) struct HeadingInfo {
     end: usize,
 }
 
-/// A task-list item found in the body (outside block quotes).
-#[derive(Debug)]
-struct ItemInfo {
-    /// Byte offset of the `[ ]` marker in the body.
-    offset: usize,
-    checked: bool,
-    /// Raw flattened text (normalised at the end).
-    text: String,
-}
-
 /// Everything one pass over the body yields; `document` uses the headings for the title.
 #[derive(Debug)]
 pub(super) struct Scan {
     pub(super) checklist: Checklist,
     pub(super) headings: Vec<HeadingInfo>,
-}
-
-/// Byte offsets of line starts, for offset → line lookups by binary search.
-struct LineIndex {
-    starts: Vec<usize>,
-    first_line: usize,
-}
-
-impl LineIndex {
-    fn new(text: &str, first_line: usize) -> Self {
-        let mut starts = Vec::with_capacity(text.len() / 32 + 1);
-        starts.push(0);
-        starts.extend(
-            text.bytes()
-                .enumerate()
-                .filter(|&(_, b)| b == b'\n')
-                .map(|(i, _)| i + 1),
-        );
-        Self { starts, first_line }
-    }
-
-    /// 1-based file line of a byte offset.
-    fn line(&self, offset: usize) -> usize {
-        // `starts[0] == 0`, so the partition point is at least 1.
-        let idx = self.starts.partition_point(|&s| s <= offset);
-        self.first_line.saturating_add(idx.saturating_sub(1)).max(1)
-    }
-}
-
-/// Per-item state while walking events.
-struct ItemFrame {
-    /// Index into `items` of this item's criterion, while its own inline text is collected.
-    collecting: Option<usize>,
 }
 
 /// Parses the checklist of a task body.
@@ -160,75 +117,22 @@ pub fn normalize(text: &str) -> String {
     out
 }
 
-/// One pass over the body: headings, task-list items, then section selection.
+/// One pass over the body (the Markdown reader's headings and task items), then section
+/// selection.
 pub(super) fn scan(body: &str, first_line: usize) -> Scan {
-    let lines = LineIndex::new(body, first_line);
-    let mut headings: Vec<HeadingInfo> = Vec::new();
-    let mut items: Vec<ItemInfo> = Vec::new();
-
-    let mut quote_depth = 0usize;
-    let mut frames: Vec<ItemFrame> = Vec::new();
-    // Heading being collected: (level, start offset, text).
-    let mut heading: Option<(u8, usize, String)> = None;
-
-    let parser = Parser::new_ext(body, Options::ENABLE_TASKLISTS).into_offset_iter();
-    for (event, range) in parser {
-        match event {
-            Event::Start(tag) => {
-                // Any nested block ends the current item's own inline text.
-                if is_block(&tag) {
-                    stop_collecting(&mut frames);
-                }
-                match tag {
-                    Tag::BlockQuote(_) => quote_depth += 1,
-                    Tag::Item => frames.push(ItemFrame { collecting: None }),
-                    Tag::Heading { level, .. } => {
-                        heading = Some((level as u8, range.start, String::new()));
-                    }
-                    _ => {}
-                }
-            }
-            Event::End(end) => match end {
-                TagEnd::BlockQuote(_) => quote_depth = quote_depth.saturating_sub(1),
-                TagEnd::Item => {
-                    frames.pop();
-                }
-                TagEnd::Paragraph => stop_collecting(&mut frames),
-                TagEnd::Heading(_) => {
-                    if let Some((level, start, text)) = heading.take()
-                        && quote_depth == 0
-                    {
-                        headings.push(HeadingInfo {
-                            level,
-                            text: normalize(&text),
-                            line: lines.line(start),
-                            start,
-                            end: range.end.max(start),
-                        });
-                    }
-                }
-                _ => {}
-            },
-            Event::TaskListMarker(checked) => {
-                if quote_depth == 0
-                    && let Some(frame) = frames.last_mut()
-                {
-                    items.push(ItemInfo {
-                        offset: range.start,
-                        checked,
-                        text: String::new(),
-                    });
-                    frame.collecting = Some(items.len() - 1);
-                }
-            }
-            Event::Text(s) | Event::Code(s) => push_inline(&mut heading, &frames, &mut items, &s),
-            Event::SoftBreak | Event::HardBreak => {
-                push_inline(&mut heading, &frames, &mut items, " ");
-            }
-            // Inline HTML (tags, comments) is markup, not text.
-            _ => {}
-        }
-    }
+    let md = markdown::parse_at(body, first_line);
+    let headings: Vec<HeadingInfo> = md
+        .headings
+        .iter()
+        .filter(|h| !h.quoted)
+        .map(|h| HeadingInfo {
+            level: h.level,
+            text: normalize(&h.text),
+            line: h.line,
+            start: h.range.start,
+            end: h.range.end,
+        })
+        .collect();
 
     let section = SECTION_PHRASES.iter().find_map(|phrase| {
         headings
@@ -254,57 +158,22 @@ pub(super) fn scan(body: &str, first_line: usize) -> Scan {
         None => (0..body.len(), Scope::WholeDocument),
     };
 
-    let criteria = items
+    let criteria = md
+        .items
         .into_iter()
-        .filter(|item| range.contains(&item.offset))
-        .map(|item| Criterion {
-            text: normalize(&item.text),
-            checked: item.checked,
-            line: lines.line(item.offset),
+        .filter(|item| !item.quoted && range.contains(&item.at))
+        .filter_map(|item| {
+            Some(Criterion {
+                checked: item.task?,
+                text: normalize(&item.text),
+                line: item.line,
+            })
         })
         .collect();
 
     Scan {
         checklist: Checklist { criteria, scope },
         headings,
-    }
-}
-
-/// Whether a tag opens a block (as opposed to inline markup such as emphasis or links).
-fn is_block(tag: &Tag<'_>) -> bool {
-    !matches!(
-        tag,
-        Tag::Emphasis
-            | Tag::Strong
-            | Tag::Strikethrough
-            | Tag::Superscript
-            | Tag::Subscript
-            | Tag::Link { .. }
-            | Tag::Image { .. }
-    )
-}
-
-/// Stops collecting inline text for the innermost item.
-fn stop_collecting(frames: &mut [ItemFrame]) {
-    if let Some(frame) = frames.last_mut() {
-        frame.collecting = None;
-    }
-}
-
-/// Appends inline text to the heading being read and/or the innermost collecting item.
-fn push_inline(
-    heading: &mut Option<(u8, usize, String)>,
-    frames: &[ItemFrame],
-    items: &mut [ItemInfo],
-    text: &str,
-) {
-    if let Some((_, _, h)) = heading {
-        h.push_str(text);
-    }
-    if let Some(idx) = frames.last().and_then(|f| f.collecting)
-        && let Some(item) = items.get_mut(idx)
-    {
-        item.text.push_str(text);
     }
 }
 
@@ -596,17 +465,5 @@ mod tests {
         assert_eq!(normalize(""), "");
         assert_eq!(normalize("\u{a0}x\u{2003}y"), "x y");
         assert_eq!(normalize("cafe\u{301} opens"), "caf\u{e9} opens");
-    }
-
-    #[test]
-    fn line_index_lookup() {
-        let idx = LineIndex::new("ab\ncd\n\nef", 10);
-        assert_eq!(idx.line(0), 10);
-        assert_eq!(idx.line(2), 10);
-        assert_eq!(idx.line(3), 11);
-        assert_eq!(idx.line(6), 12);
-        assert_eq!(idx.line(7), 13);
-        assert_eq!(idx.line(999), 13);
-        assert_eq!(LineIndex::new("", 0).line(0), 1);
     }
 }

@@ -1,5 +1,7 @@
-//! Task sources (SPEC §3): what the loop reads to judge progress — the checklist (and its
-//! integrity), the task table, the verdict command and CPM's epics and specs.
+//! Task sources (SPEC §3): what the loop reads to judge progress — the checklist
+//! (`RALPH_TASK.md`) and its integrity, the task table (`PRD.md` + `PROGRESS.md`), CPM epics and
+//! specs, and verdict commands. Every Markdown document is read with the one reader,
+//! [`crate::markdown`].
 
 pub mod checklist;
 pub mod cpm;

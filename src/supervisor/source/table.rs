@@ -73,7 +73,7 @@ impl TableSource {
         };
         let after = table::parse_progress(Path::new(&self.progress_rel), &original)
             .map_err(super::table_error)?;
-        let guard = guard_rows(&self.progress, after, k);
+        let guard = table::guard_rows(&self.progress, after, k);
         if !guard.tampered.is_empty() {
             return Ok(Judged {
                 tampered: guard.tampered,
@@ -184,53 +184,4 @@ fn row_done(p: &table::Progress, k: u32) -> bool {
     p.rows
         .iter()
         .any(|r| r.number == k && r.status == table::RowStatus::Done)
-}
-
-/// What the agent did to the table beyond its own row.
-struct RowGuard {
-    kept: table::Progress,
-    restored: Vec<String>,
-    tampered: Vec<String>,
-}
-
-/// Interim row guard until the table module has its own: rows must stay the same set, in the
-/// same order; other rows' Status and Notes are put back.
-fn guard_rows(before: &table::Progress, mut after: table::Progress, current: u32) -> RowGuard {
-    let numbers = |p: &table::Progress| p.rows.iter().map(|r| r.number).collect::<Vec<_>>();
-    let mut tampered = Vec::new();
-    for r in &before.rows {
-        if !after.rows.iter().any(|a| a.number == r.number) {
-            tampered.push(format!(
-                "task {} ({}): its row was removed",
-                r.number, r.task
-            ));
-        }
-    }
-    for a in &after.rows {
-        if !before.rows.iter().any(|r| r.number == a.number) {
-            tampered.push(format!("row {} ({}) was added", a.number, a.task));
-        }
-    }
-    if tampered.is_empty() && numbers(before) != numbers(&after) {
-        tampered.push("the rows were renumbered or reordered".into());
-    }
-    let mut restored = Vec::new();
-    for a in after.rows.iter_mut().filter(|a| a.number != current) {
-        if let Some(b) = before.rows.iter().find(|b| b.number == a.number)
-            && (a.status != b.status || a.notes != b.notes || a.attempts != b.attempts)
-        {
-            restored.push(format!(
-                "task {}: Status {:?} → {:?} put back (only task {current} was being worked)",
-                a.number, b.status, a.status
-            ));
-            a.status = b.status;
-            a.notes = b.notes.clone();
-            a.attempts = b.attempts;
-        }
-    }
-    RowGuard {
-        kept: after,
-        restored,
-        tampered,
-    }
 }
