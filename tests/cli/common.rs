@@ -404,3 +404,90 @@ pub fn assert_all_dead(pids: &[i32], limit: Duration) {
         "processes of the agent's tree still alive after {limit:?}: {alive:?}"
     );
 }
+
+// --- Helpers shared by the integrity, completion, limits and files tests. ---
+
+/// Write a shell script for the fake agent's `sh:FILE` action into the test's home (outside the
+/// repository) and return the action (`sh:/abs/path`). The script runs in the repository root.
+pub fn agent_sh(env: &TestEnv, name: &str, body: &str) -> String {
+    let path = env.home.join(format!("{name}.sh"));
+    std::fs::write(&path, format!("set -e\n{body}\n")).unwrap();
+    format!("sh:{}", path.display())
+}
+
+/// `ralph status --json`, parsed (exit 0 asserted).
+#[track_caller]
+pub fn status_json(env: &TestEnv) -> serde_json::Value {
+    let out = env.ralph_with_limit(&["status", "--json"], &[], Duration::from_secs(20));
+    assert_exit(&out, 0);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "status --json is not one JSON object: {e}\n{}",
+            stdout(&out)
+        )
+    })
+}
+
+/// Put a stand-in `claude` on PATH that runs the fake agent (the `claude` preset's stream-json
+/// is then parsed); returns the PATH value.
+pub fn claude_stand_in_path(env: &TestEnv) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = env.home.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let path = bin.join("claude");
+    std::fs::write(
+        &path,
+        format!("#!/bin/sh\nexec '{}' \"$@\"\n", fake_agent().display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// `ralph <args> --agent claude --yes --grace 1s` with the stand-in `claude` following `script`.
+pub fn run_claude_fake(
+    env: &TestEnv,
+    command: &str,
+    script: &str,
+    extra: &[&str],
+    limit: Duration,
+) -> Output {
+    let path = claude_stand_in_path(env);
+    let mut args = vec![command, "--agent", "claude", "--yes", "--grace", "1s"];
+    args.extend_from_slice(extra);
+    env.ralph_with_limit(
+        &args,
+        &[("PATH", &path), ("FAKE_AGENT_SCRIPT", script)],
+        limit,
+    )
+}
+
+/// Run ralph with `args` under `ulimit -v KIB` (address space), killed after `limit`: a ralph
+/// that reads without bound dies of it quickly instead of eating the machine's memory.
+pub fn ralph_with_memory_limit(
+    env: &TestEnv,
+    kib: u64,
+    args: &[&str],
+    extra_env: &[(&str, &str)],
+    limit: Duration,
+) -> Output {
+    let mut cmd = env.command("sh");
+    cmd.arg("-c")
+        .arg(format!("ulimit -v {kib} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_ralph"))
+        .args(args)
+        .current_dir(&env.repo);
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    run_with_limit(cmd, limit)
+}
+
+/// The fake agent as `--agent-cmd` (quoted for the template splitter).
+pub fn fake_agent_cmd() -> String {
+    format!("'{}'", fake_agent().display())
+}

@@ -4,10 +4,14 @@
 mod agents;
 mod commit_guard;
 mod common;
+mod completion;
 mod cpm;
 mod errors;
+mod files;
 mod init;
+mod integrity;
 mod limits;
+mod limits_wait;
 mod observe;
 mod real_agents;
 mod run;
