@@ -8,23 +8,36 @@ pub fn status_block(iteration: u32, done: usize, total: usize, status: &str) -> 
     )
 }
 
-/// Split a progress file into (before, status block, after); the block runs from its heading to
-/// the next `## ` heading.
+/// Where the block sits in a progress file: from its `## Current Status` heading to the next
+/// heading of level 1 or 2 (read with the one Markdown reader, so a `##` inside a code block
+/// the agent wrote is not taken for a heading).
 fn split_status(text: &str) -> Option<(usize, usize)> {
-    let mut offset = 0;
-    let mut start = None;
-    for line in text.split_inclusive('\n') {
-        let trimmed = line.trim_end();
-        if let Some(s) = start {
-            if trimmed.starts_with("## ") || trimmed.starts_with("# ") {
-                return Some((s, offset));
-            }
-        } else if trimmed == "## Current Status" {
-            start = Some(offset);
-        }
-        offset += line.len();
+    let md = crate::markdown::parse(text);
+    let top: Vec<&crate::markdown::Heading> = md.top_headings().map(|(_, h)| h).collect();
+    let at = top
+        .iter()
+        .position(|h| h.level == 2 && h.text == "Current Status")?;
+    let end = top[at + 1..]
+        .iter()
+        .find(|h| h.level <= 2)
+        .map_or(text.len(), |h| md.line_range(h.line).start);
+    Some((md.line_range(top[at].line).start, end))
+}
+
+/// The end of the title line (an ATX level-1 heading opening the file), its newline included.
+fn title_end(text: &str) -> Option<usize> {
+    let md = crate::markdown::parse(text);
+    let (_, first) = md.top_headings().next()?;
+    if first.level != 1 || first.line != 1 || !first.atx {
+        return None;
     }
-    start.map(|s| (s, text.len()))
+    let end = md.line_range(1).end;
+    let eol = if text[end..].starts_with("\r\n") {
+        2
+    } else {
+        usize::from(text[end..].starts_with('\n'))
+    };
+    Some(end + eol)
 }
 
 /// Replace (or insert after the title) the Current Status block.
@@ -38,12 +51,10 @@ pub fn with_status_block(text: &str, block: &str) -> String {
             format!("{}{block}{}", &text[..s], &text[e..])
         }
         None => {
-            // After the first line when it is a title, else at the top.
-            let first_end = text.find('\n').map_or(text.len(), |i| i + 1);
-            if text.starts_with("# ") {
-                format!("{}\n{block}\n{}", &text[..first_end], &text[first_end..])
-            } else {
-                format!("{block}\n{text}")
+            // After the title when the file opens with one, else at the top.
+            match title_end(text) {
+                Some(e) => format!("{}\n{block}\n{}", &text[..e], &text[e..]),
+                None => format!("{block}\n{text}"),
             }
         }
     }
@@ -82,6 +93,14 @@ mod tests {
         assert!(out.ends_with("notes\n"));
         let out = with_status_block("notes\n", &status_block(1, 0, 1, "x"));
         assert!(out.starts_with("## Current Status\n") && out.ends_with("\nnotes\n"));
+    }
+
+    #[test]
+    fn a_heading_in_the_agents_code_block_is_not_one() {
+        let text = "# P\n\n## Current Status\n- Iteration: 1\n\n## Iteration Log\n```\n## Current Status\n```\n";
+        let out = with_status_block(text, &status_block(2, 1, 1, "x"));
+        assert!(out.contains("```\n## Current Status\n```\n"), "{out}");
+        assert!(out.contains("- Status: x\n\n## Iteration Log"), "{out}");
     }
 
     #[test]

@@ -185,3 +185,124 @@ fn row_done(p: &table::Progress, k: u32) -> bool {
         .iter()
         .any(|r| r.number == k && r.status == table::RowStatus::Done)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What an agent can do to PROGRESS.md besides its own work.
+    #[derive(Debug, Clone)]
+    enum Act {
+        /// Set row `i`'s status (0 PENDING, 1 DONE, 2 FAILED, 3 BLOCKED).
+        Status(usize, u8),
+        Delete(usize),
+        Add,
+        Renumber(usize),
+    }
+
+    fn act() -> impl Strategy<Value = Act> {
+        prop_oneof![
+            6 => (0..6usize, 0..4u8).prop_map(|(i, s)| Act::Status(i, s)),
+            1 => (0..6usize).prop_map(Act::Delete),
+            1 => Just(Act::Add),
+            1 => (0..6usize).prop_map(Act::Renumber),
+        ]
+    }
+
+    const STATUS: [&str; 4] = ["PENDING", "DONE", "FAILED (attempt 1/3)", "BLOCKED"];
+
+    /// The table as the agent leaves it: (number, title, status text).
+    fn render(rows: &[(u32, String, String)]) -> String {
+        let mut s = String::from(
+            "# Progress\n\n## Status: IN_PROGRESS\n\n| # | Task | Status | Notes |\n|---|---|---|---|\n",
+        );
+        for (k, t, st) in rows {
+            s.push_str(&format!("| {k} | {t} | {st} | |\n"));
+        }
+        s
+    }
+
+    fn source(dir: &std::path::Path, n: u32) -> TableSource {
+        let titles: Vec<String> = (1..=n).map(|k| format!("Step {k}")).collect();
+        let (prd_text, progress_text) = table::scaffold("Build it", &titles, "DONE");
+        let prd_path = dir.join("PRD.md");
+        let progress_path = dir.join("PROGRESS.md");
+        std::fs::write(&prd_path, &prd_text).unwrap();
+        std::fs::write(&progress_path, &progress_text).unwrap();
+        TableSource {
+            prd: table::parse_prd(Path::new("PRD.md"), &prd_text).unwrap(),
+            progress: table::parse_progress(Path::new("PROGRESS.md"), &progress_text).unwrap(),
+            prd_path,
+            prd_rel: "PRD.md".into(),
+            progress_path,
+            progress_rel: "PROGRESS.md".into(),
+            current: None,
+            review: false,
+            pending: None,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        /// Whatever an agent writes into PROGRESS.md, one iteration completes at most its own
+        /// task, and the table is judged complete only when every PRD task has its row, DONE,
+        /// on disk.
+        #[test]
+        fn the_table_judge_completes_one_task_at_most_and_never_a_table_with_tasks_left(
+            n in 2..5u32,
+            iterations in proptest::collection::vec(
+                (any::<bool>(), proptest::collection::vec(act(), 0..4)), 1..8),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut t = source(dir.path(), n);
+            for (work, acts) in &iterations {
+                t.select_next();
+                let Some((k, _)) = t.current else { break };
+                let before = table::done_count(&t.progress);
+                let mut rows: Vec<(u32, String, String)> = t
+                    .progress
+                    .rows
+                    .iter()
+                    .map(|r| (r.number, r.task.clone(), format!("{:?}", r.status).to_uppercase()))
+                    .collect();
+                if *work && let Some(r) = rows.iter_mut().find(|r| r.0 == k) {
+                    r.2 = "DONE".into();
+                }
+                for a in acts {
+                    let len = rows.len();
+                    match *a {
+                        Act::Status(i, s) if len > 0 => rows[i % len].2 = STATUS[s as usize].into(),
+                        Act::Delete(i) if len > 0 => {
+                            rows.remove(i % len);
+                        }
+                        Act::Add => rows.push((99, "Extra".into(), "DONE".into())),
+                        Act::Renumber(i) if len > 0 => rows[i % len].0 += 10,
+                        _ => {}
+                    }
+                }
+                std::fs::write(&t.progress_path, render(&rows)).unwrap();
+                let j = match t.judge() {
+                    Ok(j) => j,
+                    // A table the agent left unreadable is an error, never a completion.
+                    Err(_) => break,
+                };
+                if !j.tampered.is_empty() {
+                    break;
+                }
+                prop_assert!(j.done <= before + 1, "{} -> {}: {rows:?}", before, j.done);
+                if j.source_complete {
+                    let text = std::fs::read_to_string(&t.progress_path).unwrap();
+                    let on_disk = table::parse_progress(Path::new("PROGRESS.md"), &text).unwrap();
+                    for task in &t.prd.tasks {
+                        prop_assert!(
+                            on_disk.rows.iter().any(|r| r.number == task.number
+                                && r.status == table::RowStatus::Done),
+                            "complete without task {}: {text}", task.number
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
