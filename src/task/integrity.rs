@@ -180,7 +180,6 @@ fn counts(list: &Checklist, checked: bool) -> HashMap<String, usize> {
 mod tests {
     use super::*;
     use crate::task::checklist::parse_checklist;
-    use proptest::prelude::*;
 
     fn list(md: &str) -> Checklist {
         parse_checklist(md, 1)
@@ -273,87 +272,5 @@ mod tests {
         let one_unchecked = list("## Success Criteria\n- [x] a\n- [ ] a\n");
         assert_eq!(regressions(&twins, &one_unchecked), vec!["a"]);
         assert!(newly_checked(&one_unchecked, &twins).len() == 1);
-    }
-
-    /// One thing an agent can do to a checklist.
-    #[derive(Debug, Clone)]
-    enum Act {
-        Check(usize),
-        Uncheck(usize),
-        Add(u8, bool),
-        Delete(usize),
-        Reword(usize),
-        Annotate(usize),
-        Duplicate(usize),
-    }
-
-    fn act() -> impl Strategy<Value = Act> {
-        prop_oneof![
-            (0..8usize).prop_map(Act::Check),
-            (0..8usize).prop_map(Act::Uncheck),
-            (0..4u8, any::<bool>()).prop_map(|(t, c)| Act::Add(t, c)),
-            (0..8usize).prop_map(Act::Delete),
-            (0..8usize).prop_map(Act::Reword),
-            (0..8usize).prop_map(Act::Annotate),
-            (0..8usize).prop_map(Act::Duplicate),
-        ]
-    }
-
-    fn apply(items: &mut Vec<(String, bool)>, a: &Act) {
-        let n = items.len();
-        match *a {
-            Act::Check(i) if n > 0 => items[i % n].1 = true,
-            Act::Uncheck(i) if n > 0 => items[i % n].1 = false,
-            Act::Add(t, c) => items.push((format!("t{t}"), c)),
-            Act::Delete(i) if n > 0 => {
-                items.remove(i % n);
-            }
-            Act::Reword(i) if n > 0 => items[i % n].0.push('x'),
-            Act::Annotate(i) if n > 0 => items[i % n].0.push_str(" — done"),
-            Act::Duplicate(i) if n > 0 => items.push(items[i % n].clone()),
-            _ => {}
-        }
-    }
-
-    fn render(items: &[(String, bool)]) -> String {
-        let mut s = String::from("## Success Criteria\n");
-        for (t, c) in items {
-            s.push_str(&format!("- [{}] {t}\n", if *c { 'x' } else { ' ' }));
-        }
-        s
-    }
-
-    proptest! {
-        /// Whatever the agent does, a run judged complete (every criterion checked, nothing
-        /// tampered) still holds every baseline criterion, each checked, each its own item.
-        #[test]
-        fn complete_only_when_every_baseline_criterion_is_there_and_done(
-            start in proptest::collection::vec((0..4u8, any::<bool>()), 1..6),
-            acts in proptest::collection::vec(act(), 0..12),
-        ) {
-            let mut items: Vec<(String, bool)> =
-                start.iter().map(|(t, c)| (format!("t{t}"), *c)).collect();
-            let baseline = base(&render(&items));
-            for a in &acts {
-                apply(&mut items, a);
-            }
-            let now = list(&render(&items));
-            let r = review(&baseline, &now);
-            let complete = now.total() > 0 && now.done() == now.total() && r.tampered.is_empty();
-            if complete {
-                // An independent check: greedily give each unchecked baseline criterion its own
-                // item, equal or annotated, all checked.
-                let mut free: Vec<&(String, bool)> = items.iter().collect();
-                let mut need: Vec<&String> = baseline.unchecked.iter().collect();
-                need.sort_by_key(|t| std::cmp::Reverse(t.len()));
-                for t in need {
-                    let pos = free.iter().position(|(w, c)| {
-                        *c && (w == t || annotates(w, t))
-                    });
-                    prop_assert!(pos.is_some(), "baseline {t:?} missing from {items:?}");
-                    free.remove(pos.unwrap());
-                }
-            }
-        }
     }
 }

@@ -2,31 +2,12 @@
 //! tokens), usage limits that are waited out without counting an iteration, `--max-cost`. Driven
 //! by a stand-in `claude` on PATH that runs the fake agent.
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-/// Put a `claude` on PATH that runs the fake agent; returns the PATH value.
-fn claude_on_path(env: &TestEnv) -> String {
-    let bin = env.home.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let path = bin.join("claude");
-    std::fs::write(
-        &path,
-        format!("#!/bin/sh\nexec '{}' \"$@\"\n", fake_agent().display()),
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    )
-}
-
 fn run_claude(env: &TestEnv, script: &str, extra: &[&str]) -> std::process::Output {
-    let path = claude_on_path(env);
+    let path = claude_stand_in_path(env);
     let mut args = vec!["run", "--agent", "claude", "--yes"];
     args.extend_from_slice(extra);
     env.ralph_with_limit(

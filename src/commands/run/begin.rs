@@ -104,7 +104,7 @@ pub(super) struct Begin<'a> {
 impl Begin<'_> {
     /// Continue a recorded run: the work its last iteration left is committed first (and that
     /// iteration gets its record when ralph was killed before writing it).
-    pub(super) fn resumed(self, mut p: RunState) -> Result<RunState> {
+    pub(super) fn resumed(mut self, mut p: RunState) -> Result<RunState> {
         let crashed = p.running;
         if !self.settings.no_commit && self.repo.is_dirty()? {
             let subject = if crashed || p.halt_reason == Some(HaltReason::Interrupted) {
@@ -112,21 +112,7 @@ impl Begin<'_> {
             } else {
                 format!("ralph: state before resuming run {}", p.run_id)
             };
-            let message = supervisor::commit_message(&subject, p.iteration, &p.run_id);
-            let g = supervisor::guarded_commit(
-                self.repo,
-                self.settings,
-                self.ui,
-                self.rd,
-                &message,
-                None,
-            )?;
-            if let Some(out) = g.outcome {
-                self.ui.note(&format!(
-                    "committed the uncommitted work first as {} ({subject})",
-                    out.commit.short
-                ));
-            }
+            self.commit_first(&subject, p.iteration, &p.run_id)?;
         }
         if crashed && p.iteration > 0 {
             self.record_killed_iteration(&p)?;
@@ -155,6 +141,20 @@ impl Begin<'_> {
             self.agent.name
         ));
         Ok(p)
+    }
+
+    /// Commit what the tree holds before the run goes on, as `subject`.
+    fn commit_first(&mut self, subject: &str, n: u32, run_id: &str) -> Result<()> {
+        let message = supervisor::commit_message(subject, n, run_id);
+        let g =
+            supervisor::guarded_commit(self.repo, self.settings, self.ui, self.rd, &message, None)?;
+        if let Some(out) = g.outcome {
+            self.ui.note(&format!(
+                "committed the uncommitted work first as {} ({subject})",
+                out.commit.short
+            ));
+        }
+        Ok(())
     }
 
     /// ralph was killed during iteration `p.iteration`: no ITER record was written for it.
@@ -192,24 +192,9 @@ impl Begin<'_> {
     }
 
     /// Start a new run: the user's own uncommitted work is committed first (`was_dirty`).
-    pub(super) fn fresh(self, run_id: &str, was_dirty: bool) -> Result<RunState> {
+    pub(super) fn fresh(mut self, run_id: &str, was_dirty: bool) -> Result<RunState> {
         if was_dirty {
-            let message =
-                supervisor::commit_message(&format!("ralph: state before run {run_id}"), 0, run_id);
-            let g = supervisor::guarded_commit(
-                self.repo,
-                self.settings,
-                self.ui,
-                self.rd,
-                &message,
-                None,
-            )?;
-            if let Some(out) = g.outcome {
-                self.ui.note(&format!(
-                    "committed the uncommitted changes first as {} (ralph: state before run)",
-                    out.commit.short
-                ));
-            }
+            self.commit_first(&format!("ralph: state before run {run_id}"), 0, run_id)?;
         }
         let (done, total) = self.plan.counts();
         self.ui.line(&format!(
