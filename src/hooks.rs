@@ -9,15 +9,20 @@ use std::time::Duration;
 const HOOK_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Where the hooks live: `core.hooksPath` (relative to the work tree), else `$GIT_DIR/hooks`.
-pub fn hooks_dir(repo: &git2::Repository, root: &Path) -> PathBuf {
-    let configured = repo
-        .config()
-        .ok()
-        .and_then(|c| c.get_path("core.hooksPath").ok());
+pub fn hooks_dir(repo: &crate::git::Repo) -> PathBuf {
+    let configured = repo.config_value("core.hooksPath").map(|p| expand_home(&p));
     match configured {
         Some(p) if p.is_absolute() => p,
-        Some(p) => root.join(p),
-        None => repo.path().join("hooks"),
+        Some(p) => repo.root().join(p),
+        None => repo.git2().path().join("hooks"),
+    }
+}
+
+/// `~/x` as git's path values read it.
+fn expand_home(p: &str) -> PathBuf {
+    match (p.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(p),
     }
 }
 

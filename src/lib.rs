@@ -28,7 +28,11 @@ use crate::ui::Ui;
 /// Parse arguments, run the command, and return the process exit code.
 pub fn main() -> i32 {
     let mut args = std::env::args_os().skip(1);
-    if args.next().as_deref() == Some(std::ffi::OsStr::new(agent::unix::GUARD_COMMAND)) {
+    let first = args.next();
+    if first.as_deref() == Some(std::ffi::OsStr::new(git::fsmonitor::HOOK_COMMAND)) {
+        return git::fsmonitor::hook_main(&args.collect::<Vec<_>>());
+    }
+    if first.as_deref() == Some(std::ffi::OsStr::new(agent::unix::GUARD_COMMAND)) {
         let pgid = args.next().unwrap_or_default();
         return agent::unix::run_guard(&pgid.to_string_lossy());
     }

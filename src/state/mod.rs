@@ -33,6 +33,8 @@ runs/
 state.json
 state.json.tmp*
 lock
+.barrier-*
+.tmp-*
 ";
 
 pub const GUARDRAILS: &str = "\

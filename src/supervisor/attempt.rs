@@ -95,6 +95,9 @@ impl Loop {
         let root = self.repo.root().to_path_buf();
         let limits = self.agent_limits();
         let echo = self.echo();
+        if let Some(w) = &self.watch {
+            w.begin_agent();
+        }
         let run = process::run(
             &prep.inv,
             &root,
@@ -105,6 +108,9 @@ impl Loop {
             watchers,
         )
         .await;
+        if let Some(w) = &self.watch {
+            w.end_agent();
+        }
         if let Some(v) = view {
             v.finish();
         }

@@ -33,35 +33,9 @@ pub fn guarded_commit(
     ui: Ui,
     rd: &RalphDir,
     message: &str,
-    staged_plus: Option<&[&str]>,
 ) -> Result<Guarded> {
-    let max = settings.max_file_size;
-    let exclude = move |rel: &str, abs: &std::path::Path| crate::guard::check(rel, abs, max);
-    let hooks_dir = crate::hooks::hooks_dir(repo.git2(), repo.root());
-    let git_dir = repo.git2().path().to_path_buf();
-    let run_hooks =
-        move |root: &std::path::Path, msg: &str| crate::hooks::run(root, &hooks_dir, &git_dir, msg);
-    let hooks: Option<&crate::git::HookRunner> = (!settings.no_verify).then_some(&run_hooks as _);
-    let report = match staged_plus {
-        Some(also) => repo.commit_staged_with(message, also, &exclude, hooks)?,
-        None => repo.commit_with(message, &exclude, hooks)?,
-    };
-    let log = |line: &str| {
-        state::append_line(
-            &rd.activity_log(),
-            &format!("[{}] {line}", state::now_rfc3339()),
-        )
-    };
-    for (path, why) in &report.left_out {
-        ui.warn(&format!("left `{path}` out of the commit: {why}"));
-        log(&format!(
-            "Commit guard: left {path} out of the commit ({why})"
-        ))?;
-    }
-    if let Some(failure) = &report.hook_failure {
-        ui.warn(&format!("{failure}: the changes stay uncommitted (staged)"));
-        log(&format!("Commit refused: {failure}"))?;
-    }
+    let report = repo.commit_with(message, &guard(settings), hooks(repo, settings).as_deref())?;
+    tell(ui, rd, &report.left_out, report.hook_failure.as_deref())?;
     if let Some(out) = &report.outcome
         && out.used_fallback_identity
         && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
@@ -72,6 +46,47 @@ pub fn guarded_commit(
         outcome: report.outcome,
         refused: report.hook_failure,
     })
+}
+
+/// The commit guard as the git layer takes it.
+pub(super) fn guard(
+    settings: &Settings,
+) -> impl Fn(&str, &std::path::Path) -> Option<String> + use<> {
+    let max = settings.max_file_size;
+    move |rel: &str, abs: &std::path::Path| crate::guard::check(rel, abs, max)
+}
+
+/// The repository's hooks, unless `--no-verify`.
+fn hooks(repo: &Repo, settings: &Settings) -> Option<Box<crate::git::HookRunner>> {
+    if settings.no_verify {
+        return None;
+    }
+    let hooks_dir = crate::hooks::hooks_dir(repo);
+    let git_dir = repo.git2().path().to_path_buf();
+    Some(Box::new(move |root: &std::path::Path, msg: &str| {
+        crate::hooks::run(root, &hooks_dir, &git_dir, msg)
+    }))
+}
+
+/// Show and log what was left out of a commit and a hook's refusal.
+fn tell(ui: Ui, rd: &RalphDir, left_out: &[(String, String)], refused: Option<&str>) -> Result<()> {
+    let log = |line: &str| {
+        state::append_line(
+            &rd.activity_log(),
+            &format!("[{}] {line}", state::now_rfc3339()),
+        )
+    };
+    for (path, why) in left_out {
+        ui.warn(&format!("left `{path}` out of the commit: {why}"));
+        log(&format!(
+            "Commit guard: left {path} out of the commit ({why})"
+        ))?;
+    }
+    if let Some(failure) = refused {
+        ui.warn(&format!("{failure}: the changes stay uncommitted (staged)"));
+        log(&format!("Commit refused: {failure}"))?;
+    }
+    Ok(())
 }
 
 /// `subject`, a blank line, and the trailers.
@@ -109,23 +124,25 @@ impl Loop {
         status: (&str, usize, usize),
     ) -> Result<IterationCommit> {
         let n = prep.n;
-        // The agent changed something when the tree `git add -A` would stage now differs from
-        // the one before it ran; ralph's own bookkeeping is written after this comparison.
-        // Staged once: this index is what gets committed (plus the status block below).
-        let agent_changed = match prep.tree_before {
-            Some(before) => self.repo.stage_all()?.tree != before,
-            None => false,
+        let staged = match prep.tree_before {
+            Some(_) => Some(self.repo.stage_all(&guard(&self.settings))?),
+            None => None,
         };
-        if prep.tree_before.is_some() && !agent_changed {
-            self.repo.reload_index()?;
-        }
+        let head_now = self.repo.head()?;
+        let agents_own = head_now
+            .as_ref()
+            .filter(|h| Some(h.id.as_str()) != prep.head_before.as_deref())
+            .map(|h| h.summary.clone());
+        let agent_changed = match (&staged, prep.tree_before) {
+            (Some(s), Some(before)) => agent_changed(s, before, agents_own.is_some()),
+            _ => false,
+        };
+        // Bookkeeping is written after the comparison and staged, riding along with the next
+        // commit of the agent's work.
         self.write_status_block(n, status)?;
-        let head_before = prep.head_before.as_deref();
-        let agents_own = self
-            .repo
-            .head()?
-            .filter(|h| Some(h.id.as_str()) != head_before)
-            .map(|h| h.summary);
+        if staged.is_some() {
+            self.repo.add_dir(state::DIR)?;
+        }
         let mut out = IterationCommit {
             subject: agents_own.clone(),
             head: String::new(),
@@ -142,19 +159,20 @@ impl Loop {
                 }
             };
             let message = commit_message(&subject, n, &self.state.run_id);
-            let progress_rel = format!("{}/progress.md", state::DIR);
-            let g = guarded_commit(
-                &mut self.repo,
-                &self.settings,
-                self.ui,
-                &self.rd,
-                &message,
-                Some(&[progress_rel.as_str()]),
-            )?;
-            if let Some(c) = g.outcome {
+            let report = self
+                .repo
+                .commit_staged(&message, hooks(&self.repo, &self.settings).as_deref())?;
+            let left_out = staged.map(|s| s.left_out).unwrap_or_default();
+            tell(self.ui, &self.rd, &left_out, report.hook_failure.as_deref())?;
+            if let Some(c) = report.outcome {
+                if c.used_fallback_identity
+                    && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    self.ui.warn(FALLBACK_IDENTITY_WARNING);
+                }
                 out.subject = Some(c.commit.summary);
             }
-            out.refused = g.refused;
+            out.refused = report.hook_failure;
         }
         out.head = self
             .repo
@@ -178,6 +196,20 @@ impl Loop {
         }
         Ok(())
     }
+}
+
+/// Whether the agent left work to commit: the index differs from HEAD, and — when HEAD did not
+/// move — from what was staged before the agent ran (leftovers alone are not its work); when
+/// the agent committed its own work, ralph's files under `.ralph/` alone never make a commit.
+fn agent_changed(staged: &crate::git::Staged, before: git2::Oid, head_moved: bool) -> bool {
+    if staged.changed.is_empty() {
+        return false;
+    }
+    if head_moved {
+        let ralph = format!("{}/", state::DIR);
+        return !staged.changed.iter().all(|p| p.starts_with(&ralph));
+    }
+    staged.tree != before
 }
 
 #[cfg(test)]

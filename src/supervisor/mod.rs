@@ -58,6 +58,8 @@ pub struct Loop {
     pub unattended: bool,
     /// HEAD when the last iteration left the tree clean (its staged tree is then HEAD's).
     pub clean_at: Option<String>,
+    /// The file watcher that makes git's status and staging cost what changed (Linux).
+    pub watch: Option<std::sync::Arc<crate::git::watch::Watch>>,
 }
 
 /// What `git status --porcelain | cksum` prints for a clean tree.
@@ -66,6 +68,7 @@ pub const CLEAN_FINGERPRINT: &str = "4294967295 0";
 impl Loop {
     /// The pre-flight checks, then iterations until a halt rule fires; returns the exit code.
     pub async fn run(mut self) -> Result<i32> {
+        self.start_watching()?;
         if let Some(code) = self.preflight_verdict().await? {
             return Ok(code);
         }
@@ -98,6 +101,29 @@ impl Loop {
         };
         let recorded = self.record(&prep, &attempted, &ending)?;
         self.conclude(prev, &prep, &attempted, ending, recorded)
+    }
+
+    /// Watch the work tree for the rest of the run and make the watcher git's file-system
+    /// monitor (SPEC §12); without inotify (or with `RALPH_NO_WATCH` set) git walks the tree.
+    fn start_watching(&mut self) -> Result<()> {
+        if self.settings.no_commit || std::env::var_os("RALPH_NO_WATCH").is_some() {
+            return Ok(());
+        }
+        let git_dir = self.repo.git2().path().to_path_buf();
+        let Some(watch) =
+            crate::git::watch::Watch::start(self.repo.root(), &git_dir, &self.rd.path)
+        else {
+            return Ok(());
+        };
+        if watch.is_broken() {
+            self.ui.note(
+                "the file watcher could not watch every directory (inotify's watch limit?): git walks the whole tree each iteration",
+            );
+        }
+        watch.set_always(self.repo.gitlinks()?);
+        self.repo.set_monitor(watch.monitor());
+        self.watch = Some(watch);
+        Ok(())
     }
 
     fn log(&self, line: &str) -> Result<()> {

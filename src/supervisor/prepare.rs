@@ -96,8 +96,9 @@ impl Loop {
         );
     }
 
-    /// What `git add -A` would stage before the agent runs. After an iteration that left the
-    /// tree clean at this same HEAD, that is HEAD's tree: no walk of the work tree needed.
+    /// What is staged before the agent runs: the index as the last iteration left it (its
+    /// leftovers and ralph's bookkeeping included), so that only the agent's own changes count.
+    /// After an iteration that left the tree clean at this same HEAD, that is HEAD's tree.
     fn tree_before(&mut self, head_before: Option<&str>) -> Result<Option<git2::Oid>> {
         if self.settings.no_commit {
             return Ok(None);
@@ -108,8 +109,8 @@ impl Loop {
         {
             return Ok(Some(t));
         }
-        let staged = self.repo.stage_all()?;
-        self.repo.reload_index()?;
-        Ok(Some(staged.tree))
+        // ralph's own new files (the first iteration's scaffold) are bookkeeping too.
+        self.repo.add_dir(crate::state::DIR)?;
+        Ok(Some(self.repo.index_tree()?))
     }
 }

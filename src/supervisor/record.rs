@@ -70,6 +70,12 @@ impl Loop {
         (subject, status, done, total, figures): (Subject, String, usize, usize, String),
     ) -> Result<Recorded> {
         let commit = self.commit_iteration(prep, subject, (&status, done, total))?;
+        if let Some(w) = &self.watch
+            && commit.subject.is_some()
+        {
+            // A commit may have recorded a new submodule or nested repository.
+            w.set_always(self.repo.gitlinks()?);
+        }
         let fingerprint = self.repo.fingerprint()?;
         self.clean_at = if fingerprint == CLEAN_FINGERPRINT {
             self.repo.head()?.map(|h| h.id)

@@ -146,8 +146,7 @@ impl Begin<'_> {
     /// Commit what the tree holds before the run goes on, as `subject`.
     fn commit_first(&mut self, subject: &str, n: u32, run_id: &str) -> Result<()> {
         let message = supervisor::commit_message(subject, n, run_id);
-        let g =
-            supervisor::guarded_commit(self.repo, self.settings, self.ui, self.rd, &message, None)?;
+        let g = supervisor::guarded_commit(self.repo, self.settings, self.ui, self.rd, &message)?;
         if let Some(out) = g.outcome {
             self.ui.note(&format!(
                 "committed the uncommitted work first as {} ({subject})",

@@ -474,5 +474,6 @@ fn make_loop(
         started: Instant::now(),
         stream: options.stream,
         clean_at: None,
+        watch: None,
     })
 }

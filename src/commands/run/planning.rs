@@ -90,9 +90,7 @@ pub(super) async fn plan_table(
     })?;
     if !settings.no_commit {
         let message = "ralph: initialize PRD and progress tracking\n";
-        if let Some(out) =
-            supervisor::guarded_commit(repo, settings, ui, rd, message, None)?.outcome
-        {
+        if let Some(out) = supervisor::guarded_commit(repo, settings, ui, rd, message)?.outcome {
             ui.note(&format!("committed the plan as {}", out.commit.short));
         }
     }

@@ -1,0 +1,132 @@
+//! Running the git CLI for the steps libgit2 cannot do as git does (see ARCHITECTURE.md, "Git"):
+//! `git status` (the fingerprint and what changed) and `git add` (staging with every ignore rule,
+//! sparse checkout, clean filters such as git-lfs, autocrlf). Always on the repository ralph
+//! opened (`--git-dir`, `--work-tree`), with ralph's file monitor when one is running.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use super::GitError;
+
+/// ralph as git's file-system monitor (`core.fsmonitor`): the hook command git runs, and what
+/// must happen before each git command so the hook answers with everything that changed.
+#[derive(Clone)]
+pub struct Monitor {
+    /// The `core.fsmonitor` value: `'ralph' __fsmonitor 'file'`, run by git through the shell.
+    pub hook: String,
+    /// Called before each git command: wait for the watcher to see every change made so far,
+    /// then write the hook's answers.
+    pub prepare: Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>,
+}
+
+impl std::fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Monitor").field("hook", &self.hook).finish()
+    }
+}
+
+/// The git CLI for one repository.
+#[derive(Debug, Clone)]
+pub struct GitCli {
+    git_dir: PathBuf,
+    work_tree: PathBuf,
+    pub monitor: Option<Monitor>,
+}
+
+impl GitCli {
+    pub fn new(git_dir: &Path, work_tree: &Path) -> GitCli {
+        GitCli {
+            git_dir: git_dir.to_path_buf(),
+            work_tree: work_tree.to_path_buf(),
+            monitor: None,
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("git");
+        cmd.arg("--git-dir")
+            .arg(&self.git_dir)
+            .arg("--work-tree")
+            .arg(&self.work_tree);
+        if let Some(m) = &self.monitor {
+            // The untracked cache lets git skip the directories the monitor says are
+            // unchanged; both apply to ralph's own git commands only.
+            cmd.arg("-c")
+                .arg(format!("core.fsmonitor={}", m.hook))
+                .arg("-c")
+                .arg("core.untrackedCache=true");
+        }
+        cmd.args(args).current_dir(&self.work_tree);
+        // ralph reads git's output: the same messages whatever the user's language.
+        cmd.env("LC_ALL", "C").env_remove("LANGUAGE");
+        for var in ["GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX"] {
+            cmd.env_remove(var);
+        }
+        cmd
+    }
+
+    /// Run `git ARGS` (with `stdin` fed to it), returning its stdout; a non-zero exit is an
+    /// error carrying its stderr.
+    pub fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<Vec<u8>, GitError> {
+        let out = self.output(args, stdin)?;
+        if out.status.success() {
+            return Ok(out.stdout);
+        }
+        Err(GitError::Cli {
+            command: format!("git {}", args.join(" ")),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
+    }
+
+    /// Run `git ARGS` and return whatever it did.
+    pub fn output(
+        &self,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> Result<std::process::Output, GitError> {
+        if let Some(m) = &self.monitor {
+            (m.prepare)().map_err(|e| GitError::Spawn(args.join(" "), e))?;
+        }
+        let mut cmd = self.command(args);
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| GitError::Spawn(args.join(" "), e))?;
+        // stdin is fed from a thread while wait_with_output drains both pipes.
+        let feeder = match (stdin, child.stdin.take()) {
+            (Some(bytes), Some(mut pipe)) => {
+                let bytes = bytes.to_vec();
+                Some(std::thread::spawn(move || {
+                    let _ = pipe.write_all(&bytes);
+                }))
+            }
+            _ => None,
+        };
+        let out = child
+            .wait_with_output()
+            .map_err(|e| GitError::Spawn(args.join(" "), e))?;
+        if let Some(f) = feeder {
+            let _ = f.join();
+        }
+        Ok(out)
+    }
+}
+
+/// Whether a `git` program can be run at all.
+pub fn available() -> bool {
+    Command::new("git")
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}

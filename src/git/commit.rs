@@ -1,0 +1,105 @@
+//! Commits (SPEC §8): the index git staged becomes a commit through libgit2, after the
+//! repository's hooks (run by ralph, since libgit2 runs none) had their say.
+
+use std::path::Path;
+
+use git2::Signature;
+
+use super::{
+    CommitOutcome, CommitReport, GitError, HookRunner, Identity, Repo, commit_info, head_commit_of,
+};
+
+impl Repo {
+    /// Stage like `git add -A` (less what `exclude` keeps out) and commit with the hooks.
+    pub fn commit_with(
+        &mut self,
+        message: &str,
+        exclude: &dyn Fn(&str, &Path) -> Option<String>,
+        hooks: Option<&HookRunner>,
+    ) -> Result<CommitReport, GitError> {
+        let staged = self.stage_all(exclude)?;
+        let mut report = self.commit_staged(message, hooks)?;
+        report.left_out = staged.left_out;
+        Ok(report)
+    }
+
+    /// `git add -A && git commit -m message` without hooks or guard: `None` when nothing
+    /// changed.
+    pub fn commit_all(&mut self, message: &str) -> Result<Option<CommitOutcome>, GitError> {
+        Ok(self.commit_with(message, &|_, _| None, None)?.outcome)
+    }
+
+    /// Commit the index as it is on disk, when its tree differs from HEAD's (the first commit
+    /// on an unborn branch when it holds anything): the hooks run first (they see the staged
+    /// index and may refuse, or rewrite the message, or stage more).
+    pub fn commit_staged(
+        &mut self,
+        message: &str,
+        hooks: Option<&HookRunner>,
+    ) -> Result<CommitReport, GitError> {
+        let identity = self.identity();
+        self.commit_staged_as(message, hooks, &identity)
+    }
+
+    /// `git add -A && git commit` as `identity`, without hooks or guard.
+    pub fn commit_all_as(
+        &mut self,
+        message: &str,
+        identity: &Identity,
+    ) -> Result<Option<CommitOutcome>, GitError> {
+        self.stage_all(&|_, _| None)?;
+        Ok(self.commit_staged_as(message, None, identity)?.outcome)
+    }
+
+    fn commit_staged_as(
+        &mut self,
+        message: &str,
+        hooks: Option<&HookRunner>,
+        identity: &Identity,
+    ) -> Result<CommitReport, GitError> {
+        self.check_refusals()?;
+        let parent = head_commit_of(&self.repo)?;
+        let tree = self.index_tree()?;
+        let unchanged = match &parent {
+            Some(c) => c.tree_id() == tree,
+            None => self.repo.index()?.is_empty(),
+        };
+        let mut report = CommitReport {
+            outcome: None,
+            left_out: Vec::new(),
+            hook_failure: None,
+        };
+        if unchanged {
+            return Ok(report);
+        }
+        // Validate the identity before anything runs.
+        let author = Signature::now(&identity.author_name, &identity.author_email)?;
+        let committer = Signature::now(&identity.committer_name, &identity.committer_email)?;
+        let mut message = message.to_string();
+        if !message.ends_with('\n') {
+            message.push('\n');
+        }
+        if let Some(run_hooks) = hooks {
+            match run_hooks(&self.root, &message) {
+                Ok(m) => message = m,
+                Err(failure) => {
+                    // Like git: the changes stay staged, nothing is committed.
+                    report.hook_failure = Some(failure);
+                    return Ok(report);
+                }
+            }
+        }
+        // A hook may have staged more (a formatter, say): commit the index as it is now.
+        let tree = self.repo.find_tree(self.index_tree()?)?;
+        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+        let oid = self
+            .repo
+            .commit(Some("HEAD"), &author, &committer, &message, &tree, &parents)?;
+        let commit = self.repo.find_commit(oid)?;
+        report.outcome = Some(CommitOutcome {
+            commit: commit_info(&commit),
+            used_fallback_identity: identity.used_fallback,
+        });
+        Ok(report)
+    }
+}

@@ -1,0 +1,487 @@
+//! Git for the supervisor (SPEC §8): readiness checks, the `git status --porcelain`
+//! fingerprint, staging exactly as `git add -A` does, and the iteration's commits.
+//!
+//! Which tool does what, and why: libgit2 (git2) opens the repository, checks its state, reads
+//! HEAD and trees, runs nothing, and makes the commits (tree from the index, commit object, the
+//! branch moved). The git CLI (`cli.rs`) does the two steps libgit2 cannot do as git does:
+//! `git status` (ignore rules at every level with nested negations, sparse checkouts, clean
+//! filters in the fingerprint, git's stat cache refreshed and written back) and `git add`
+//! (clean/smudge filter drivers such as git-lfs, the same rules). With a watcher running
+//! (`watch.rs`), ralph is the CLI's file-system monitor (`fsmonitor.rs`), so both cost what
+//! changed, not the size of the tree.
+
+mod cksum;
+pub mod cli;
+mod commit;
+pub mod fsmonitor;
+mod stage;
+pub mod watch;
+
+use std::path::{Component, Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use git2::{DiffOptions, ErrorCode, Index, Oid, Repository, RepositoryState};
+
+pub use cksum::cksum;
+use cli::{GitCli, Monitor};
+
+/// Message of the error returned when no repository encloses the directory.
+pub const NOT_A_REPO_MESSAGE: &str = "Git required. Run git init first.";
+
+/// Identity used when neither the environment nor the configuration names one.
+pub const FALLBACK_NAME: &str = "ralph";
+/// E-mail used when neither the environment nor the configuration names one.
+pub const FALLBACK_EMAIL: &str = "ralph@localhost";
+
+/// How long `commit_all` waits for someone else's `index.lock` by default.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(2);
+
+const LOCK_POLL: Duration = Duration::from_millis(25);
+
+/// Errors from git work.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// No repository encloses the directory.
+    #[error("Git required. Run git init first.")]
+    NotARepo,
+    /// The repository has no work tree.
+    #[error("bare repository at {} has no work tree", .0.display())]
+    Bare(PathBuf),
+    /// A merge, rebase, cherry-pick, revert, bisect or mailbox apply is under way.
+    #[error("a {0} is in progress in the repository; finish or abort it first")]
+    InProgress(&'static str),
+    /// The index holds unresolved conflicts.
+    #[error("the index has unresolved merge conflicts; resolve them first")]
+    Conflicts,
+    /// Another process holds the index lock.
+    #[error("the index is locked by another git process: {} exists (remove it only if no git process is running)", .0.display())]
+    IndexLocked(PathBuf),
+    /// Any other failure reported by libgit2.
+    #[error("git error: {0}")]
+    Git(#[from] git2::Error),
+    /// A git command failed.
+    #[error("`{command}` failed: {message}")]
+    Cli { command: String, message: String },
+    /// The git command could not be run at all.
+    #[error("cannot run `git {0}` (is git installed?): {1}")]
+    Spawn(String, #[source] std::io::Error),
+}
+
+/// A commit, as the supervisor reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitInfo {
+    /// Full hexadecimal object id.
+    pub id: String,
+    /// First 7 hexadecimal digits of the id.
+    pub short: String,
+    /// First paragraph of the message, folded onto one line.
+    pub summary: String,
+}
+
+/// What staging like `git add -A` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Staged {
+    /// The tree the index now holds.
+    pub tree: Oid,
+    /// Repo-relative paths whose content or presence differs from HEAD's tree
+    /// (every path when the branch is unborn), sorted.
+    pub changed: Vec<String>,
+    /// Paths left out, with the reason: the commit guard's, and paths git refuses (a FIFO, a
+    /// socket, a nested repository without a commit).
+    pub left_out: Vec<(String, String)>,
+}
+
+/// Runs the hooks before a commit: given the work tree and the message, the message to use or
+/// why the commit is refused.
+pub type HookRunner = dyn Fn(&Path, &str) -> Result<String, String>;
+
+/// What [`Repo::commit_with`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitReport {
+    /// The commit, when one was made.
+    pub outcome: Option<CommitOutcome>,
+    /// Paths the guard kept out of the commit, with the reason.
+    pub left_out: Vec<(String, String)>,
+    /// A hook refused the commit: what it said.
+    pub hook_failure: Option<String>,
+}
+
+/// A commit made by [`Repo::commit_all`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOutcome {
+    /// The new commit.
+    pub commit: CommitInfo,
+    /// True when the author or committer fell back to `ralph <ralph@localhost>`.
+    pub used_fallback_identity: bool,
+}
+
+/// Author and committer resolved from the environment, configuration or fallback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Author name.
+    pub author_name: String,
+    /// Author e-mail.
+    pub author_email: String,
+    /// Committer name.
+    pub committer_name: String,
+    /// Committer e-mail.
+    pub committer_email: String,
+    /// True when any field fell back to `ralph <ralph@localhost>`.
+    pub used_fallback: bool,
+}
+
+impl Identity {
+    /// Resolve the identity like git: `GIT_{AUTHOR,COMMITTER}_{NAME,EMAIL}` from `env`,
+    /// then `author.*`/`committer.*`, then `user.*` from `config`, then the fallback.
+    pub fn resolve(
+        config: &dyn Fn(&str) -> Option<String>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Identity {
+        let mut used_fallback = false;
+        let mut pick = |var: &str, role_key: &str, user_key: &str, fallback: &str| -> String {
+            let found = env(var)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .or_else(|| config(role_key))
+                .or_else(|| config(user_key));
+            found.unwrap_or_else(|| {
+                used_fallback = true;
+                fallback.to_string()
+            })
+        };
+        let author_name = pick("GIT_AUTHOR_NAME", "author.name", "user.name", FALLBACK_NAME);
+        let author_email = pick(
+            "GIT_AUTHOR_EMAIL",
+            "author.email",
+            "user.email",
+            FALLBACK_EMAIL,
+        );
+        let committer_name = pick(
+            "GIT_COMMITTER_NAME",
+            "committer.name",
+            "user.name",
+            FALLBACK_NAME,
+        );
+        let committer_email = pick(
+            "GIT_COMMITTER_EMAIL",
+            "committer.email",
+            "user.email",
+            FALLBACK_EMAIL,
+        );
+        Identity {
+            author_name,
+            author_email,
+            committer_name,
+            committer_email,
+            used_fallback,
+        }
+    }
+}
+
+/// A non-bare repository and its work tree.
+pub struct Repo {
+    repo: Repository,
+    root: PathBuf,
+    lock_wait: Duration,
+    git: GitCli,
+    /// The configuration as git reads it, read once.
+    config: std::sync::OnceLock<std::collections::HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for Repo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repo")
+            .field("root", &self.root)
+            .field("git_dir", &self.repo.path())
+            .finish()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Untracked {
+    No,
+    Normal,
+    All,
+}
+
+impl Repo {
+    /// Open the repository enclosing `dir` (any subdirectory works). Bare repositories are refused.
+    pub fn discover(dir: &Path) -> Result<Repo, GitError> {
+        let repo = match Repository::discover(dir) {
+            Ok(repo) => repo,
+            Err(e) if e.code() == ErrorCode::NotFound => return Err(GitError::NotARepo),
+            Err(e) => return Err(GitError::Git(e)),
+        };
+        let root = match repo.workdir() {
+            Some(w) if !repo.is_bare() => w.components().collect::<PathBuf>(),
+            _ => return Err(GitError::Bare(repo.path().components().collect())),
+        };
+        let git = GitCli::new(repo.path(), &root);
+        Ok(Repo {
+            repo,
+            root,
+            lock_wait: DEFAULT_LOCK_WAIT,
+            git,
+            config: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Work tree root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The underlying git2 repository.
+    pub fn git2(&self) -> &Repository {
+        &self.repo
+    }
+
+    /// Set how long `commit_all` waits for another process's `index.lock` (default 2 s).
+    pub fn set_lock_wait(&mut self, wait: Duration) {
+        self.lock_wait = wait;
+    }
+
+    /// Path of the index lock file.
+    pub fn index_lock_path(&self) -> PathBuf {
+        self.repo.path().join("index.lock")
+    }
+
+    /// Refuse when an operation is in progress or the index has conflicts, and wait up to
+    /// `lock_wait` for someone else's `index.lock` to go away (it is never deleted).
+    pub fn check_ready(&self, lock_wait: Duration) -> Result<(), GitError> {
+        self.check_refusals()?;
+        self.wait_for_lock(lock_wait)
+    }
+
+    /// Refuse during an operation in progress or with conflicts in the index on disk.
+    fn check_refusals(&self) -> Result<(), GitError> {
+        self.check_state()?;
+        let on_disk = Index::open(&self.repo.path().join("index"))?;
+        if on_disk.has_conflicts() {
+            return Err(GitError::Conflicts);
+        }
+        Ok(())
+    }
+
+    fn check_state(&self) -> Result<(), GitError> {
+        let what = match self.repo.state() {
+            RepositoryState::Clean => return Ok(()),
+            RepositoryState::Merge => "merge",
+            RepositoryState::Revert | RepositoryState::RevertSequence => "revert",
+            RepositoryState::CherryPick | RepositoryState::CherryPickSequence => "cherry-pick",
+            RepositoryState::Bisect => "bisect",
+            RepositoryState::Rebase => "rebase",
+            RepositoryState::RebaseInteractive => "rebase (interactive)",
+            RepositoryState::RebaseMerge => "rebase (merge)",
+            RepositoryState::ApplyMailbox => "mailbox apply (git am)",
+            RepositoryState::ApplyMailboxOrRebase => "rebase or mailbox apply (git am)",
+        };
+        Err(GitError::InProgress(what))
+    }
+
+    fn wait_for_lock(&self, lock_wait: Duration) -> Result<(), GitError> {
+        let lock = self.index_lock_path();
+        let deadline = Instant::now() + lock_wait;
+        loop {
+            if !lock.exists() {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(GitError::IndexLocked(lock));
+            }
+            thread::sleep(LOCK_POLL.min(deadline - now));
+        }
+    }
+
+    pub fn head(&self) -> Result<Option<CommitInfo>, GitError> {
+        Ok(self.head_commit()?.map(|c| commit_info(&c)))
+    }
+
+    fn head_commit(&self) -> Result<Option<git2::Commit<'_>>, GitError> {
+        head_commit_of(&self.repo)
+    }
+
+    /// What [`Repo::stage_all`] would stage, without walking the work tree, when the tree is
+    /// known clean: HEAD's tree — provided untracked files are shown by `git status` (else a
+    /// clean status says nothing about them). `None` when that cannot be vouched for.
+    pub fn clean_tree(&self) -> Result<Option<Oid>, GitError> {
+        if untracked_mode(self.config_value("status.showUntrackedFiles").as_deref())
+            == Untracked::No
+        {
+            return Ok(None);
+        }
+        Ok(self.head_commit()?.map(|c| c.tree_id()))
+    }
+
+    /// A configuration value as git sees it (trimmed; `None` when unset or empty).
+    pub fn config_value(&self, key: &str) -> Option<String> {
+        self.config
+            .get_or_init(|| read_config(&self.git))
+            .get(&key.to_ascii_lowercase())
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// The identity git would commit with (the environment, then the configuration), else
+    /// `ralph <ralph@localhost>`.
+    pub fn identity(&self) -> Identity {
+        Identity::resolve(&|k| self.config_value(k), &|var| std::env::var(var).ok())
+    }
+
+    /// HEAD's tree, `None` on an unborn branch.
+    pub fn head_tree(&self) -> Result<Option<Oid>, GitError> {
+        Ok(self.head_commit()?.map(|c| c.tree_id()))
+    }
+
+    /// Use ralph's watcher as the git CLI's file-system monitor from now on.
+    pub fn set_monitor(&mut self, monitor: Option<Monitor>) {
+        self.git.monitor = monitor;
+    }
+
+    /// The gitlinks of the index (submodules, recorded nested repositories), as repo-relative
+    /// paths: their commits change in git directories no watcher sees.
+    pub fn gitlinks(&self) -> Result<Vec<Vec<u8>>, GitError> {
+        let index = self.repo.index()?;
+        Ok(index
+            .iter()
+            .filter(|e| e.mode == 0o160_000)
+            .map(|e| e.path)
+            .collect())
+    }
+
+    /// Bytes `git status --porcelain` (v1) prints, with the user's configuration.
+    pub fn porcelain(&self) -> Result<Vec<u8>, GitError> {
+        self.git.run(&["status", "--porcelain"], None)
+    }
+
+    /// `git status --porcelain | cksum` without its trailing newline, e.g. `4294967295 0`.
+    pub fn fingerprint(&self) -> Result<String, GitError> {
+        Ok(cksum(&self.porcelain()?))
+    }
+
+    /// True when `git status --porcelain` would print anything.
+    pub fn is_dirty(&self) -> Result<bool, GitError> {
+        Ok(!self.porcelain()?.is_empty())
+    }
+
+    fn changed_paths(&self, tree: Oid) -> Result<Vec<String>, GitError> {
+        let head_tree = match self.head_commit()? {
+            Some(c) => Some(c.tree()?),
+            None => None,
+        };
+        if head_tree.as_ref().map(|t| t.id()) == Some(tree) {
+            return Ok(Vec::new());
+        }
+        let new_tree = self.repo.find_tree(tree)?;
+        let mut opts = DiffOptions::new();
+        opts.include_typechange(true);
+        let diff =
+            self.repo
+                .diff_tree_to_tree(head_tree.as_ref(), Some(&new_tree), Some(&mut opts))?;
+        let mut paths = Vec::new();
+        for delta in diff.deltas() {
+            for file in [delta.old_file(), delta.new_file()] {
+                if let Some(p) = file.path_bytes() {
+                    paths.push(String::from_utf8_lossy(p).into_owned());
+                }
+            }
+        }
+        paths.sort();
+        paths.dedup();
+        Ok(paths)
+    }
+
+    pub fn head_file(&self, path: &str) -> Result<Option<Vec<u8>>, GitError> {
+        let Some(commit) = self.head_commit()? else {
+            return Ok(None);
+        };
+        // Only plain components name something inside the tree.
+        let mut rel = PathBuf::new();
+        for component in Path::new(path).components() {
+            match component {
+                Component::Normal(part) => rel.push(part),
+                Component::CurDir => {}
+                _ => return Ok(None),
+            }
+        }
+        if rel.as_os_str().is_empty() {
+            return Ok(None);
+        }
+        let tree = commit.tree()?;
+        let entry = match tree.get_path(&rel) {
+            Ok(entry) => entry,
+            Err(e) if matches!(e.code(), ErrorCode::NotFound | ErrorCode::InvalidSpec) => {
+                return Ok(None);
+            }
+            Err(e) => return Err(GitError::Git(e)),
+        };
+        let object = entry.to_object(&self.repo)?;
+        Ok(object.as_blob().map(|b| b.content().to_vec()))
+    }
+}
+
+fn head_commit_of(repo: &Repository) -> Result<Option<git2::Commit<'_>>, GitError> {
+    let head = match repo.head() {
+        Ok(head) => head,
+        Err(e) if matches!(e.code(), ErrorCode::UnbornBranch | ErrorCode::NotFound) => {
+            return Ok(None);
+        }
+        Err(e) => return Err(GitError::Git(e)),
+    };
+    Ok(Some(head.peel_to_commit()?))
+}
+
+fn commit_info(commit: &git2::Commit<'_>) -> CommitInfo {
+    let id = commit.id().to_string();
+    let short = id.chars().take(7).collect();
+    let summary = commit
+        .summary_bytes()
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .unwrap_or_default();
+    CommitInfo { id, short, summary }
+}
+
+/// Git's boolean spelling: `None` when the value is not a boolean.
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "false" | "no" | "off" | "0" => Some(false),
+        "true" | "yes" | "on" | "1" => Some(true),
+        _ => None,
+    }
+}
+
+fn untracked_mode(value: Option<&str>) -> Untracked {
+    match value {
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "no" => Untracked::No,
+            "all" => Untracked::All,
+            "normal" => Untracked::Normal,
+            other => match parse_bool(other) {
+                Some(false) => Untracked::No,
+                _ => Untracked::Normal,
+            },
+        },
+        None => Untracked::Normal,
+    }
+}
+
+/// The repository's configuration as git reads it (`git config --list -z`): every level, the
+/// includes, and `GIT_CONFIG_GLOBAL`/`GIT_CONFIG_NOSYSTEM`/`GIT_CONFIG_*`, which libgit2 does
+/// not honour. Keys are looked up case-insensitively; the last value wins, as in git.
+fn read_config(git: &GitCli) -> std::collections::HashMap<String, String> {
+    let mut map = std::collections::HashMap::new();
+    let Ok(out) = git.run(&["config", "--list", "-z"], None) else {
+        return map;
+    };
+    for rec in out.split(|&b| b == 0).filter(|r| !r.is_empty()) {
+        let rec = String::from_utf8_lossy(rec);
+        let (key, value) = rec.split_once('\n').unwrap_or((&rec, ""));
+        map.insert(key.to_ascii_lowercase(), value.to_string());
+    }
+    map
+}
+
+#[cfg(test)]
+mod tests;

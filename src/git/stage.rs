@@ -1,0 +1,251 @@
+//! Staging exactly as `git add -A` (SPEC §8): `git status` (through the file monitor when one
+//! runs) names what changed; those paths, less what the commit guard keeps out and what git
+//! refuses, go to `git add -A` as literal pathspecs. git applies its own rules — ignore files at
+//! every level, sparse checkouts, clean filters, autocrlf, gitlinks — so the index is git's.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+
+use super::{GitError, Repo, Staged};
+
+/// Past this many changed paths, `git add -A` takes the whole tree (with the exclusions).
+const MAX_PATHSPECS: usize = 20_000;
+
+/// One line of `git status --porcelain=v1 -z --no-renames`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Entry {
+    pub x: u8,
+    pub y: u8,
+    pub path: String,
+}
+
+impl Entry {
+    fn untracked(&self) -> bool {
+        self.x == b'?' && self.y == b'?'
+    }
+}
+
+/// Parse `git status --porcelain=v1 -z --no-renames` output.
+pub(super) fn parse_status(out: &[u8]) -> Vec<Entry> {
+    out.split(|&b| b == 0)
+        .filter(|r| r.len() > 3)
+        .map(|r| Entry {
+            x: r[0],
+            y: r[1],
+            path: String::from_utf8_lossy(&r[3..]).into_owned(),
+        })
+        .collect()
+}
+
+/// What goes to `git add`.
+#[derive(Default)]
+struct AddPlan {
+    include: Vec<String>,
+    exclude: Vec<String>,
+    left_out: Vec<(String, String)>,
+}
+
+impl AddPlan {
+    fn leave_out(&mut self, path: &str, why: String) {
+        self.exclude.push(path.to_string());
+        self.left_out.push((path.to_string(), why));
+    }
+}
+
+/// Why git cannot add what is at `abs` (a FIFO, a socket, a device), if it cannot.
+fn refused(abs: &Path) -> Option<String> {
+    let ft = std::fs::symlink_metadata(abs).ok()?.file_type();
+    let what = if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_block_device() || ft.is_char_device() {
+        "a device"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "it is {what}, which git cannot add (a tracked version is kept)"
+    ))
+}
+
+impl Repo {
+    /// Stage as `git add -A` would, less the paths `exclude` names (the commit guard: only for
+    /// paths not yet tracked) and the paths git refuses, writing the index.
+    pub fn stage_all(
+        &mut self,
+        exclude: &dyn Fn(&str, &Path) -> Option<String>,
+    ) -> Result<Staged, GitError> {
+        self.check_refusals()?;
+        self.wait_for_lock(self.lock_wait)?;
+        let out = self.git.run(
+            &["status", "--porcelain=v1", "-z", "--no-renames", "-unormal"],
+            None,
+        )?;
+        let mut plan = AddPlan::default();
+        for e in parse_status(&out) {
+            self.plan_entry(&e, exclude, &mut plan)?;
+        }
+        if !plan.include.is_empty() {
+            self.add(&plan)?;
+        }
+        let tree = self.index_tree()?;
+        Ok(Staged {
+            tree,
+            changed: self.changed_paths(tree)?,
+            left_out: plan.left_out,
+        })
+    }
+
+    fn plan_entry(
+        &self,
+        e: &Entry,
+        exclude: &dyn Fn(&str, &Path) -> Option<String>,
+        plan: &mut AddPlan,
+    ) -> Result<(), GitError> {
+        // Already staged as the work tree has it: nothing for `git add` to do.
+        if !e.untracked() && e.y == b' ' {
+            return Ok(());
+        }
+        let path = e.path.trim_end_matches('/');
+        let abs = self.root.join(path);
+        if let Some(why) = refused(&abs) {
+            plan.leave_out(path, why);
+            return Ok(());
+        }
+        if !e.untracked() {
+            plan.include.push(path.to_string());
+            return Ok(());
+        }
+        if e.path.ends_with('/') {
+            return self.plan_untracked_dir(path, exclude, plan);
+        }
+        match exclude(path, &abs) {
+            Some(why) => plan.leave_out(path, why),
+            None => plan.include.push(path.to_string()),
+        }
+        Ok(())
+    }
+
+    /// An untracked directory: everything git would add under it, each file through the guard.
+    fn plan_untracked_dir(
+        &self,
+        dir: &str,
+        exclude: &dyn Fn(&str, &Path) -> Option<String>,
+        plan: &mut AddPlan,
+    ) -> Result<(), GitError> {
+        if self.root.join(dir).join(".git").exists() {
+            return self.plan_nested_repo(dir, plan);
+        }
+        let spec = format!(":(literal){dir}/");
+        let out = self.git.run(
+            &[
+                "ls-files",
+                "-z",
+                "--others",
+                "--exclude-standard",
+                "--",
+                &spec,
+            ],
+            None,
+        )?;
+        for rec in out.split(|&b| b == 0).filter(|r| !r.is_empty()) {
+            let rel = String::from_utf8_lossy(rec).into_owned();
+            let rel = rel.trim_end_matches('/');
+            let abs = self.root.join(rel);
+            if rec.ends_with(b"/") && abs.join(".git").exists() {
+                self.plan_nested_repo(rel, plan)?;
+                continue;
+            }
+            if let Some(why) = refused(&abs).or_else(|| exclude(rel, &abs)) {
+                plan.leave_out(rel, why);
+            }
+        }
+        plan.include.push(dir.to_string());
+        Ok(())
+    }
+
+    /// An untracked nested repository: git records it as a gitlink when it has a commit, and
+    /// refuses it otherwise.
+    fn plan_nested_repo(&self, dir: &str, plan: &mut AddPlan) -> Result<(), GitError> {
+        let has_commit = git2::Repository::open(self.root.join(dir))
+            .ok()
+            .is_some_and(|r| r.head().and_then(|h| h.peel_to_commit()).is_ok());
+        if has_commit {
+            plan.include.push(dir.to_string());
+        } else {
+            plan.leave_out(
+                dir,
+                "it is a nested repository without a commit, which git cannot add".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// `git add -A` of the planned paths as literal pathspecs, less the exclusions.
+    fn add(&self, plan: &AddPlan) -> Result<(), GitError> {
+        let mut specs: Vec<u8> = Vec::new();
+        let mut push = |magic: &str, p: &str| {
+            specs.extend_from_slice(magic.as_bytes());
+            specs.extend_from_slice(p.as_bytes());
+            specs.push(0);
+        };
+        if plan.include.len() > MAX_PATHSPECS {
+            push(":/", "");
+        } else {
+            for p in &plan.include {
+                push(":(literal)", p);
+            }
+        }
+        for p in &plan.exclude {
+            push(":(exclude,literal)", p);
+        }
+        self.git.run(
+            &["add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"],
+            Some(&specs),
+        )?;
+        Ok(())
+    }
+
+    /// The tree the index on disk holds (written to the object database).
+    pub fn index_tree(&self) -> Result<git2::Oid, GitError> {
+        let mut index = self.repo.index()?;
+        index.read(true)?;
+        Ok(index.write_tree()?)
+    }
+
+    /// `git add -A` of one directory's files (ralph's bookkeeping after the status block was
+    /// written); what the user's rules ignore stays out, as with `git add -A`.
+    pub fn add_dir(&self, dir: &str) -> Result<(), GitError> {
+        if !self.root.join(dir).is_dir() {
+            return Ok(());
+        }
+        self.wait_for_lock(self.lock_wait)?;
+        let spec = format!(":(literal){dir}");
+        let args = ["add", "-A", "--", spec.as_str()];
+        let out = self.git.output(&args, None)?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // The user's rules ignore the whole directory: `git add -A` would leave it out too.
+        if out.status.success() || stderr.contains("ignored by one of your .gitignore files") {
+            return Ok(());
+        }
+        Err(GitError::Cli {
+            command: format!("git {}", args.join(" ")),
+            message: stderr.trim().to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_records_parse() {
+        let e = parse_status(b" M a b\0?? dir/\0D  gone\0");
+        assert_eq!(e.len(), 3);
+        assert_eq!((e[0].x, e[0].y, e[0].path.as_str()), (b' ', b'M', "a b"));
+        assert!(e[1].untracked() && e[1].path == "dir/");
+        assert_eq!(e[2].path, "gone");
+    }
+}
