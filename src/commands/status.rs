@@ -52,7 +52,8 @@ fn gather(ctx: &Context) -> Result<Status> {
         .filter_map(|r| state::parse_iter_record(r))
         .collect();
     // A supervisor is running when someone holds the lock (the kernel drops it on any death).
-    let running = st.as_ref().is_some_and(|s| s.running) && Lock::is_held(&rd.lock_file());
+    let running = st.as_ref().is_some_and(|s| s.running)
+        && Lock::is_held(&state::lock_path(repo.git2().path()));
     let task_file = st.as_ref().map_or_else(
         || root.join(crate::task::TASK_FILE),
         |s| root.join(&s.task_file),

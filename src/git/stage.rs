@@ -114,7 +114,7 @@ impl Repo {
             return Ok(());
         }
         if !e.untracked() {
-            plan.include.push(path.to_string());
+            plan.include.push(self.reachable(path));
             return Ok(());
         }
         if e.path.ends_with('/') {
@@ -125,6 +125,22 @@ impl Repo {
             None => plan.include.push(path.to_string()),
         }
         Ok(())
+    }
+
+    /// A pathspec git can follow to `path`: when an ancestor directory was replaced by a symlink
+    /// or a file, git refuses a pathspec "beyond" it; the ancestor itself names the same index
+    /// entries (and what replaced them).
+    fn reachable(&self, path: &str) -> String {
+        for (i, _) in path.match_indices('/') {
+            let ancestor = &path[..i];
+            let real_dir = std::fs::symlink_metadata(self.root.join(ancestor))
+                .map(|m| m.is_dir())
+                .unwrap_or(true);
+            if !real_dir {
+                return ancestor.to_string();
+            }
+        }
+        path.to_string()
     }
 
     /// An untracked directory: everything git would add under it, each file through the guard.
@@ -200,11 +216,9 @@ impl Repo {
         for p in &plan.exclude {
             push(":(exclude,literal)", p);
         }
-        self.git.run(
-            &["add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"],
-            Some(&specs),
-        )?;
-        Ok(())
+        let args = ["add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"];
+        let out = self.git.output(&args, Some(&specs))?;
+        added(&args, &out)
     }
 
     /// The tree the index on disk holds (written to the object database).
@@ -224,16 +238,24 @@ impl Repo {
         let spec = format!(":(literal){dir}");
         let args = ["add", "-A", "--", spec.as_str()];
         let out = self.git.output(&args, None)?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        // The user's rules ignore the whole directory: `git add -A` would leave it out too.
-        if out.status.success() || stderr.contains("ignored by one of your .gitignore files") {
-            return Ok(());
-        }
-        Err(GitError::Cli {
-            command: format!("git {}", args.join(" ")),
-            message: stderr.trim().to_string(),
-        })
+        added(&args, &out)
     }
+}
+
+/// Whether `git add` did its work: success, or git's advice that it left out paths the user's
+/// ignore rules or sparse-checkout definition exclude (exit 1 after staging everything else —
+/// what `git add -A` itself would leave out).
+fn added(args: &[&str], out: &std::process::Output) -> Result<(), GitError> {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let advice = stderr.contains("ignored by one of your .gitignore files")
+        || stderr.contains("outside of your sparse-checkout definition");
+    if out.status.success() || (out.status.code() == Some(1) && advice) {
+        return Ok(());
+    }
+    Err(GitError::Cli {
+        command: format!("git {}", args.join(" ")),
+        message: stderr.trim().to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -1,10 +1,17 @@
-//! One supervisor per work tree (SPEC §11): an advisory lock the kernel drops when its holder dies.
+//! One supervisor per work tree (SPEC §7, §11): an advisory lock the kernel drops when its
+//! holder dies, in the work tree's git directory (`$GIT_DIR/ralph.lock`; a linked worktree has
+//! its own), where an agent's `git clean -xfd` or `rm -rf .ralph` cannot remove it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::Path;
 
 use crate::error::{Error, Result};
+
+/// Where the lock of the work tree whose git directory is `git_dir` lives.
+pub fn lock_path(git_dir: &Path) -> std::path::PathBuf {
+    git_dir.join("ralph.lock")
+}
 
 /// The advisory lock held by a running supervisor (std's `File::try_lock`): the kernel releases
 /// it when the holder dies, so a crash never leaves a stale lock.

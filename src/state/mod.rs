@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-pub use lock::Lock;
+pub use lock::{Lock, lock_path};
 pub use logs::{
     IterKey, IterRecord, MAX_SHOWN_LINE, append_line, last_three_repeat, parse_iter_record,
     tail_lines,
@@ -78,9 +78,6 @@ impl RalphDir {
     }
     pub fn state_file(&self) -> PathBuf {
         self.path.join("state.json")
-    }
-    pub fn lock_file(&self) -> PathBuf {
-        self.path.join("lock")
     }
     pub fn run_dir(&self, run_id: &str) -> PathBuf {
         self.path.join("runs").join(run_id)

@@ -491,3 +491,129 @@ pub fn ralph_with_memory_limit(
 pub fn fake_agent_cmd() -> String {
     format!("'{}'", fake_agent().display())
 }
+
+// --- Helpers shared by the git differential tests (git_exact, git_props, git_bookkeeping). ---
+
+/// `git args` in `dir` (any repository: ralph's or its twin) with the test's isolated
+/// environment; the output whatever the exit status.
+pub fn git_output_in(env: &TestEnv, dir: &std::path::Path, args: &[&str]) -> Output {
+    env.command("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run git")
+}
+
+/// `git args` in `dir`, success asserted; its stdout.
+#[track_caller]
+pub fn git_in(env: &TestEnv, dir: &std::path::Path, args: &[&str]) -> String {
+    let out = git_output_in(env, dir, args);
+    assert!(
+        out.status.success(),
+        "git {args:?} in {} failed: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `sh FILE` in `dir` with the test's isolated environment (as the fake agent's `sh:FILE`
+/// action runs it), success asserted.
+#[track_caller]
+pub fn sh_file_in(env: &TestEnv, dir: &std::path::Path, file: &std::path::Path) -> Output {
+    let out = env
+        .command("sh")
+        .arg(file)
+        .current_dir(dir)
+        .output()
+        .expect("run sh");
+    assert!(
+        out.status.success(),
+        "sh {} in {} failed: {}",
+        file.display(),
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// What `git status --porcelain | cksum` prints in `dir`, without the newline.
+pub fn porcelain_cksum_in(env: &TestEnv, dir: &std::path::Path) -> String {
+    let out = env
+        .command("sh")
+        .args(["-c", "git status --porcelain | cksum"])
+        .current_dir(dir)
+        .output()
+        .expect("sh");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `git status --porcelain` in `dir`, for failure messages.
+pub fn porcelain_in(env: &TestEnv, dir: &std::path::Path) -> String {
+    String::from_utf8_lossy(&git_output_in(env, dir, &["status", "--porcelain"]).stdout)
+        .into_owned()
+}
+
+/// Every entry of a tree, recursively, as `git ls-tree -r` prints it (mode, type, id, path;
+/// paths unquoted), leaving out the paths for which `skip` holds. Git trees hold no empty
+/// directories, so this listing determines the tree exactly.
+pub fn tree_entries(
+    env: &TestEnv,
+    dir: &std::path::Path,
+    treeish: &str,
+    skip: &dyn Fn(&str) -> bool,
+) -> Vec<String> {
+    let out = git_output_in(env, dir, &["ls-tree", "-r", "-z", "--full-tree", treeish]);
+    assert!(
+        out.status.success(),
+        "git ls-tree {treeish} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .split('\0')
+        .filter(|e| !e.is_empty())
+        .filter(|e| !skip(e.split_once('\t').map_or("", |(_, p)| p)))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The entries only in `ours` and only in `theirs`, one per line (`{:?}`, so odd names show),
+/// or an empty string when both hold the same entries.
+pub fn entries_diff(ours: &[String], theirs: &[String]) -> String {
+    let mut s = String::new();
+    for e in ours.iter().filter(|e| !theirs.contains(e)) {
+        s.push_str(&format!("  only in ralph's: {e:?}\n"));
+    }
+    for e in theirs.iter().filter(|e| !ours.contains(e)) {
+        s.push_str(&format!("  only in git's:   {e:?}\n"));
+    }
+    s
+}
+
+/// The last field of ralph's last `ITER` record: the fingerprint it wrote.
+pub fn last_fingerprint(env: &TestEnv) -> String {
+    env.iter_records()
+        .last()
+        .and_then(|r| r.rsplit(" | ").next().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// `cp -a` ralph's repository into a twin beside it (same files, modes, links and git dir)
+/// and return the twin's path.
+pub fn make_twin(env: &TestEnv) -> PathBuf {
+    let twin = env.repo.with_file_name("twin");
+    let out = env
+        .command("cp")
+        .arg("-a")
+        .arg(&env.repo)
+        .arg(&twin)
+        .output()
+        .expect("cp");
+    assert!(
+        out.status.success(),
+        "cp -a: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    twin
+}

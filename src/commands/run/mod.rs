@@ -244,7 +244,7 @@ async fn supervise(
     // .ralph/ files otherwise ride along with the first iteration that changes something.
     let was_dirty = !r.settings.no_commit && r.repo.is_dirty()?;
     state::create_private_dir(&r.rd.path)?;
-    let lock = Lock::acquire(&r.rd.lock_file())?;
+    let lock = Lock::acquire(&state::lock_path(r.repo.git2().path()))?;
     if let Plan::Describe(description) = &r.plan {
         let description = description.clone();
         r.plan = planning::plan_table(

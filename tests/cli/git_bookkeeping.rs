@@ -1,0 +1,103 @@
+//! ralph's own bookkeeping against an agent that uses git itself (SPEC §8, §7, §11): an agent
+//! committing its own work, and an agent running `git clean -xfd` while ralph supervises it.
+
+use std::time::Duration;
+
+use crate::common::*;
+
+fn setup() -> TestEnv {
+    let env = TestEnv::new();
+    env.write_task(&["never checked by the agent"], "");
+    env.commit_all("initial");
+    env
+}
+
+/// SPEC §8: ralph's bookkeeping (the Current Status block of `.ralph/progress.md`, its new files
+/// under `.ralph/`) never makes a commit by itself, also when the agent committed its own work:
+/// it rides along with the next commit. An agent that commits every iteration (`churn` then
+/// `git add -A && git commit`) leaves ralph nothing of its own to commit, so no commit in the
+/// history holds only files under `.ralph/`.
+///
+/// Before the git CLI staged (libgit2 only): every iteration gets a `ralph: iteration N — agent work` commit holding only
+/// `.ralph/progress.md`.
+#[test]
+fn an_agent_committing_its_own_work_gets_no_commit_of_ralph_files_alone() {
+    let env = setup();
+    let out = env.run_fake(
+        "churn+commit:agent work",
+        &["--max-iterations", "3", "--stuck-threshold", "99"],
+    );
+    assert_exit(&out, 3);
+    let subjects = env.commits();
+    assert_eq!(
+        subjects.iter().filter(|s| *s == "agent work").count(),
+        3,
+        "the agent committed its work every iteration: {subjects:?}"
+    );
+    let mut alone = Vec::new();
+    for commit in env.git(&["rev-list", "HEAD"]).lines() {
+        let names = env.git(&["show", "--name-only", "--format=", commit]);
+        let names: Vec<&str> = names.lines().filter(|l| !l.is_empty()).collect();
+        if !names.is_empty() && names.iter().all(|n| n.starts_with(".ralph/")) {
+            let subject = env.git(&["log", "-1", "--format=%s", commit]);
+            alone.push(format!("{} {names:?}", subject.trim()));
+        }
+    }
+    assert!(
+        alone.is_empty(),
+        "commits holding only ralph's own files:\n{}",
+        alone.join("\n")
+    );
+}
+
+/// SPEC §11/§7: one supervisor per work tree, and nothing the agent does to the work tree lets a
+/// second one in — the lock lives in the git dir, where `git clean -xfd` cannot remove it. The
+/// agent of the first run runs `git clean -xfd` (deleting everything untracked or ignored,
+/// `.ralph/` included) and then hangs; a second `ralph run` meanwhile exits 1 naming the first
+/// one's pid, and the first goes on unaffected (an interrupt then ends it as usual, exit 130).
+///
+/// Before the git CLI staged (libgit2 only): `git clean -xfd` deletes `.ralph/lock`; the second `ralph run` takes a new lock
+/// and runs its iteration beside the first.
+#[test]
+fn git_clean_by_the_agent_does_not_let_a_second_supervisor_in() {
+    let env = setup();
+    let marker = env.home.join("cleaned");
+    let clean = agent_sh(
+        &env,
+        "clean",
+        &format!("git clean -xfdq\ntouch '{}'", marker.display()),
+    );
+    let first = env.spawn_fake(
+        &format!("{clean}+hang"),
+        &["--max-iterations", "1", "--grace", "1s"],
+    );
+    let cleaned = wait_until(Duration::from_secs(20), || marker.exists());
+    let second = cleaned.then(|| env.run_fake("idle", &["--max-iterations", "1"]));
+    let first_alive = pid_alive(first.pid());
+    let first_pid = first.pid();
+    // Stop the first run before asserting anything, so a failure leaves no ralph behind.
+    first.signal(libc::SIGINT);
+    let (code, first_out, first_err) = first.wait(Duration::from_secs(30));
+
+    assert!(cleaned, "the first run's agent never ran `git clean -xfd`");
+    let second = second.expect("second run");
+    assert_eq!(
+        second.status.code(),
+        Some(1),
+        "a second supervisor started after `git clean -xfd`: exit {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        second.status.code(),
+        stdout(&second),
+        stderr(&second)
+    );
+    assert!(
+        stderr(&second).contains(&format!("pid {first_pid}")),
+        "the refusal names the holder's pid {first_pid}: {}",
+        stderr(&second)
+    );
+    assert!(first_alive, "the first run died while the second started");
+    assert_eq!(
+        code,
+        Some(130),
+        "the first run, interrupted, ends as usual\n--- stdout ---\n{first_out}\n--- stderr ---\n{first_err}"
+    );
+}
