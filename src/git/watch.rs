@@ -524,3 +524,102 @@ mod imp {
         None
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// A watched work tree: `.git` and `.ralph` as ralph has them.
+    fn tree() -> (tempfile::TempDir, Arc<Watch>) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in [".git", ".ralph", ".ralph/runs", "src/deep"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("src/a.txt"), "a").unwrap();
+        let w = Watch::start(root, &root.join(".git"), &root.join(".ralph")).unwrap();
+        assert!(!w.is_broken());
+        (dir, w)
+    }
+
+    /// The hook's answer for `token` right now, as text (NULs as `|`).
+    fn ask(w: &Watch, token: &str) -> String {
+        w.write_answers().unwrap();
+        let file = std::fs::read(&w.answers).unwrap();
+        String::from_utf8_lossy(&fsmonitor::answer(&file, "2", token)).replace('\0', "|")
+    }
+
+    /// The token an answer hands out.
+    fn token(answer: &str) -> String {
+        answer.split('|').next().unwrap().to_string()
+    }
+
+    #[test]
+    fn changes_since_a_token_and_nothing_else() {
+        let (dir, w) = tree();
+        let root = dir.path();
+        let t0 = token(&ask(&w, "unknown"));
+        std::fs::write(root.join("src/a.txt"), "changed").unwrap();
+        std::fs::create_dir_all(root.join("new/inner")).unwrap();
+        std::fs::write(root.join("new/inner/f"), "f").unwrap();
+        // ralph's own runtime noise and transcripts are not changes.
+        std::fs::write(root.join(".ralph/activity.log"), "log").unwrap();
+        std::fs::write(root.join(".ralph/runs/t.log"), "transcript").unwrap();
+        std::fs::write(root.join(".ralph/progress.md"), "notes").unwrap();
+        let a = ask(&w, &t0);
+        for want in [
+            "src/a.txt",
+            "new/",
+            "new/inner/",
+            "new/inner/f",
+            ".ralph/progress.md",
+        ] {
+            assert!(a.split('|').any(|p| p == want), "{want} missing from {a}");
+        }
+        assert!(!a.contains("activity.log") && !a.contains("t.log"), "{a}");
+        assert!(!a.split('|').any(|p| p == "/"), "{a}");
+        // Nothing since: the same token back, no paths.
+        let t1 = token(&a);
+        assert_eq!(ask(&w, &t1), format!("{t1}|"));
+        // A chmod is a change too.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            root.join("src/a.txt"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        assert!(ask(&w, &t1).split('|').any(|p| p == "src/a.txt"));
+    }
+
+    #[test]
+    fn an_agent_touching_the_git_directory_makes_everything_changed() {
+        let (dir, w) = tree();
+        let root = dir.path();
+        let t0 = token(&ask(&w, "unknown"));
+        // ralph's own git commands touch it between agents: not a reason.
+        std::fs::write(root.join(".git/index"), "ralph's").unwrap();
+        let a = ask(&w, &t0);
+        assert!(!a.contains("|/|"), "{a}");
+        let t1 = token(&a);
+        w.begin_agent();
+        std::fs::write(root.join(".git/index"), "the agent's").unwrap();
+        w.end_agent();
+        assert!(ask(&w, &t1).ends_with("|/|"));
+    }
+
+    #[test]
+    fn an_ignore_file_change_or_a_moved_directory_is_answered_in_full() {
+        let (dir, w) = tree();
+        let root = dir.path();
+        let t0 = token(&ask(&w, "unknown"));
+        std::fs::write(root.join("src/.gitignore"), "*.o\n").unwrap();
+        assert!(ask(&w, &t0).ends_with("|/|"));
+        let t1 = token(&ask(&w, "unknown"));
+        std::fs::rename(root.join("src/deep"), root.join("moved")).unwrap();
+        std::fs::write(root.join("moved/inside"), "x").unwrap();
+        let a = ask(&w, &t1);
+        for want in ["src/deep", "src/deep/", "moved", "moved/", "moved/inside"] {
+            assert!(a.split('|').any(|p| p == want), "{want} missing from {a}");
+        }
+    }
+}
