@@ -90,6 +90,9 @@ pub struct Staged {
     /// Paths left out, with the reason: the commit guard's, and paths git refuses (a FIFO, a
     /// socket, a nested repository without a commit).
     pub left_out: Vec<(String, String)>,
+    /// What git reported changed in the work tree and was staged now (paths; an untracked
+    /// directory as `dir/`), for deciding whose change it was.
+    pub worked: Vec<String>,
 }
 
 /// Runs the hooks before a commit: given the work tree and the message, the message to use or
@@ -198,13 +201,6 @@ impl std::fmt::Debug for Repo {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Untracked {
-    No,
-    Normal,
-    All,
-}
-
 impl Repo {
     /// Open the repository enclosing `dir` (any subdirectory works). Bare repositories are refused.
     pub fn discover(dir: &Path) -> Result<Repo, GitError> {
@@ -303,18 +299,6 @@ impl Repo {
         head_commit_of(&self.repo)
     }
 
-    /// What [`Repo::stage_all`] would stage, without walking the work tree, when the tree is
-    /// known clean: HEAD's tree — provided untracked files are shown by `git status` (else a
-    /// clean status says nothing about them). `None` when that cannot be vouched for.
-    pub fn clean_tree(&self) -> Result<Option<Oid>, GitError> {
-        if untracked_mode(self.config_value("status.showUntrackedFiles").as_deref())
-            == Untracked::No
-        {
-            return Ok(None);
-        }
-        Ok(self.head_commit()?.map(|c| c.tree_id()))
-    }
-
     /// A configuration value as git sees it (trimmed; `None` when unset or empty).
     pub fn config_value(&self, key: &str) -> Option<String> {
         self.config
@@ -328,11 +312,6 @@ impl Repo {
     /// `ralph <ralph@localhost>`.
     pub fn identity(&self) -> Identity {
         Identity::resolve(&|k| self.config_value(k), &|var| std::env::var(var).ok())
-    }
-
-    /// HEAD's tree, `None` on an unborn branch.
-    pub fn head_tree(&self) -> Result<Option<Oid>, GitError> {
-        Ok(self.head_commit()?.map(|c| c.tree_id()))
     }
 
     /// Use ralph's watcher as the git CLI's file-system monitor from now on.
@@ -441,30 +420,6 @@ fn commit_info(commit: &git2::Commit<'_>) -> CommitInfo {
         .map(|s| String::from_utf8_lossy(s).into_owned())
         .unwrap_or_default();
     CommitInfo { id, short, summary }
-}
-
-/// Git's boolean spelling: `None` when the value is not a boolean.
-fn parse_bool(value: &str) -> Option<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "" | "false" | "no" | "off" | "0" => Some(false),
-        "true" | "yes" | "on" | "1" => Some(true),
-        _ => None,
-    }
-}
-
-fn untracked_mode(value: Option<&str>) -> Untracked {
-    match value {
-        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "no" => Untracked::No,
-            "all" => Untracked::All,
-            "normal" => Untracked::Normal,
-            other => match parse_bool(other) {
-                Some(false) => Untracked::No,
-                _ => Untracked::Normal,
-            },
-        },
-        None => Untracked::Normal,
-    }
 }
 
 /// The repository's configuration as git reads it (`git config --list -z`): every level, the

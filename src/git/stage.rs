@@ -41,6 +41,8 @@ pub(super) fn parse_status(out: &[u8]) -> Vec<Entry> {
 #[derive(Default)]
 struct AddPlan {
     include: Vec<String>,
+    /// The status paths behind `include` (before any ancestor replaced them).
+    worked: Vec<String>,
     exclude: Vec<String>,
     left_out: Vec<(String, String)>,
 }
@@ -94,6 +96,7 @@ impl Repo {
             tree,
             changed: self.changed_paths(tree)?,
             left_out: plan.left_out,
+            worked: plan.worked,
         })
     }
 
@@ -114,15 +117,20 @@ impl Repo {
             return Ok(());
         }
         if !e.untracked() {
+            plan.worked.push(e.path.clone());
             plan.include.push(self.reachable(path));
             return Ok(());
         }
         if e.path.ends_with('/') {
+            plan.worked.push(e.path.clone());
             return self.plan_untracked_dir(path, exclude, plan);
         }
         match exclude(path, &abs) {
             Some(why) => plan.leave_out(path, why),
-            None => plan.include.push(path.to_string()),
+            None => {
+                plan.worked.push(e.path.clone());
+                plan.include.push(path.to_string());
+            }
         }
         Ok(())
     }
@@ -224,7 +232,8 @@ impl Repo {
     /// The tree the index on disk holds (written to the object database).
     pub fn index_tree(&self) -> Result<git2::Oid, GitError> {
         let mut index = self.repo.index()?;
-        index.read(true)?;
+        // Re-read only when git wrote it since (its stamp changed): one read an iteration.
+        index.read(false)?;
         Ok(index.write_tree()?)
     }
 

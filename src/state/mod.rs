@@ -145,7 +145,7 @@ pub fn now_rfc3339() -> String {
     chrono::Local::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, false)
 }
 
-fn initial_progress(total: usize) -> String {
+pub fn initial_progress(total: usize) -> String {
     format!(
         "# RALPH Progress\n\n{}\n## Iteration Log\n<!-- Each iteration appends here -->\n",
         status_block(0, 0, total, "Not started")

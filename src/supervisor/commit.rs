@@ -115,8 +115,8 @@ pub(super) enum Subject {
 }
 
 impl Loop {
-    /// Update the progress file's status block and commit the iteration when the agent changed
-    /// something (its bookkeeping riding along).
+    /// Write the progress file's status block, stage like `git add -A`, and commit the
+    /// iteration when the agent changed something (its bookkeeping riding along).
     pub(super) fn commit_iteration(
         &mut self,
         prep: &Prepared,
@@ -124,61 +124,98 @@ impl Loop {
         status: (&str, usize, usize),
     ) -> Result<IterationCommit> {
         let n = prep.n;
-        let staged = match prep.tree_before {
-            Some(_) => Some(self.repo.stage_all(&guard(&self.settings))?),
-            None => None,
-        };
+        // Written first, so one `git add` stages it with the agent's work and git sees no
+        // change of the work tree between the commit and the fingerprint.
+        self.write_status_block(n, status)?;
         let head_now = self.repo.head()?;
         let agents_own = head_now
             .as_ref()
             .filter(|h| Some(h.id.as_str()) != prep.head_before.as_deref())
             .map(|h| h.summary.clone());
-        let agent_changed = match (&staged, prep.tree_before) {
-            (Some(s), Some(before)) => agent_changed(s, before, agents_own.is_some()),
-            _ => false,
-        };
-        // Bookkeeping is written after the comparison and staged, riding along with the next
-        // commit of the agent's work.
-        self.write_status_block(n, status)?;
-        if staged.is_some() {
-            self.repo.add_dir(state::DIR)?;
-        }
         let mut out = IterationCommit {
             subject: agents_own.clone(),
             head: String::new(),
             refused: None,
         };
-        if agent_changed {
-            let subject = match subject {
-                Subject::Stopped(why) => format!("ralph: iteration {n} ({why})"),
-                Subject::Work(what) => {
-                    let what = what
-                        .or(agents_own)
-                        .unwrap_or_else(|| "no criteria completed".to_string());
-                    format!("ralph: iteration {n} — {what}")
-                }
-            };
-            let message = commit_message(&subject, n, &self.state.run_id);
-            let report = self
-                .repo
-                .commit_staged(&message, hooks(&self.repo, &self.settings).as_deref())?;
-            let left_out = staged.map(|s| s.left_out).unwrap_or_default();
-            tell(self.ui, &self.rd, &left_out, report.hook_failure.as_deref())?;
-            if let Some(c) = report.outcome {
-                if c.used_fallback_identity
-                    && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
-                {
-                    self.ui.warn(FALLBACK_IDENTITY_WARNING);
-                }
-                out.subject = Some(c.commit.summary);
+        if !self.settings.no_commit {
+            let staged = self.repo.stage_all(&guard(&self.settings))?;
+            let mut worked = staged.worked.iter().filter(|p| !self.is_bookkeeping(p));
+            if worked.next().is_some() {
+                let subject = match subject {
+                    Subject::Stopped(why) => format!("ralph: iteration {n} ({why})"),
+                    Subject::Work(what) => {
+                        let what = what
+                            .or(agents_own)
+                            .unwrap_or_else(|| "no criteria completed".to_string());
+                        format!("ralph: iteration {n} — {what}")
+                    }
+                };
+                self.commit_work(&subject, n, &staged.left_out, &mut out)?;
+            } else {
+                tell(self.ui, &self.rd, &staged.left_out, None)?;
             }
-            out.refused = report.hook_failure;
         }
         out.head = self
             .repo
             .head()?
             .map_or_else(|| "no-commit".to_string(), |h| h.short);
         Ok(out)
+    }
+
+    fn commit_work(
+        &mut self,
+        subject: &str,
+        n: u32,
+        left_out: &[(String, String)],
+        out: &mut IterationCommit,
+    ) -> Result<()> {
+        let message = commit_message(subject, n, &self.state.run_id);
+        let report = self
+            .repo
+            .commit_staged(&message, hooks(&self.repo, &self.settings).as_deref())?;
+        tell(self.ui, &self.rd, left_out, report.hook_failure.as_deref())?;
+        if let Some(c) = report.outcome {
+            if c.used_fallback_identity && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                self.ui.warn(FALLBACK_IDENTITY_WARNING);
+            }
+            out.subject = Some(c.commit.summary);
+        }
+        out.refused = report.hook_failure;
+        Ok(())
+    }
+
+    /// Whether a changed path is ralph's bookkeeping, not the agent's work: `.ralph/.gitignore`,
+    /// the progress file when only its status block differs from HEAD's, and an untouched
+    /// guardrails scaffold.
+    fn is_bookkeeping(&self, path: &str) -> bool {
+        let rel = |name: &str| format!("{}/{name}", state::DIR);
+        if path == rel(".gitignore") || path == format!("{}/", state::DIR) {
+            return true;
+        }
+        let now = |p: &std::path::Path| {
+            crate::files::read_text_if_exists(p)
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+        };
+        let head = |name: &str| {
+            self.repo
+                .head_file(&rel(name))
+                .ok()
+                .flatten()
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+        };
+        if path == rel("progress.md") {
+            let was = head("progress.md").unwrap_or_else(|| state::initial_progress(0));
+            return state::without_status_block(&now(&self.rd.progress()))
+                == state::without_status_block(&was);
+        }
+        if path == rel("guardrails.md") {
+            return head("guardrails.md").is_none()
+                && now(&self.rd.guardrails()) == state::GUARDRAILS;
+        }
+        false
     }
 
     /// Ralph's Current Status block in `.ralph/progress.md` (bookkeeping: never committed alone).
@@ -196,20 +233,6 @@ impl Loop {
         }
         Ok(())
     }
-}
-
-/// Whether the agent left work to commit: the index differs from HEAD, and — when HEAD did not
-/// move — from what was staged before the agent ran (leftovers alone are not its work); when
-/// the agent committed its own work, ralph's files under `.ralph/` alone never make a commit.
-fn agent_changed(staged: &crate::git::Staged, before: git2::Oid, head_moved: bool) -> bool {
-    if staged.changed.is_empty() {
-        return false;
-    }
-    if head_moved {
-        let ralph = format!("{}/", state::DIR);
-        return !staged.changed.iter().all(|p| p.starts_with(&ralph));
-    }
-    staged.tree != before
 }
 
 #[cfg(test)]

@@ -56,8 +56,6 @@ pub struct Loop {
     pub stream: bool,
     /// Never ask (`--yes`, or stdin is not a terminal).
     pub unattended: bool,
-    /// HEAD when the last iteration left the tree clean (its staged tree is then HEAD's).
-    pub clean_at: Option<String>,
     /// The file watcher that makes git's status and staging cost what changed (Linux).
     pub watch: Option<std::sync::Arc<crate::git::watch::Watch>>,
 }

@@ -23,8 +23,6 @@ pub(super) struct Prepared {
     pub transcript_path: PathBuf,
     pub inv: Invocation,
     pub head_before: Option<String>,
-    /// What `git add -A` would stage before the agent ran (`None` with `--no-commit`).
-    pub tree_before: Option<git2::Oid>,
     /// Lines for the report block, gathered by every phase.
     pub notes: Vec<String>,
 }
@@ -60,7 +58,6 @@ impl Loop {
         self.state.iteration = n;
         self.state.save(&self.rd.state_file())?;
         let head_before = self.repo.head()?.map(|c| c.id);
-        let tree_before = self.tree_before(head_before.as_deref())?;
         Ok(Prepared {
             n,
             started_at,
@@ -70,7 +67,6 @@ impl Loop {
             transcript_path,
             inv,
             head_before,
-            tree_before,
             notes: Vec::new(),
         })
     }
@@ -94,23 +90,5 @@ impl Loop {
                 "stuck_alert": stuck_alert,
             }),
         );
-    }
-
-    /// What is staged before the agent runs: the index as the last iteration left it (its
-    /// leftovers and ralph's bookkeeping included), so that only the agent's own changes count.
-    /// After an iteration that left the tree clean at this same HEAD, that is HEAD's tree.
-    fn tree_before(&mut self, head_before: Option<&str>) -> Result<Option<git2::Oid>> {
-        if self.settings.no_commit {
-            return Ok(None);
-        }
-        if head_before.is_some()
-            && self.clean_at.as_deref() == head_before
-            && let Some(t) = self.repo.clean_tree()?
-        {
-            return Ok(Some(t));
-        }
-        // ralph's own new files (the first iteration's scaffold) are bookkeeping too.
-        self.repo.add_dir(crate::state::DIR)?;
-        Ok(Some(self.repo.index_tree()?))
     }
 }

@@ -3,7 +3,6 @@
 //! iteration leaves behind. (The logs and `state.json` follow in `conclude`, after the pure
 //! decision, in that order.)
 
-use super::CLEAN_FINGERPRINT;
 use super::Loop;
 use super::attempt::Attempted;
 use super::commit::{IterationCommit, Subject};
@@ -77,11 +76,6 @@ impl Loop {
             w.set_always(self.repo.gitlinks()?);
         }
         let fingerprint = self.repo.fingerprint()?;
-        self.clean_at = if fingerprint == CLEAN_FINGERPRINT {
-            self.repo.head()?.map(|h| h.id)
-        } else {
-            None
-        };
         let exit = match ending {
             Ok(Verified {
                 verdict: Some(v), ..

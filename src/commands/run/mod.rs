@@ -473,7 +473,6 @@ fn make_loop(
         interrupts,
         started: Instant::now(),
         stream: options.stream,
-        clean_at: None,
         watch: None,
     })
 }
