@@ -28,6 +28,7 @@ mod epics;
 mod ignore;
 mod preflight;
 mod prompt;
+mod records;
 mod rollup;
 mod runner;
 mod runs;
@@ -37,11 +38,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 pub use epics::{
-    Epic, epics_for_spec, incomplete_epics, list_epics, parse_epic, read_epic, status_is_terminal,
+    Epic, epics_for_spec, incomplete_epics, is_matrix_file_name, list_epics, parse_epic, read_epic,
+    status_is_terminal,
 };
 pub use ignore::{apply_ignore_lines, missing_ignore_lines, stop_hook_armed};
 pub use preflight::{count_tasks, strip_plan_markers, task_budget};
 pub use prompt::{Phase, PromptParams, epic_range, prompt};
+pub use records::{Coverage, Record, ReqState, Row, Summary, parse_records};
 pub use rollup::{
     SummaryCounts, completion_lines, counts_text, resolve_rollup, rollup_argv, summary_counts,
     target_only_rows, untraced,
