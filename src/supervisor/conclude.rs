@@ -59,6 +59,7 @@ impl Loop {
         Outcome {
             done: j.done,
             total: j.total,
+            progress: j.progress,
             source_complete: j.source_complete,
             tests_ok: v.tests_ok,
             promise_ok: v.promise_ok,

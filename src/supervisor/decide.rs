@@ -68,6 +68,10 @@ pub fn figures_fingerprint(figures: &str) -> String {
 pub struct Outcome {
     pub done: usize,
     pub total: usize,
+    /// The source's own progress measure when it counts the verdict's records itself (CPM:
+    /// verified rows plus traced requirements): progress is then this passing `best_done`,
+    /// and unseen verdict figures are not progress by themselves.
+    pub progress: Option<usize>,
     /// All criteria checked (the task source's own verdict).
     pub source_complete: bool,
     /// The test command passed, or there is none.
@@ -96,6 +100,7 @@ impl Outcome {
         Outcome {
             done,
             total,
+            progress: None,
             source_complete: false,
             tests_ok: false,
             promise_ok: false,
@@ -214,12 +219,14 @@ pub fn decide(prev: &Counters, outcome: &Outcome) -> (Counters, Decision) {
     (next, decision)
 }
 
-/// The counters after this outcome: progress (the done count past its best, or verdict figures
-/// this run has not seen), verdict failures in a row, the last three records.
+/// The counters after this outcome: progress (the done count — or the source's own measure —
+/// past its best, or verdict figures this run has not seen when the source does not count
+/// them itself), verdict failures in a row, the last three records.
 fn fold(prev: &Counters, outcome: &Outcome) -> Counters {
     let mut next = prev.clone();
-    let mut progress = outcome.done > prev.best_done;
-    if outcome.verdict.is_some() && outcome.forced.is_none() {
+    let measure = outcome.progress.unwrap_or(outcome.done);
+    let mut progress = measure > prev.best_done;
+    if outcome.verdict.is_some() && outcome.forced.is_none() && outcome.progress.is_none() {
         let fp = figures_fingerprint(&outcome.key.figures);
         if !next.seen_figures.contains(&fp) {
             progress = true;
@@ -229,7 +236,7 @@ fn fold(prev: &Counters, outcome: &Outcome) -> Counters {
             }
         }
     }
-    next.best_done = prev.best_done.max(outcome.done);
+    next.best_done = prev.best_done.max(measure);
     next.no_progress_streak = if progress {
         0
     } else {
@@ -275,6 +282,7 @@ mod tests {
         Outcome {
             done,
             total,
+            progress: None,
             source_complete: done == total,
             tests_ok: true,
             promise_ok: true,
@@ -536,6 +544,40 @@ mod tests {
         assert_ne!(
             figures_fingerprint("SUMMARY 2"),
             figures_fingerprint("SUMMARY 1")
+        );
+    }
+
+    #[test]
+    fn a_counted_measure_is_the_only_progress() {
+        // CPM: the roll-up's records counted (verified rows + traced requirements). New figures
+        // with the same measure (a row added, rows renumbered) are no progress; a row verified
+        // is, one per iteration, however the figures read.
+        let counted = |figures: &str, measure: usize| Outcome {
+            progress: Some(measure),
+            ..verdict(VerdictClass::Unverified, figures, measure)
+        };
+        let mut c = counters(1);
+        let mut streaks = Vec::new();
+        for (f, m) in [
+            ("1 of 8 rows", 1),
+            ("1 of 9 rows", 1),
+            ("1 of 10 rows", 1),
+            ("2 of 10 rows", 2),
+            ("1 of 10 rows", 1),
+            ("3 of 10 rows", 3),
+        ] {
+            let (n, _) = decide(&c, &counted(f, m));
+            streaks.push(n.no_progress_streak);
+            c = Counters {
+                iteration: n.iteration + 1,
+                ..n
+            };
+        }
+        assert_eq!(streaks, vec![0, 1, 2, 0, 1, 0]);
+        assert_eq!(c.best_done, 3);
+        assert!(
+            c.seen_figures.is_empty(),
+            "counted figures are not remembered"
         );
     }
 

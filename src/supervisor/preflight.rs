@@ -1,16 +1,19 @@
 //! Before any agent runs: the fresh evidence a source that claims to be done must show (SPEC
-//! §5.3 — the test command passing now, the verdict command answering 0), and spec mode's
-//! pre-flight roll-up that sets its phase (SPEC §3.4).
+//! §5.3 — the test command passing now, the verdict command answering 0), and CPM's
+//! pre-flight roll-up, which may end the run before anything is spawned and sets spec mode's
+//! phase (SPEC §3.4).
 
 use std::path::Path;
 
 use super::Loop;
 use super::checks::{Check, feedback, run_check, shell};
+use super::decide::Halt;
 use crate::agent::process::{Echo, Limits, Watchers};
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::signals::Interrupts;
 use crate::state::{self, Mode};
+use crate::task::verdict::{Verdict, VerdictClass};
 
 /// What the checks say now about a task whose source claims it is done.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,10 +85,13 @@ pub async fn fresh_evidence(
 }
 
 impl Loop {
-    /// Spec mode: run the roll-up once before the first iteration to learn the phase.
-    /// `Some(exit code)` when that already ends the run.
+    /// CPM mode: run the roll-up once before any agent, on a fresh start and on a resume, and
+    /// decide as the loop would (SPEC §3.4): 0 → complete; 5 → target-only (exit 6); a roll-up
+    /// that could not run → exit 7, its stderr shown, nothing spawned; in spec mode 4 → the
+    /// planning iteration first, untraced > 0 → PARTIAL (exit 9). `Some(exit code)` when that
+    /// already ends the run.
     pub(super) async fn preflight_verdict(&mut self) -> Result<Option<i32>> {
-        if self.source.mode() != Mode::CpmSpec || self.counters.iteration > 0 {
+        if !matches!(self.source.mode(), Mode::CpmSpec | Mode::CpmEpic) {
             return Ok(None);
         }
         let Some((display, inv)) = self.source.verdict_invocation(&self.settings) else {
@@ -93,10 +99,10 @@ impl Loop {
         };
         let run_dir = self.rd.run_dir(&self.state.run_id);
         state::create_private_dir(&run_dir)?;
-        let path = run_dir.join("preflight.log");
+        let path = run_dir.join(format!("preflight-{:03}.log", self.counters.iteration + 1));
         let mut transcript =
             std::fs::File::create(&path).map_err(|e| Error::file("create", &path, e))?;
-        let env = self.ralph_env(0);
+        let env = self.ralph_env(self.counters.iteration);
         let check = Check {
             what: format!("roll-up: {display}"),
             inv,
@@ -107,28 +113,58 @@ impl Loop {
             .run_in(check, &mut transcript, &env, Watchers::default())
             .await?
         else {
-            return self.halt(&super::decide::Halt::Interrupted).map(Some);
+            return self.halt(&Halt::Interrupted).map(Some);
         };
         let v = self
             .source
             .verdict(fin.exit_code, &String::from_utf8_lossy(&fin.stdout_tail));
+        self.after_preflight(&v)
+    }
+
+    /// What the pre-flight roll-up decides: the run's end, or the phase and the point progress
+    /// is measured from.
+    fn after_preflight(&mut self, v: &Verdict) -> Result<Option<i32>> {
+        let said = if v.details.is_empty() || v.class != VerdictClass::Unavailable {
+            String::new()
+        } else {
+            format!("; it said: {}", v.details.join(" | "))
+        };
         self.log(&format!(
-            "Pre-flight roll-up: exit {}: {}",
+            "Pre-flight roll-up: exit {}: {}{said}",
             v.exit_code,
             v.figures()
         ))?;
-        if v.exit_code == 0 {
-            self.ui
-                .success("The roll-up already verifies every row of the spec.");
-            // The source's lines, without the loop's summary: no iteration ran.
-            self.halt_quietly(&super::decide::Halt::Complete)?;
-            for l in self.source.completion_lines() {
-                self.ui.plain(&l);
+        self.ui.line(&format!(
+            "roll-up before the first iteration: exit {}: {}",
+            v.exit_code,
+            v.figures()
+        ));
+        let halt = match &v.class {
+            VerdictClass::Verified => {
+                self.ui
+                    .success("The roll-up already verifies every row: nothing to do.");
+                // The source's lines, without the loop's summary: no iteration ran.
+                self.halt_quietly(&Halt::Complete)?;
+                for l in self.source.completion_lines() {
+                    self.ui.plain(&l);
+                }
+                return Ok(Some(crate::error::exit::COMPLETE));
             }
-            return Ok(Some(crate::error::exit::COMPLETE));
-        }
-        if let Some(halt) = self.source.after_verdict(&v) {
+            VerdictClass::TargetOnly(rows) => Some(Halt::TargetOnly(rows.clone())),
+            VerdictClass::Unavailable => Some(Halt::VerdictUnavailable),
+            VerdictClass::Unverified | VerdictClass::NothingPlanned => self.source.after_verdict(v),
+        };
+        if let Some(halt) = halt {
             return self.halt(&halt).map(Some);
+        }
+        // Progress is measured from where the roll-up stands now, not from zero.
+        let judged = self
+            .source
+            .with_verdict_counts(super::source::Judged::default());
+        if let Some(at) = judged.progress
+            && self.counters.iteration == 0
+        {
+            self.counters.best_done = self.counters.best_done.max(at);
         }
         Ok(None)
     }

@@ -62,11 +62,15 @@ impl Loop {
             }
             Halt::VerdictUnavailable => {
                 self.ui
-                    .alert("## ⛔ RALPH Loop — the verdict command could not run twice in a row");
-                self.ui.plain(&format!(
-                    "Check it by hand: {}",
-                    self.settings.verdict_command.as_deref().unwrap_or("")
-                ));
+                    .alert("## ⛔ RALPH Loop — the verdict command could not run");
+                let (command, said) = self.source.verdict_failure(&self.settings);
+                if !said.is_empty() {
+                    self.ui.plain("It said:");
+                    for l in said {
+                        self.ui.plain(&format!("  {l}"));
+                    }
+                }
+                self.ui.plain(&format!("Check it by hand: {command}"));
             }
             Halt::Budget(why) => {
                 self.ui.alert("## 💸 RALPH Loop — Budget reached");

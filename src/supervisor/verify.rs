@@ -57,6 +57,11 @@ impl Loop {
             }
         };
         let verdict_halt = verdict.as_ref().and_then(|v| self.source.after_verdict(v));
+        for line in self.source.take_notes() {
+            self.log(&format!("Iteration {}: {line}", prep.n))?;
+            prep.notes.push(line);
+        }
+        let judged = self.source.with_verdict_counts(judged);
         let promise_ok = match &self.settings.completion_promise {
             None => true,
             Some(word) => {
@@ -146,10 +151,13 @@ impl Loop {
                 format!("verdict exit 0 (every row verified): {figures}"),
                 None,
             ),
-            VerdictClass::Unverified | VerdictClass::NothingPlanned => (
-                format!("verdict exit {}: {figures}", v.exit_code),
-                Some(format!("Verdict exit {}: {figures}", v.exit_code)),
-            ),
+            VerdictClass::Unverified | VerdictClass::NothingPlanned => {
+                let mut said = format!("exit {}: {figures}", v.exit_code);
+                if !v.details.is_empty() {
+                    said.push_str(&format!("; unverified: {}", v.details_listed(10)));
+                }
+                (format!("verdict {said}"), Some(format!("Verdict {said}")))
+            }
             VerdictClass::TargetOnly(rows) => (
                 format!(
                     "verdict exit 5: TARGET-ONLY: {} rows unverifiable in this environment",
@@ -157,16 +165,26 @@ impl Loop {
                 ),
                 None,
             ),
-            VerdictClass::Unavailable => (
-                format!(
-                    "the verdict command could not run (exit {}): {figures}",
-                    v.exit_code
-                ),
-                Some(format!(
-                    "The verdict command could not run (exit {}); neither progress nor work remaining",
-                    v.exit_code
-                )),
-            ),
+            VerdictClass::Unavailable => {
+                let (log, note) = if v.details.is_empty() {
+                    (String::new(), String::new())
+                } else {
+                    (
+                        format!("; it said: {}", v.details.join(" | ")),
+                        format!(". It said:\n  {}", v.details.join("\n  ")),
+                    )
+                };
+                (
+                    format!(
+                        "the verdict command could not run (exit {}): {figures}{log}",
+                        v.exit_code
+                    ),
+                    Some(format!(
+                        "The verdict command could not run (exit {}); neither progress nor work remaining{note}",
+                        v.exit_code
+                    )),
+                )
+            }
         };
         self.log(&format!("Iteration {n}: {line}"))?;
         Ok(note)

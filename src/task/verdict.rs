@@ -1,4 +1,5 @@
-//! The verdict command (SPEC §3.3): a roll-up whose exit code decides, relayed verbatim.
+//! The verdict command (SPEC §3.3): a roll-up whose exit code decides, its figures relayed
+//! (a generic command's SUMMARY line verbatim; CPM counts the roll-up's records itself).
 
 /// What a verdict command's exit code means.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,8 +21,12 @@ pub enum VerdictClass {
 pub struct Verdict {
     pub exit_code: i32,
     pub class: VerdictClass,
-    /// The `SUMMARY` line, else the last non-empty stdout line, verbatim (trimmed).
+    /// The figures: the `SUMMARY` line, else the last non-empty stdout line, verbatim
+    /// (trimmed); in CPM mode the figures ralph counted from the roll-up's records.
     pub summary: Option<String>,
+    /// What explains the verdict, one line each: the rows still unverified (exit 3), or what
+    /// the command said on stderr when it could not run. Empty when there is nothing to add.
+    pub details: Vec<String>,
 }
 
 impl Verdict {
@@ -37,7 +42,23 @@ impl Verdict {
             exit_code,
             class,
             summary: summary_line(stdout),
+            details: Vec::new(),
         }
+    }
+
+    /// The details as one clause: at most `max` of them joined by `; `, then how many more.
+    pub fn details_listed(&self, max: usize) -> String {
+        let mut s = self
+            .details
+            .iter()
+            .take(max)
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join("; ");
+        if self.details.len() > max {
+            s.push_str(&format!("; … and {} more", self.details.len() - max));
+        }
+        s
     }
 
     /// The ITER figures: the summary verbatim, or a placeholder naming the exit code.
@@ -133,6 +154,14 @@ mod tests {
             Verdict::from_output(2, "").figures(),
             "verdict exit 2 (no output)"
         );
+    }
+
+    #[test]
+    fn long_details_are_cut() {
+        let mut v = Verdict::from_output(3, "");
+        v.details = (1..=4).map(|i| format!("R{i}")).collect();
+        assert_eq!(v.details_listed(2), "R1; R2; … and 2 more");
+        assert_eq!(v.details_listed(9), "R1; R2; R3; R4");
     }
 
     #[test]

@@ -4,62 +4,114 @@ use std::time::Duration;
 
 use crate::common::*;
 
-/// A fake coverage roll-up. Epic mode: two rows, verified when `verified-1` / `verified-2`
-/// exist. Spec mode: exit 4 until an epic names the spec, then the SUMMARY record with
-/// untraced 0, and exit 0 once `verified-1` exists.
-const ROLLUP: &str = r#"#!/bin/sh
-mode=$1; shift
-case "$mode" in
---epic)
-  n=0; [ -f verified-1 ] && n=$((n+1)); [ -f verified-2 ] && n=$((n+1))
-  if [ $n -ge 2 ]; then echo "ROW	e	R1	login works	verified"; echo "ROW	e	R2	logout works	verified"; exit 0; fi
-  [ -f verified-1 ] || echo "ROW	e	R1	login works	unverified [unit]"
-  [ -f verified-2 ] || echo "ROW	e	R2	logout works	unverified [unit]"
-  exit 3;;
---spec)
-  spec=$1
-  grep -l "Source spec" docs/epics/*.md >/dev/null 2>&1 || { echo "no matrix names $spec"; exit 4; }
-  if [ -f verified-1 ]; then printf 'SUMMARY\tspec\t1\t0\t1\t0\n'; exit 0; fi
-  printf 'SUMMARY\tspec\t1\t0\t0\t1\n'; exit 3;;
-esac
-exit 2
-"#;
-
-fn setup() -> (TestEnv, String) {
-    let env = TestEnv::new();
-    let rollup = env.home.join("coverage-rollup.sh");
-    std::fs::write(&rollup, ROLLUP).unwrap();
-    env.write("README.md", "project\n");
-    (env, rollup.display().to_string())
+/// The project's stand-in for CPM's `coverage-rollup.sh` (cpm 3.11.0's records and exit codes).
+pub fn rollup_path() -> String {
+    concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testing/cpm/coverage-rollup.sh"
+    )
+    .to_string()
 }
 
-fn epic(status: &str, spec: Option<&str>) -> String {
+pub fn setup() -> (TestEnv, String) {
+    let env = TestEnv::new();
+    env.write("README.md", "project\n");
+    (env, rollup_path())
+}
+
+/// An epic doc as `/cpm:epics` writes one, `[plan]` tags included.
+pub fn epic(status: &str, spec: Option<&str>) -> String {
     let source = spec.map_or(String::new(), |s| format!("**Source spec**: {s}\n"));
     format!(
         "# Epic: Accounts\n\n**Status**: {status}\n{source}\n## Story 1: Login [plan]\n\n**Story**: 1\n\n### Task 1.1: Form [plan]\n\n## Story 2: Logout\n"
     )
 }
 
-fn run_cpm(env: &TestEnv, script: &str, args: &[&str]) -> std::process::Output {
+/// A spec with these `(id, text)` requirements under `### Must Have`.
+pub fn spec_doc(reqs: &[(&str, &str)]) -> String {
+    let mut s = "# Spec: search\n\n## Functional Requirements\n\n### Must Have\n\n".to_string();
+    for (id, text) in reqs {
+        s.push_str(&format!("- **{id}** — {text}\n"));
+    }
+    s
+}
+
+/// A coverage matrix as `/cpm:epics` writes one: `(label, story, approach, verified)` rows.
+pub fn matrix(spec: &str, epic: &str, rows: &[(&str, &str, &str, bool)]) -> String {
+    let mut s = format!(
+        "# Coverage Matrix: {epic}\n\n**Source spec**: {spec}\n**Epic**: {epic}\n**Date**: 2026-01-01\n\n\
+         | # | Spec Requirement | Spec Text (verbatim) | Story Criterion (verbatim) | Covered by | Spec Test Approach | Verified |\n\
+         |---|---|---|---|---|---|---|\n"
+    );
+    for (n, (label, story, approach, verified)) in rows.iter().enumerate() {
+        let tick = if *verified { " ✓ " } else { " " };
+        s.push_str(&format!(
+            "| {} | {label} | {label} holds | {label} is checked {approach} | {story} | `{approach}` |{tick}|\n",
+            n + 1
+        ));
+    }
+    s
+}
+
+/// `n` unverified `[unit]` rows `FR1`… on stories `Story 1`….
+pub fn unit_rows(n: usize) -> Vec<(String, String)> {
+    (1..=n)
+        .map(|i| (format!("FR{i}"), format!("Story {i}")))
+        .collect()
+}
+
+/// [`matrix`] over [`unit_rows`]-shaped rows, none verified.
+pub fn unit_matrix(spec: &str, epic: &str, rows: &[(String, String)]) -> String {
+    let rows: Vec<(&str, &str, &str, bool)> = rows
+        .iter()
+        .map(|(l, s)| (l.as_str(), s.as_str(), "[unit]", false))
+        .collect();
+    matrix(spec, epic, &rows)
+}
+
+/// The fake agent's step that marks the first unverified row of `matrix` verified, as
+/// `/cpm:do` does when a story's criterion passes.
+pub fn tick(env: &TestEnv, matrix: &str) -> String {
+    agent_sh(env, "tick", &format!("sed -i '0,/| |$/s//| ✓ |/' {matrix}"))
+}
+
+pub fn run_cpm(env: &TestEnv, script: &str, args: &[&str]) -> std::process::Output {
+    run_cpm_env(env, script, args, &[])
+}
+
+pub fn run_cpm_env(
+    env: &TestEnv,
+    script: &str,
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> std::process::Output {
     let agent = format!("'{}'", fake_agent().display());
     let mut all = vec!["run"];
     all.extend_from_slice(args);
     all.extend(["--agent-cmd", &agent, "--yes", "--grace", "1s"]);
-    env.ralph_with_limit(
-        &all,
-        &[("FAKE_AGENT_SCRIPT", script)],
-        Duration::from_secs(60),
-    )
+    let mut vars = vec![("FAKE_AGENT_SCRIPT", script)];
+    vars.extend_from_slice(extra);
+    env.ralph_with_limit(&all, &vars, Duration::from_secs(120))
+}
+
+/// Everything ralph printed, stdout then stderr.
+pub fn output(out: &std::process::Output) -> String {
+    format!("{}{}", stdout(out), stderr(out))
 }
 
 #[test]
 fn epic_mode_completes_when_the_rollup_says_zero() {
     let (env, rollup) = setup();
     env.write("docs/epics/01-epic-accounts.md", &epic("In Progress", None));
+    let m = "docs/epics/01-coverage-accounts.md";
+    env.write(
+        m,
+        &unit_matrix("", "docs/epics/01-epic-accounts.md", &unit_rows(2)),
+    );
     env.commit_all("initial");
     let out = run_cpm(
         &env,
-        "touch:verified-1,touch:verified-2",
+        &tick(&env, m),
         &["docs/epics/01-epic-accounts.md", "--rollup", &rollup],
     );
     assert_exit(&out, 0);
@@ -150,18 +202,16 @@ fn spec_mode_plans_once_then_delivers() {
     let (env, rollup) = setup();
     env.write(
         "docs/specifications/03-spec-search.md",
-        "# Spec: search\n\n## Requirements\n- R1 search works\n",
+        &spec_doc(&[("FR1", "search works")]),
     );
     env.commit_all("initial");
-    let epic_src = env.home.join("epic.md");
-    std::fs::write(
-        &epic_src,
-        epic("In Progress", Some("docs/specifications/03-spec-search.md")),
-    )
-    .unwrap();
-    let script = format!(
-        "copy:{}|docs/epics/03-01-epic-search.md,churn,touch:verified-1",
-        epic_src.display()
+    let script = plan_script(
+        &env,
+        &[("FR1", "Story 1")],
+        &format!(
+            "churn,{}",
+            tick(&env, "docs/epics/03-01-coverage-search.md")
+        ),
     );
     let out = run_cpm(
         &env,
@@ -187,7 +237,12 @@ fn spec_mode_plans_once_then_delivers() {
     assert_eq!(st["mode"], "cpm-spec");
     let recs = env.read(st["iterations_log"].as_str().unwrap());
     assert_eq!(recs.lines().count(), 3, "{recs}");
-    assert!(recs.lines().nth(1).unwrap().contains("SUMMARY"), "{recs}");
+    assert!(
+        recs.lines().nth(1).unwrap().contains(
+            "| 0 of 1 row marked verified across 1 matrix, 1 of 1 requirement traced | exit 3 |"
+        ),
+        "{recs}"
+    );
 }
 
 #[test]
@@ -265,12 +320,13 @@ fn preflight_reports_earlier_runs_and_warns_about_an_armed_stop_hook() {
         "ITER 1 | a | exit 3 | abc1234 | 1 2\nITER 2 | a | exit 3 | abc1234 | 1 2\nITER 3 | a | exit 3 | abc1234 | 1 2\n",
     );
     env.write(".claude/ralph-loop.local.md", "armed\n");
-    env.commit_all("initial");
-    let out = run_cpm(
-        &env,
-        "touch:verified-1,touch:verified-2",
-        &["--rollup", &rollup],
+    let m = "docs/epics/01-coverage-accounts.md";
+    env.write(
+        m,
+        &unit_matrix("", "docs/epics/01-epic-accounts.md", &unit_rows(2)),
     );
+    env.commit_all("initial");
+    let out = run_cpm(&env, &tick(&env, m), &["--rollup", &rollup]);
     assert_exit(&out, 0);
     let so = stdout(&out);
     assert!(
@@ -308,4 +364,27 @@ fn without_a_rollup_cpm_mode_refuses_to_start_unless_yes() {
     );
     assert!(stderr(&out).contains("--rollup"), "{}", stderr(&out));
     assert!(!env.agent_ran(1));
+}
+
+/// The planning iteration's step: write the spec's epic (with `[plan]` tags) and its matrix
+/// over `rows` as `/cpm:epics` would, then `rest` (the next iterations' steps).
+pub fn plan_script(env: &TestEnv, rows: &[(&str, &str)], rest: &str) -> String {
+    let spec = "docs/specifications/03-spec-search.md";
+    let epic_src = env.home.join("epic.md");
+    std::fs::write(&epic_src, epic("In Progress", Some(spec))).unwrap();
+    let rows: Vec<(String, String)> = rows
+        .iter()
+        .map(|(l, s)| ((*l).to_string(), (*s).to_string()))
+        .collect();
+    let matrix_src = env.home.join("matrix.md");
+    std::fs::write(
+        &matrix_src,
+        unit_matrix(spec, "docs/epics/03-01-epic-search.md", &rows),
+    )
+    .unwrap();
+    format!(
+        "copy:{}|docs/epics/03-01-epic-search.md+copy:{}|docs/epics/03-01-coverage-search.md,{rest}",
+        epic_src.display(),
+        matrix_src.display()
+    )
 }

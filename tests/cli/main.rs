@@ -6,6 +6,7 @@ mod commit_guard;
 mod common;
 mod completion;
 mod cpm;
+mod cpm_rollup;
 mod errors;
 mod files;
 mod git_bookkeeping;

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::state::{self, RalphDir};
 use crate::supervisor;
 use crate::supervisor::source::{CpmSource, cpm_error};
@@ -25,17 +25,15 @@ pub(super) fn cpm_preflight(
         )
     };
     for epic in c.epics()? {
-        let path = root.join(&epic);
-        let Ok(text) = crate::files::read_text(&path) else {
-            continue;
+        // An epic that cannot be read is reported by the roll-up and the agent, not here.
+        let lines = match cpm::strip_plan_file(root, &epic) {
+            Ok(lines) => lines,
+            Err(cpm::CpmError::Read { .. }) => continue,
+            Err(e) => return Err(cpm_error(e)),
         };
-        let (new, lines) = cpm::strip_plan_markers(&text);
-        if !lines.is_empty() {
-            std::fs::write(&path, new).map_err(|e| Error::file("write", &path, e))?;
-            for l in lines {
-                ui.line(&l);
-                log(&format!("{l} ({})", epic.display()))?;
-            }
+        for l in lines {
+            ui.line(&l);
+            log(&l)?;
         }
     }
     for run in cpm::earlier_runs(root).map_err(cpm_error)? {

@@ -223,6 +223,8 @@ pub(super) fn build_source(
                 Targets::Spec(s) => Some(root.join(s)),
                 Targets::Epics(_) => None,
             };
+            // A first guess for --dry-run and a run without a roll-up: with one, the roll-up's
+            // exit code before the first iteration decides the phase (SPEC §3.4).
             let phase = match targets {
                 Targets::Spec(s) if cpm::epics_for_spec(root, s).map_err(cpm_error)?.is_empty() => {
                     Phase::Planning
@@ -233,21 +235,14 @@ pub(super) fn build_source(
                 .test_command
                 .clone()
                 .or_else(|| cpm::discover_test_runner(root, spec.as_deref()).map(|(cmd, _)| cmd));
-            Source::Cpm(CpmSource {
-                root: root.to_path_buf(),
-                targets: match targets {
-                    Targets::Spec(s) => Targets::Spec(s.clone()),
-                    Targets::Epics(e) => Targets::Epics(e.clone()),
-                },
+            Source::Cpm(CpmSource::new(
+                root.to_path_buf(),
+                targets.clone(),
                 rollup,
                 phase,
-                planned: false,
-                story_filter: options.story_filter.clone(),
+                options.story_filter.clone(),
                 test_runner,
-                resuming: false,
-                last_summary: None,
-                log: cpm::log_path("RUN_ID"),
-            })
+            ))
         }
         Plan::Table {
             prd_path,

@@ -41,6 +41,10 @@ pub struct Judged {
     pub what: Option<String>,
     /// The ITER figures, when the source has its own (else `{done}/{total} {unit}`).
     pub figures: Option<String>,
+    /// The source's own progress measure, when it counts a verdict's records itself (CPM:
+    /// verified rows plus traced requirements); progress is then this passing its best, and
+    /// verdict figures are not progress by themselves.
+    pub progress: Option<usize>,
     /// The task a reviewer must look at before the judgement is final (table `--review`).
     pub review_task: Option<u32>,
     /// A halt the source itself calls for (a table that ended PARTIAL).
@@ -100,9 +104,12 @@ impl Source {
         }
     }
 
-    /// What the figures count, for display.
+    /// What the figures count, for display (CPM: matrix rows marked verified).
     pub fn unit(&self) -> &'static str {
-        self.mode().unit()
+        match self {
+            Source::Cpm(_) => "rows",
+            _ => self.mode().unit(),
+        }
     }
 
     /// Done and total as of the last judgement, for display.
@@ -180,11 +187,8 @@ impl Source {
     pub fn judge(&mut self) -> Result<Judged> {
         match self {
             Source::Checklist(c) => c.judge(),
-            Source::Cpm(c) => {
-                // Only the roll-up's exit code completes a CPM run.
-                let (done, total) = c.counts();
-                Ok(Judged::counts(done, total))
-            }
+            // Only the roll-up's exit code completes a CPM run; its counts come after it ran.
+            Source::Cpm(c) => Ok(c.judged()),
             Source::Table(t) => t.judge(),
         }
     }
@@ -222,7 +226,7 @@ impl Source {
     }
 
     /// Classify a verdict run; CPM reads its records the roll-up's way.
-    pub fn verdict(&self, exit_code: i32, stdout: &str) -> Verdict {
+    pub fn verdict(&mut self, exit_code: i32, stdout: &str) -> Verdict {
         match self {
             Source::Cpm(c) if c.rollup.is_some() => c.verdict(exit_code, stdout),
             _ => Verdict::from_output(exit_code, stdout),
@@ -234,6 +238,44 @@ impl Source {
         match self {
             Source::Cpm(c) => c.after_verdict(v),
             _ => None,
+        }
+    }
+
+    /// The judgement with the counts of the verdict that just ran, where the source counts
+    /// its records (CPM); else as it was.
+    pub fn with_verdict_counts(&self, judged: Judged) -> Judged {
+        match self {
+            Source::Cpm(c) if c.rollup.is_some() => {
+                let counted = c.judged();
+                Judged {
+                    done: counted.done,
+                    total: counted.total,
+                    progress: counted.progress,
+                    ..judged
+                }
+            }
+            _ => judged,
+        }
+    }
+
+    /// Lines the source has for the activity log and the report since the last call (CPM:
+    /// `[plan]` stripped from the epics `/cpm:epics` wrote).
+    pub fn take_notes(&mut self) -> Vec<String> {
+        match self {
+            Source::Cpm(c) => c.take_notes(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// When the verdict command could not run: the command to run by hand, and what it said
+    /// on stderr (the CPM roll-up's; a generic command's stays in the transcript).
+    pub fn verdict_failure(&self, settings: &Settings) -> (String, Vec<String>) {
+        match self {
+            Source::Cpm(c) if c.rollup.is_some() => c.verdict_failure(),
+            _ => (
+                settings.verdict_command.clone().unwrap_or_default(),
+                Vec::new(),
+            ),
         }
     }
 

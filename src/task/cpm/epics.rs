@@ -157,12 +157,28 @@ pub(super) fn epic_files(root: &Path) -> Result<Vec<PathBuf>, CpmError> {
         .collect())
 }
 
-/// `*-epic-*.md`, the skill's glob.
+/// `*-epic-*.md`, the skill's glob, less coverage matrices: a matrix whose slug holds `epic`
+/// (`45-03-coverage-epic-scope.md`) matches the glob and is still no epic.
 pub(super) fn is_epic_file_name(name: &str) -> bool {
     name.ends_with(".md")
         && name
             .find("-epic-")
             .is_some_and(|i| i > 0 && i + "-epic-".len() <= name.len() - ".md".len())
+        && !is_matrix_file_name(name)
+}
+
+/// A coverage matrix's file name, as the roll-up tells one: `-coverage-` right after the
+/// numeric prefix (`45-coverage-x.md`, `45-03-coverage-x.md`). `45-03-epic-coverage-x.md` is
+/// an epic whose slug starts with `coverage`.
+pub fn is_matrix_file_name(name: &str) -> bool {
+    let Some((prefix, _)) = name.split_once("-coverage-") else {
+        return false;
+    };
+    let parts: Vec<&str> = prefix.split('-').collect();
+    (1..=2).contains(&parts.len())
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Emphasis and code markers removed from both ends, trimmed.
@@ -369,6 +385,48 @@ mod tests {
             epics_of(resolve_targets(r, &[])?),
             ["docs/epics/01-epic-a.md", "docs/epics/06-epic-f.md"]
         );
+        Ok(())
+    }
+
+    #[test]
+    fn coverage_matrices_are_never_epics() -> TestResult {
+        for matrix in [
+            "45-03-coverage-epic-scope.md",
+            "02-coverage-epic-billing.md",
+            "7-coverage-x.md",
+        ] {
+            assert!(is_matrix_file_name(matrix), "{matrix}");
+            assert!(!is_epic_file_name(matrix), "{matrix}");
+        }
+        for epic in [
+            "44-01-epic-coverage-rollup-script.md",
+            "02-epic-epic-scope.md",
+            "1-2-3-coverage-epic-x.md",
+            "x1-coverage-epic-y.md",
+            "01--coverage-epic-y.md",
+        ] {
+            assert!(!is_matrix_file_name(epic), "{epic}");
+            assert!(is_epic_file_name(epic), "{epic}");
+        }
+        // A matrix with no **Status** beside the spec's epics: spec mode still starts.
+        let root = repo();
+        let r = root.path();
+        let spec = "docs/specifications/45-spec-x.md";
+        write(
+            r,
+            "docs/epics/45-03-epic-scope.md",
+            &epic_doc("E", "Pending", Some(spec)),
+        );
+        write(
+            r,
+            "docs/epics/45-03-coverage-epic-scope.md",
+            &format!("# Coverage Matrix\n\n**Source spec**: {spec}\n"),
+        );
+        let found: Vec<String> = epics_for_spec(r, Path::new(spec))?
+            .into_iter()
+            .map(|e| e.path.display().to_string())
+            .collect();
+        assert_eq!(found, ["docs/epics/45-03-epic-scope.md"]);
         Ok(())
     }
 

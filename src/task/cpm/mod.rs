@@ -10,17 +10,19 @@
 //!   ([`resolve_targets`]);
 //! - pre-flight: `[plan]` stripping, test-runner discovery, earlier-run report, roll-up
 //!   resolution, the session-state ignore check and the armed-stop-hook warning;
-//! - the roll-up's records: `SUMMARY` (spec scope only, tab-separated
-//!   `SUMMARY scope requirements untraced delivered in-progress`) and the unverified `ROW` /
-//!   `CRITERION` records whose tags make them target-only;
+//! - the roll-up's records (cpm 3.11.0's `coverage-rollup.sh`): one parser into typed records
+//!   (`MATRIX`, `REQ`, `STATE`, `EXCLUDED`, `SUMMARY`, `ROW`, `CRITERION`, `UNRESOLVED`) and
+//!   the figures ralph counts from them (rows verified, requirements traced); the exit code
+//!   decides, never the counts;
 //! - the iteration prompt: the skill's template minus what the supervisor now does itself.
 //!
 //! A room per file: `targets` (target resolution and ranges), `epics` (epic docs),
 //! `preflight` (`[plan]` stripping and the task budget), `runner` (test-runner discovery,
 //! the spec's ENV entries), `runs` (earlier runs' logs), `ignore` (the session-state ignore
-//! check and the stop-hook warning), `rollup` (roll-up resolution and its SUMMARY /
-//! TARGET-ONLY records) and `prompt` (the skill's prompt). Epics and specs are read with the
-//! one Markdown reader ([`crate::markdown`]).
+//! check and the stop-hook warning), `rollup` (roll-up resolution, its argv, the completion
+//! lines), `records` (the roll-up's records and what ralph counts from them) and `prompt`
+//! (the skill's prompt). Epics and specs are read with the one Markdown reader
+//! ([`crate::markdown`]).
 //!
 //! Nothing here panics on any input; file problems are [`CpmError`]s naming the file.
 
@@ -28,6 +30,7 @@ mod epics;
 mod ignore;
 mod preflight;
 mod prompt;
+mod records;
 mod rollup;
 mod runner;
 mod runs;
@@ -37,15 +40,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 pub use epics::{
-    Epic, epics_for_spec, incomplete_epics, list_epics, parse_epic, read_epic, status_is_terminal,
+    Epic, epics_for_spec, incomplete_epics, is_matrix_file_name, list_epics, parse_epic, read_epic,
+    status_is_terminal,
 };
 pub use ignore::{apply_ignore_lines, missing_ignore_lines, stop_hook_armed};
-pub use preflight::{count_tasks, strip_plan_markers, task_budget};
+pub use preflight::{count_tasks, strip_plan_file, strip_plan_markers, task_budget};
 pub use prompt::{Phase, PromptParams, epic_range, prompt};
-pub use rollup::{
-    SummaryCounts, completion_lines, counts_text, resolve_rollup, rollup_argv, summary_counts,
-    target_only_rows, untraced,
-};
+pub use records::{Coverage, Record, ReqState, Row, Summary, parse_records};
+pub use rollup::{completion_lines, resolve_rollup, rollup_argv};
 pub use runner::{EnvEntry, discover_test_runner, spec_env_entries};
 pub use runs::{EarlierRun, earlier_runs, log_path};
 pub use targets::{Targets, is_cpm_target, nothing_to_run_message, resolve_targets};

@@ -69,6 +69,29 @@ pub fn strip_plan_markers(text: &str) -> (String, Vec<String>) {
     (out, logs)
 }
 
+/// [`strip_plan_markers`] applied to an epic doc on disk (`rel` under `root`), written back
+/// only when a tag was stripped; the log lines, each naming the file. The epic is read as an
+/// agent-touchable file ([`crate::files::read_text`]).
+pub fn strip_plan_file(root: &Path, rel: &Path) -> Result<Vec<String>, CpmError> {
+    let path = root.join(rel);
+    let text = crate::files::read_text(&path).map_err(|e| CpmError::Read {
+        path: rel.to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let (new, lines) = strip_plan_markers(&text);
+    if lines.is_empty() {
+        return Ok(lines);
+    }
+    std::fs::write(&path, new).map_err(|source| CpmError::Write {
+        path: rel.to_path_buf(),
+        source,
+    })?;
+    Ok(lines
+        .into_iter()
+        .map(|l| format!("{l} ({})", rel.display()))
+        .collect())
+}
+
 /// Every `[plan]` removed with the whitespace it would leave; trailing whitespace trimmed.
 fn remove_plan_tag(line: &str) -> String {
     let mut out = String::with_capacity(line.len());

@@ -65,7 +65,7 @@ const COMMITS: &str = " Commit after each completed story. Keep all commits loca
 ///   0/3/5/other, print `COVERAGE:` and the promise) — ralph runs the roll-up after every
 ///   iteration ([`rollup_argv`]), applies the exit-code contract (§3.3), prints the
 ///   `COVERAGE:` line and the completion word itself ([`completion_lines`]) and halts on
-///   exit 5 with the TARGET-ONLY rows ([`target_only_rows`]); the prompt therefore names
+///   exit 5 with the TARGET-ONLY rows it counted ([`Coverage`]); the prompt therefore names
 ///   neither the roll-up path nor a promise word the agent could echo;
 /// - "stop the loop -- delete .claude/ralph-loop.local.md" — there is no stop hook or state
 ///   file; ralph ends the run;
@@ -74,15 +74,15 @@ const COMMITS: &str = " Commit after each completed story. Keep all commits loca
 ///   picks the phase, so a Planning prompt only runs `/cpm:epics` and a Delivery prompt only
 ///   runs `/cpm:do`; the partial-set report on `untraced > 0` is ralph's halt (exit 9);
 /// - spec mode's "strip `[plan]` tags from the epic docs this run generated" — the caller
-///   applies [`strip_plan_markers`] to the spec's epics before the first Delivery iteration,
-///   the same pre-flight rule as for epic mode;
+///   applies [`strip_plan_markers`] to the epics `/cpm:epics` wrote once the roll-up confirms
+///   phase 2, before the first Delivery iteration, as the pre-flight does for the others;
 /// - the cpm:epics gate override in Delivery prompts — only a Planning iteration runs
 ///   cpm:epics, and a Delivery prompt must never name it.
 ///
 /// [`log_path`]: super::log_path
 /// [`rollup_argv`]: super::rollup_argv
 /// [`completion_lines`]: super::completion_lines
-/// [`target_only_rows`]: super::target_only_rows
+/// [`Coverage`]: super::Coverage
 /// [`strip_plan_markers`]: super::strip_plan_markers
 pub fn prompt(p: &PromptParams) -> String {
     let phase = match (p.phase, p.mode_spec) {

@@ -1,5 +1,5 @@
-//! The roll-up: resolving `coverage-rollup.sh`, its argv, and reading its `SUMMARY`, `ROW` /
-//! `CRITERION` and `TARGET-ONLY` records; the completion lines.
+//! The roll-up: resolving `coverage-rollup.sh` to an absolute path, its argv (absolute paths
+//! too), and the completion lines. Its records are read in [`super::records`].
 
 use std::cmp::Ordering;
 use std::fs;
@@ -125,187 +125,42 @@ fn parse_version(name: &str) -> Option<(Vec<u64>, bool)> {
 }
 
 /// The roll-up argv after an iteration: `{rollup} --epic {paths...} --verdict` (epic mode) or
-/// `{rollup} --spec {spec} --verdict` (spec mode). Paths stay relative to the repository
-/// root, which the script resolves them against; the caller runs it there.
-pub fn rollup_argv(rollup: &Path, targets: &Targets) -> Vec<String> {
+/// `{rollup} --spec {spec} --verdict` (spec mode), every path absolute under `root`: the
+/// script resolves relative paths against `$CLAUDE_PROJECT_DIR` first, which inside Claude
+/// Code may name another project.
+pub fn rollup_argv(rollup: &Path, root: &Path, targets: &Targets) -> Vec<String> {
+    let root = absolute(root);
+    let path = |p: &Path| root.join(p).to_string_lossy().into_owned();
     let mut argv = vec![rollup.to_string_lossy().into_owned()];
     match targets {
         Targets::Epics(paths) => {
             argv.push("--epic".to_string());
-            argv.extend(paths.iter().map(|p| p.to_string_lossy().into_owned()));
+            argv.extend(paths.iter().map(|p| path(p)));
         }
         Targets::Spec(spec) => {
             argv.push("--spec".to_string());
-            argv.push(spec.to_string_lossy().into_owned());
+            argv.push(path(spec));
         }
     }
     argv.push("--verdict".to_string());
     argv
 }
 
-/// The four counts of a roll-up `SUMMARY` record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SummaryCounts {
-    /// Requirements counted (excluded ones left out).
-    pub requirements: u64,
-    /// Requirements no matrix row traces.
-    pub untraced: u64,
-    /// Requirements whose rows are all verified.
-    pub delivered: u64,
-    /// Requirements with some rows unverified.
-    pub in_progress: u64,
-}
-
-/// Parse a `SUMMARY` record: `SUMMARY<TAB>scope<TAB>requirements<TAB>untraced<TAB>delivered<TAB>in-progress`
-/// (the scope field may be absent; whitespace separation is accepted too).
-pub fn summary_counts(summary: &str) -> Option<SummaryCounts> {
-    let mut fields = summary.split_whitespace();
-    let first = fields.next()?;
-    if first.trim_end_matches(':') != "SUMMARY" {
-        return None;
-    }
-    let rest: Vec<&str> = fields.collect();
-    let skip = usize::from(rest.first().is_some_and(|f| f.parse::<u64>().is_err()));
-    let nums: Vec<u64> = rest
-        .get(skip..)?
-        .iter()
-        .map_while(|f| f.parse().ok())
-        .collect();
-    match nums.as_slice() {
-        [requirements, untraced, delivered, in_progress, ..] => Some(SummaryCounts {
-            requirements: *requirements,
-            untraced: *untraced,
-            delivered: *delivered,
-            in_progress: *in_progress,
-        }),
-        _ => None,
-    }
-}
-
-/// The skill's relay of a `SUMMARY` record: `R requirements, U untraced, D delivered, P in
-/// progress` (the figures of its `COUNTS:` line), or `None` for anything else.
-pub fn counts_text(summary: &str) -> Option<String> {
-    summary_counts(summary).map(|c| {
-        format!(
-            "{} requirements, {} untraced, {} delivered, {} in progress",
-            c.requirements, c.untraced, c.delivered, c.in_progress
-        )
-    })
-}
-
-/// The `untraced` count in a summary: the `SUMMARY` record's fourth field, else a named
-/// figure (`untraced=N`, `untraced: N`, `N untraced`).
-pub fn untraced(summary: &str) -> Option<u64> {
-    if let Some(c) = summary_counts(summary) {
-        return Some(c.untraced);
-    }
-    let words: Vec<String> = summary
-        .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '|' | '(' | ')'))
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
-    for (i, w) in words.iter().enumerate() {
-        if let Some(v) = w
-            .strip_prefix("untraced=")
-            .or_else(|| w.strip_prefix("untraced:"))
-            && let Ok(n) = v.parse()
-        {
-            return Some(n);
-        }
-        let next = || words.get(i + 1).and_then(|n| n.parse().ok());
-        let prev = || {
-            i.checked_sub(1)
-                .and_then(|p| words.get(p))
-                .and_then(|n| n.parse().ok())
-        };
-        // `untraced: N` reads forwards; a bare `untraced` prefers `N untraced`.
-        let found = match w.as_str() {
-            "untraced:" | "untraced=" => next(),
-            "untraced" => prev().or_else(next),
-            _ => None,
-        };
-        if found.is_some() {
-            return found;
-        }
-    }
-    None
-}
-
-/// The labels of the rows a verdict exit 5 is about: the roll-up's unverified `ROW` and
-/// `CRITERION` records whose tags withhold them from this environment (`[target]` and no
-/// `[unit]`/`[integration]`/`[feature]`; with a criterion tag present both tags must say so,
-/// as the roll-up decides). A verdict command that prints no such records may print
-/// `TARGET-ONLY: label` (or `TARGET-ONLY<TAB>label`) lines instead; those are returned,
-/// except a `TARGET-ONLY: N rows ...` header.
-pub fn target_only_rows(stdout: &str) -> Vec<String> {
-    fn target_only(tag: &str) -> bool {
-        tag.contains("[target]")
-            && !["[unit]", "[integration]", "[feature]"]
-                .iter()
-                .any(|t| tag.contains(t))
-    }
-    fn withheld(spec_tag: &str, crit_tag: &str) -> bool {
-        if crit_tag.is_empty() {
-            target_only(spec_tag)
-        } else {
-            target_only(spec_tag) && target_only(crit_tag)
-        }
-    }
-    let mut rows = Vec::new();
-    let mut saw_records = false;
-    for line in stdout.lines() {
-        let line = line.trim_end_matches('\r');
-        let f: Vec<&str> = line.split('\t').collect();
-        let field = |i: usize| f.get(i).copied().unwrap_or("");
-        let (label, matrix, verified, tag, crit) = match field(0) {
-            "ROW" => (field(3), field(1), field(5), field(6), field(7)),
-            "CRITERION" => (field(2), field(1), field(4), field(5), field(6)),
-            _ => continue,
-        };
-        saw_records = true;
-        if verified != "verified" && withheld(tag, crit) {
-            rows.push(if label.trim().is_empty() {
-                format!("(unlabelled row in {matrix})")
-            } else {
-                label.trim().to_string()
-            });
-        }
-    }
-    if saw_records {
-        return rows;
-    }
-    for line in stdout.lines() {
-        let Some(rest) = line.trim().strip_prefix("TARGET-ONLY") else {
-            continue;
-        };
-        let rest = rest.trim_start_matches([':', '\t', ' ']).trim();
-        let header = rest.split_whitespace().nth(1) == Some("rows")
-            && rest
-                .split_whitespace()
-                .next()
-                .is_some_and(|n| n.parse::<u64>().is_ok());
-        if !rest.is_empty() && !header {
-            rows.push(rest.to_string());
-        }
-    }
-    rows
-}
-
 /// The completion lines ralph prints: the promise word alone (`ALL_EPICS_COMPLETE` in epic
-/// mode, `SPEC_DELIVERED` in spec mode) and, beside it, a `COVERAGE:` line relaying the
-/// summary (a `SUMMARY` record as its four counts; anything else verbatim) with the skill's
+/// mode, `SPEC_DELIVERED` in spec mode) and, beside it, a `COVERAGE:` line with the figures
+/// ralph counted from the roll-up's records ([`super::Coverage::figures`]) and the skill's
 /// caveat that the marks are aggregation, not verification. Counts never go inside the
 /// promise.
-pub fn completion_lines(spec_mode: bool, summary: Option<&str>) -> (String, String) {
+pub fn completion_lines(spec_mode: bool, figures: Option<&str>) -> (String, String) {
     let promise = if spec_mode {
         SPEC_PROMISE
     } else {
         EPIC_PROMISE
     };
-    let figures = match summary.map(one_line).filter(|s| !s.is_empty()) {
-        Some(s) => counts_text(&s).unwrap_or(s),
-        None => "the roll-up printed no summary".to_string(),
-    };
+    let figures = figures
+        .map(one_line)
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "the roll-up printed no records".to_string());
     let caveat = if spec_mode {
         "aggregation of the marks cpm:do placed on its own work, not independent verification"
     } else {
@@ -323,8 +178,6 @@ pub fn completion_lines(spec_mode: bool, summary: Option<&str>) -> (String, Stri
 mod tests {
     use super::*;
     use crate::task::cpm::test_support::*;
-    use crate::task::verdict::summary_line;
-    use proptest::prelude::*;
 
     fn make_rollup(dir: &Path) -> PathBuf {
         let p = dir.join(ROLLUP_REL);
@@ -399,126 +252,59 @@ mod tests {
     #[test]
     fn rollup_argv_shapes() {
         let rollup = Path::new("/p/hooks/lib/coverage-rollup.sh");
+        let root = Path::new("/work/repo");
         let epics = Targets::Epics(vec![
             PathBuf::from("docs/epics/23-epic-a.md"),
             PathBuf::from("docs/epics/24-epic-b.md"),
         ]);
         assert_eq!(
-            rollup_argv(rollup, &epics),
+            rollup_argv(rollup, root, &epics),
             [
                 "/p/hooks/lib/coverage-rollup.sh",
                 "--epic",
-                "docs/epics/23-epic-a.md",
-                "docs/epics/24-epic-b.md",
+                "/work/repo/docs/epics/23-epic-a.md",
+                "/work/repo/docs/epics/24-epic-b.md",
                 "--verdict"
             ]
         );
         let spec = Targets::Spec(PathBuf::from("docs/specifications/45-spec-x.md"));
         assert_eq!(
-            rollup_argv(rollup, &spec),
+            rollup_argv(rollup, root, &spec),
             [
                 "/p/hooks/lib/coverage-rollup.sh",
                 "--spec",
-                "docs/specifications/45-spec-x.md",
+                "/work/repo/docs/specifications/45-spec-x.md",
                 "--verdict"
             ]
         );
-    }
-
-    const ROLLUP_SPEC_OUT: &str = "MATRIX\tdocs/epics/45-01-coverage-a.md\tdocs/specifications/45-spec-x.md\n\
-        REQ\tFR1\tMust Have\tthe thing\n\
-        STATE\tFR1\tMust Have\tin-progress\n\
-        SUMMARY\tspec\t5\t2\t1\t2\n\
-        ROW\tdocs/epics/45-01-coverage-a.md\tFR1\tFR1\tStory 1\tunverified\t[unit]\t\n";
-
-    #[test]
-    fn summary_line_prefers_the_summary_record() {
-        assert_eq!(
-            summary_line(ROLLUP_SPEC_OUT).as_deref(),
-            Some("SUMMARY\tspec\t5\t2\t1\t2")
-        );
-        assert_eq!(
-            summary_line("ROW\ta\n  12 of 14 rows verified  \n\n\n").as_deref(),
-            Some("12 of 14 rows verified")
-        );
-        assert_eq!(summary_line("SUMMARYX 1\nlast\n").as_deref(), Some("last"));
-        assert_eq!(
-            summary_line("  SUMMARY: 3 untraced \r\n").as_deref(),
-            Some("SUMMARY: 3 untraced")
-        );
-        assert_eq!(summary_line(""), None);
-        assert_eq!(summary_line("\n \n"), None);
-    }
-
-    #[test]
-    fn untraced_parsing() {
-        assert_eq!(untraced("SUMMARY\tspec\t5\t2\t1\t2"), Some(2));
-        assert_eq!(untraced("SUMMARY 5 0 5 0"), Some(0));
-        assert_eq!(
-            untraced("COUNTS: 5 requirements, 3 untraced, 1 delivered, 1 in progress"),
-            Some(3)
-        );
-        assert_eq!(untraced("requirements=5 untraced=4"), Some(4));
-        assert_eq!(untraced("Untraced: 7"), Some(7));
-        assert_eq!(untraced("untraced 6"), Some(6));
-        assert_eq!(untraced("12 of 14 rows verified"), None);
-        assert_eq!(untraced("SUMMARY\tspec\tx"), None);
-        assert_eq!(
-            counts_text("SUMMARY\tspec\t5\t2\t1\t2").as_deref(),
-            Some("5 requirements, 2 untraced, 1 delivered, 2 in progress")
-        );
-    }
-
-    #[test]
-    fn target_only_rows_follow_the_rollup_rule() {
-        let out = "MATRIX\tm.md\ts.md\n\
-            ROW\tm.md\tENV1\tENV1 — production host\tStory 2\tunverified\t[target]\t\n\
-            ROW\tm.md\tENV2\tENV2\tStory 2\tunverified\t[target]\t[integration]\n\
-            ROW\tm.md\tENV3\tENV3\tStory 3\tverified\t[target]\t\n\
-            ROW\tm.md\tENV4\tENV4\tStory 3\tunverified\t[target]\t[target] [manual]\n\
-            CRITERION\tm.md\tDeploys to the real host\tStory 4\tunverified\t\t[target]\n\
-            CRITERION\tm.md\tUnit thing\tStory 4\tunverified\t[target] [unit]\t\n";
-        // ENV2's criterion is checkable here; a criterion with no spec tag is not target-only.
-        assert_eq!(target_only_rows(out), ["ENV1 — production host", "ENV4"]);
-        assert_eq!(
-            target_only_rows(
-                "TARGET-ONLY: 2 rows unverifiable in this environment\nTARGET-ONLY: ENV1\nTARGET-ONLY\tENV2\n"
-            ),
-            ["ENV1", "ENV2"]
-        );
-        assert!(target_only_rows("").is_empty());
-        assert!(target_only_rows("ROW\n\t\t\n").is_empty());
+        // A relative root comes out absolute.
+        let rel = rollup_argv(rollup, Path::new("repo"), &spec);
+        assert!(Path::new(&rel[2]).is_absolute(), "{rel:?}");
     }
 
     #[test]
     fn completion_lines_keep_counts_out_of_the_promise() {
-        let (promise, coverage) = completion_lines(true, Some("SUMMARY\tspec\t5\t0\t5\t0"));
+        let figures = "5 of 5 rows marked verified across 1 matrix, 2 of 2 requirements traced";
+        let (promise, coverage) = completion_lines(true, Some(figures));
         assert_eq!(promise, "SPEC_DELIVERED");
         assert_eq!(
             coverage,
-            "COVERAGE: 5 requirements, 0 untraced, 5 delivered, 0 in progress -- aggregation of \
-             the marks cpm:do placed on its own work, not independent verification"
+            format!(
+                "COVERAGE: {figures} -- aggregation of the marks cpm:do placed on its own work, \
+                 not independent verification"
+            )
         );
-        let (promise, coverage) = completion_lines(false, Some("14 of 14 rows\nverified"));
+        let (promise, coverage) = completion_lines(false, Some("8 of 8 rows\nmarked verified"));
         assert_eq!(promise, "ALL_EPICS_COMPLETE");
         assert!(
-            coverage
-                .starts_with("COVERAGE: 14 of 14 rows verified -- aggregation, not verification")
+            coverage.starts_with(
+                "COVERAGE: 8 of 8 rows marked verified -- aggregation, not verification"
+            ),
+            "{coverage}"
         );
         assert!(coverage.contains("cannot say a spec is delivered"));
         let (promise, coverage) = completion_lines(false, None);
         assert!(!promise.chars().any(|c| c.is_ascii_digit()));
-        assert!(coverage.starts_with("COVERAGE: the roll-up printed no summary"));
-    }
-
-    proptest! {
-        #[test]
-        fn record_readers_never_panic(text in "(\\PC|\n|\t|\\*\\*|Status|SUMMARY|ROW|ENV1|## |```)*") {
-            let _ = summary_line(&text);
-            let _ = untraced(&text);
-            let _ = summary_counts(&text);
-            let _ = target_only_rows(&text);
-            let _ = completion_lines(true, Some(&text));
-        }
+        assert!(coverage.starts_with("COVERAGE: the roll-up printed no records"));
     }
 }

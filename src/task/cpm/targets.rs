@@ -390,6 +390,11 @@ mod tests {
             );
         }
         write(r, "docs/epics/24-coverage-c.md", "# matrix\n");
+        write(
+            r,
+            "docs/epics/26-coverage-epic-d.md",
+            "# matrix of an epic about epics\n",
+        );
         write(r, "docs/specifications/45-spec-login.md", "# Spec\n");
         write(r, "docs/specifications/46-spec-other.md", "# Spec\n");
         root
