@@ -40,7 +40,7 @@ impl Mode {
         match self {
             Mode::Checklist => "criteria",
             Mode::Table => "tasks",
-            Mode::CpmEpic | Mode::CpmSpec => "requirements",
+            Mode::CpmEpic | Mode::CpmSpec => "rows",
         }
     }
 }

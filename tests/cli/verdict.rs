@@ -127,6 +127,18 @@ fn verdict_that_cannot_run_twice_in_a_row_halts_seven() {
     );
 }
 
+/// Exit 4 means "nothing planned" only to CPM spec mode's roll-up; from any other verdict
+/// command it is a command that could not run (SPEC §3.3): twice in a row halts with 7. Before,
+/// it was read as "nothing planned" and the run went on to max iterations.
+#[test]
+fn verdict_four_outside_spec_mode_is_a_command_that_could_not_run() {
+    let env = setup();
+    let cmd = verdict_script(&env, &[(4, "what plan?")]);
+    let out = env.run_fake("churn", &["--verdict-cmd", &cmd, "--max-iterations", "5"]);
+    assert_exit(&out, 7);
+    assert!(env.agent_ran(2) && !env.agent_ran(3));
+}
+
 #[test]
 fn verdict_command_from_frontmatter() {
     let env = TestEnv::new();

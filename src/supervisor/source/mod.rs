@@ -18,7 +18,7 @@ use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::state::Mode;
 use crate::task::cpm::Targets;
-use crate::task::verdict::Verdict;
+use crate::task::verdict::{Verdict, VerdictClass};
 
 /// The task source of a run.
 pub enum Source {
@@ -225,11 +225,19 @@ impl Source {
             .map(|c| (c.clone(), super::checks::shell(c)))
     }
 
-    /// Classify a verdict run; CPM reads its records the roll-up's way.
+    /// Classify a verdict run; CPM reads its records the roll-up's way. Exit 4 ("nothing
+    /// planned") means something only to spec mode's roll-up: from any other verdict command
+    /// it is a command that could not run (SPEC §3.3).
     pub fn verdict(&mut self, exit_code: i32, stdout: &str) -> Verdict {
         match self {
             Source::Cpm(c) if c.rollup.is_some() => c.verdict(exit_code, stdout),
-            _ => Verdict::from_output(exit_code, stdout),
+            _ => {
+                let mut v = Verdict::from_output(exit_code, stdout);
+                if v.class == VerdictClass::NothingPlanned {
+                    v.class = VerdictClass::Unavailable;
+                }
+                v
+            }
         }
     }
 
