@@ -268,4 +268,8 @@ pub struct StatusArgs {
     /// One JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+
+    /// Every loop of the repository: the main work tree's and each worktree's.
+    #[arg(long)]
+    pub all: bool,
 }

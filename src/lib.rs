@@ -11,6 +11,7 @@ pub mod git;
 pub mod guard;
 pub mod hooks;
 pub mod live;
+pub mod loops;
 pub mod markdown;
 pub mod signals;
 pub mod state;
@@ -83,7 +84,7 @@ fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
         Command::Init(args) => commands::init::run(&ctx, args),
         Command::Run(args) => commands::run::run(&ctx, args),
         Command::Resume(args) => commands::run::resume(&ctx, args),
-        Command::Status(args) => commands::status::run(&ctx, args.json),
+        Command::Status(args) => commands::status::run(&ctx, args.json, args.all),
     }
 }
 

@@ -1,166 +1,30 @@
 //! `ralph status`: the current or last run, read without the lock and in O(1) of the log length.
 
-use serde_json::json;
-
 use super::Context;
 use crate::error::{Result, exit};
 use crate::git::Repo;
-use crate::state::{self, HaltReason, Lock, Mode, RalphDir, RunState};
-use crate::task::document::{TaskDocument, load_task_file};
-use crate::task::table;
+use crate::loops::{self, Status};
+use crate::state::HaltReason;
 use crate::ui::Ui;
 
-/// Everything `status` reports, read once.
-struct Status {
-    st: Option<RunState>,
-    /// A supervisor holds the lock now.
-    running: bool,
-    /// The last (up to three) ITER records, each bounded.
-    records: Vec<String>,
-    stalled: bool,
-    task_file: std::path::PathBuf,
-    doc: Option<TaskDocument>,
-    done: usize,
-    total: usize,
-    remaining: Vec<String>,
-    halt_reason: Option<HaltReason>,
-    elapsed_s: Option<f64>,
-}
-
-pub fn run(ctx: &Context, json_out: bool) -> Result<i32> {
-    let s = gather(ctx)?;
+pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
+    let repo = Repo::discover(&ctx.cwd)?;
+    if all {
+        let entries = loops::all(&repo)?;
+        if json_out {
+            ctx.ui.plain(&loops::all_to_json(&entries).to_string());
+        } else {
+            print_all(ctx.ui, &entries);
+        }
+        return Ok(exit::COMPLETE);
+    }
+    let s = loops::report(&repo)?;
     if json_out {
-        ctx.ui.plain(&to_json(&s).to_string());
+        ctx.ui.plain(&loops::to_json(&s).to_string());
     } else {
         print_text(ctx.ui, &s);
     }
     Ok(exit::COMPLETE)
-}
-
-fn gather(ctx: &Context) -> Result<Status> {
-    let repo = Repo::discover(&ctx.cwd)?;
-    let root = repo.root();
-    let rd = RalphDir::new(root);
-    let st = RunState::load(&rd.state_file())?;
-    let log = st
-        .as_ref()
-        .and_then(|s| s.iterations_log.as_ref())
-        .map_or_else(|| rd.iterations_log(), |l| root.join(l));
-    let records = state::tail_lines(&log, 3)?;
-    let parsed: Vec<state::IterRecord> = records
-        .iter()
-        .filter_map(|r| state::parse_iter_record(r))
-        .collect();
-    // A supervisor is running when someone holds the lock (the kernel drops it on any death).
-    let running = st.as_ref().is_some_and(|s| s.running)
-        && Lock::is_held(&state::lock_path(repo.git2().path()));
-    let task_file = st.as_ref().map_or_else(
-        || root.join(crate::task::TASK_FILE),
-        |s| root.join(&s.task_file),
-    );
-    let mode = st.as_ref().map_or(Mode::Checklist, |s| s.mode);
-    let doc = (mode == Mode::Checklist)
-        .then(|| load_task_file(&task_file).ok())
-        .flatten();
-    let (done, total, remaining) = counts(root, st.as_ref(), doc.as_ref());
-    let halt_reason = st.as_ref().and_then(|s| {
-        if running {
-            None
-        } else if s.running {
-            Some(HaltReason::Error)
-        } else {
-            s.halt_reason
-        }
-    });
-    let elapsed_s = st.as_ref().and_then(|s| elapsed(s, running));
-    Ok(Status {
-        stalled: state::last_three_repeat(&parsed),
-        st,
-        running,
-        records,
-        task_file,
-        doc,
-        done,
-        total,
-        remaining,
-        halt_reason,
-        elapsed_s,
-    })
-}
-
-/// Done, total and the remaining items: from the task file or table as they are now, else from
-/// what the state recorded.
-fn counts(
-    root: &std::path::Path,
-    st: Option<&RunState>,
-    doc: Option<&TaskDocument>,
-) -> (usize, usize, Vec<String>) {
-    if let Some(d) = doc {
-        let remaining = d.checklist.remaining().map(|c| c.text.clone()).collect();
-        return (d.checklist.done(), d.checklist.total(), remaining);
-    }
-    if let Some(s) = st
-        && s.mode == Mode::Table
-        && let [_, progress] = s.targets.as_slice()
-    {
-        let path = root.join(progress);
-        let parsed = crate::files::read_text(&path)
-            .ok()
-            .and_then(|t| table::parse_progress(&path, &t).ok());
-        if let Some(p) = parsed {
-            let remaining = p
-                .rows
-                .iter()
-                .filter(|r| r.status != table::RowStatus::Done)
-                .map(|r| format!("task {}: {}", r.number, r.task))
-                .collect();
-            return (table::done_count(&p), p.rows.len(), remaining);
-        }
-    }
-    (
-        st.map_or(0, |s| s.done),
-        st.map_or(0, |s| s.total),
-        Vec::new(),
-    )
-}
-
-/// Seconds since the start: to now while running, else to the last state update.
-fn elapsed(s: &RunState, running: bool) -> Option<f64> {
-    let start = chrono::DateTime::parse_from_rfc3339(&s.started_at).ok()?;
-    let end = if running {
-        chrono::Local::now().fixed_offset()
-    } else {
-        chrono::DateTime::parse_from_rfc3339(&s.updated_at).ok()?
-    };
-    Some((end - start).num_milliseconds().max(0) as f64 / 1000.0)
-}
-
-fn to_json(s: &Status) -> serde_json::Value {
-    let st = s.st.as_ref();
-    json!({
-        "schema_version": 1,
-        "task": st.map(|s| s.task.clone()).or_else(|| s.doc.as_ref().map(|d| d.name.clone())),
-        "mode": st.map_or(Mode::Checklist, |s| s.mode),
-        "run_id": st.map(|s| s.run_id.clone()),
-        "running": s.running,
-        "pid": if s.running { st.map(|s| s.pid) } else { None },
-        "iteration": st.map_or(0, |s| s.iteration),
-        "max_iterations": st.map(|s| s.max_iterations),
-        "done": s.done,
-        "total": s.total,
-        "halt_reason": s.halt_reason,
-        "exit_code": if s.running { None } else { st.and_then(|s| s.exit_code) },
-        "cost_usd": st.map_or(0.0, |s| s.cost_usd),
-        "input_tokens": st.map_or(0, |s| s.input_tokens),
-        "output_tokens": st.map_or(0, |s| s.output_tokens),
-        "elapsed_s": s.elapsed_s,
-        "started_at": st.map(|s| s.started_at.clone()),
-        "updated_at": st.map(|s| s.updated_at.clone()),
-        "last_records": s.records,
-        "stalled": s.stalled,
-        "remaining": s.remaining,
-        "annotations": st.map_or(&[][..], |s| s.annotations.as_slice()),
-    })
 }
 
 fn print_text(ui: Ui, s: &Status) {
@@ -229,5 +93,37 @@ fn print_text(ui: Ui, s: &Status) {
         for a in &st.annotations {
             ui.plain(&format!("- {a}"));
         }
+    }
+}
+
+/// One line per loop: name, branch, state, iteration, progress, cost.
+fn print_all(ui: Ui, entries: &[loops::Entry]) {
+    for e in entries {
+        let s = &e.status;
+        let state = match (&s.st, s.running, s.halt_reason) {
+            (None, _, _) => "no run".to_string(),
+            (Some(st), true, _) => format!("running (pid {})", st.pid),
+            (Some(_), false, Some(r)) => format!("halted: {r}"),
+            (Some(_), false, None) => "halted".to_string(),
+        };
+        let (iteration, unit, cost) = s.st.as_ref().map_or((String::new(), "", 0.0), |st| {
+            (
+                format!("iteration {}/{}", st.iteration, st.max_iterations),
+                st.mode.unit(),
+                st.cost_usd,
+            )
+        });
+        let mut line = format!(
+            "{}  [{}]  {state}  {iteration}  {}/{} {unit}",
+            e.name,
+            e.branch.as_deref().unwrap_or("detached"),
+            s.done,
+            s.total
+        );
+        if cost > 0.0 {
+            line.push_str(&format!("  ${cost:.2}"));
+        }
+        ui.plain(line.trim_end());
+        ui.plain(&format!("    {}", e.path.display()));
     }
 }

@@ -1,0 +1,230 @@
+//! The loops of a repository (SPEC §2.4, §13): what `ralph status` reports for one work tree,
+//! read without its lock and in O(1) of its logs, and the list of every loop — the main work
+//! tree's and each worktree's — for `status --all` and `ralph watch`.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use crate::error::Result;
+use crate::git::Repo;
+use crate::state::{self, HaltReason, Lock, Mode, RalphDir, RunState};
+use crate::task::document::{TaskDocument, load_task_file};
+use crate::task::table;
+
+/// Everything `status` reports, read once.
+pub struct Status {
+    pub st: Option<RunState>,
+    /// A supervisor holds the lock now.
+    pub running: bool,
+    /// The last (up to three) ITER records, each bounded.
+    pub records: Vec<String>,
+    pub stalled: bool,
+    pub task_file: std::path::PathBuf,
+    pub doc: Option<TaskDocument>,
+    pub done: usize,
+    pub total: usize,
+    pub remaining: Vec<String>,
+    pub halt_reason: Option<HaltReason>,
+    pub elapsed_s: Option<f64>,
+}
+
+/// The state of the loop in `repo`'s work tree.
+pub fn report(repo: &Repo) -> Result<Status> {
+    let root = repo.root();
+    let rd = RalphDir::new(root);
+    let st = RunState::load(&rd.state_file())?;
+    let log = st
+        .as_ref()
+        .and_then(|s| s.iterations_log.as_ref())
+        .map_or_else(|| rd.iterations_log(), |l| root.join(l));
+    let records = state::tail_lines(&log, 3)?;
+    let parsed: Vec<state::IterRecord> = records
+        .iter()
+        .filter_map(|r| state::parse_iter_record(r))
+        .collect();
+    // A supervisor is running when someone holds the lock (the kernel drops it on any death).
+    let running = st.as_ref().is_some_and(|s| s.running)
+        && Lock::is_held(&state::lock_path(repo.git2().path()));
+    let task_file = st.as_ref().map_or_else(
+        || root.join(crate::task::TASK_FILE),
+        |s| root.join(&s.task_file),
+    );
+    let mode = st.as_ref().map_or(Mode::Checklist, |s| s.mode);
+    let doc = (mode == Mode::Checklist)
+        .then(|| load_task_file(&task_file).ok())
+        .flatten();
+    let (done, total, remaining) = counts(root, st.as_ref(), doc.as_ref());
+    let halt_reason = st.as_ref().and_then(|s| {
+        if running {
+            None
+        } else if s.running {
+            Some(HaltReason::Error)
+        } else {
+            s.halt_reason
+        }
+    });
+    let elapsed_s = st.as_ref().and_then(|s| elapsed(s, running));
+    Ok(Status {
+        stalled: state::last_three_repeat(&parsed),
+        st,
+        running,
+        records,
+        task_file,
+        doc,
+        done,
+        total,
+        remaining,
+        halt_reason,
+        elapsed_s,
+    })
+}
+
+/// Done, total and the remaining items: from the task file or table as they are now, else from
+/// what the state recorded.
+fn counts(
+    root: &std::path::Path,
+    st: Option<&RunState>,
+    doc: Option<&TaskDocument>,
+) -> (usize, usize, Vec<String>) {
+    if let Some(d) = doc {
+        let remaining = d.checklist.remaining().map(|c| c.text.clone()).collect();
+        return (d.checklist.done(), d.checklist.total(), remaining);
+    }
+    if let Some(s) = st
+        && s.mode == Mode::Table
+        && let [_, progress] = s.targets.as_slice()
+    {
+        let path = root.join(progress);
+        let parsed = crate::files::read_text(&path)
+            .ok()
+            .and_then(|t| table::parse_progress(&path, &t).ok());
+        if let Some(p) = parsed {
+            let remaining = p
+                .rows
+                .iter()
+                .filter(|r| r.status != table::RowStatus::Done)
+                .map(|r| format!("task {}: {}", r.number, r.task))
+                .collect();
+            return (table::done_count(&p), p.rows.len(), remaining);
+        }
+    }
+    (
+        st.map_or(0, |s| s.done),
+        st.map_or(0, |s| s.total),
+        Vec::new(),
+    )
+}
+
+/// Seconds since the start: to now while running, else to the last state update.
+fn elapsed(s: &RunState, running: bool) -> Option<f64> {
+    let start = chrono::DateTime::parse_from_rfc3339(&s.started_at).ok()?;
+    let end = if running {
+        chrono::Local::now().fixed_offset()
+    } else {
+        chrono::DateTime::parse_from_rfc3339(&s.updated_at).ok()?
+    };
+    Some((end - start).num_milliseconds().max(0) as f64 / 1000.0)
+}
+
+/// The `ralph status --json` object (SPEC §2.4).
+pub fn to_json(s: &Status) -> serde_json::Value {
+    let st = s.st.as_ref();
+    json!({
+        "schema_version": 1,
+        "task": st.map(|s| s.task.clone()).or_else(|| s.doc.as_ref().map(|d| d.name.clone())),
+        "mode": st.map_or(Mode::Checklist, |s| s.mode),
+        "run_id": st.map(|s| s.run_id.clone()),
+        "running": s.running,
+        "pid": if s.running { st.map(|s| s.pid) } else { None },
+        "iteration": st.map_or(0, |s| s.iteration),
+        "max_iterations": st.map(|s| s.max_iterations),
+        "done": s.done,
+        "total": s.total,
+        "halt_reason": s.halt_reason,
+        "exit_code": if s.running { None } else { st.and_then(|s| s.exit_code) },
+        "cost_usd": st.map_or(0.0, |s| s.cost_usd),
+        "input_tokens": st.map_or(0, |s| s.input_tokens),
+        "output_tokens": st.map_or(0, |s| s.output_tokens),
+        "elapsed_s": s.elapsed_s,
+        "started_at": st.map(|s| s.started_at.clone()),
+        "updated_at": st.map(|s| s.updated_at.clone()),
+        "last_records": s.records,
+        "stalled": s.stalled,
+        "remaining": s.remaining,
+        "annotations": st.map_or(&[][..], |s| s.annotations.as_slice()),
+    })
+}
+
+/// One loop of the repository: a work tree and what `status` says of it.
+pub struct Entry {
+    /// `(main)` for the main work tree; a worktree's name otherwise (`NAME` of `--worktree`).
+    pub name: String,
+    pub path: PathBuf,
+    /// The branch checked out there; `None` when detached.
+    pub branch: Option<String>,
+    pub status: Status,
+}
+
+/// The name of the main work tree's loop.
+pub const MAIN: &str = "(main)";
+
+/// Every loop of the repository `repo` belongs to: the main work tree's, then each worktree's
+/// (sorted by name). A worktree whose directory is gone is skipped.
+pub fn all(repo: &Repo) -> Result<Vec<Entry>> {
+    let common = repo.git2().commondir().to_path_buf();
+    let main = git2::Repository::open(&common).map_err(crate::git::GitError::from)?;
+    let mut out = Vec::new();
+    if let Some(w) = main.workdir() {
+        out.push(entry(MAIN, w)?);
+    }
+    let mut names: Vec<String> = main
+        .worktrees()
+        .map_err(crate::git::GitError::from)?
+        .iter()
+        .flatten()
+        .flatten()
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    for name in names {
+        let Ok(wt) = main.find_worktree(&name) else {
+            continue;
+        };
+        if wt.path().is_dir() {
+            out.push(entry(&name, wt.path())?);
+        }
+    }
+    Ok(out)
+}
+
+fn entry(name: &str, path: &Path) -> Result<Entry> {
+    let repo = Repo::discover(path)?;
+    let branch = repo
+        .git2()
+        .head()
+        .ok()
+        .filter(|h| h.is_branch())
+        .and_then(|h| h.shorthand().ok().map(str::to_string));
+    Ok(Entry {
+        name: name.to_string(),
+        path: repo.root().to_path_buf(),
+        branch,
+        status: report(&repo)?,
+    })
+}
+
+/// The `ralph status --all --json` object (SPEC §13).
+pub fn all_to_json(entries: &[Entry]) -> serde_json::Value {
+    let loops: Vec<serde_json::Value> = entries
+        .iter()
+        .map(|e| {
+            let mut v = to_json(&e.status);
+            v["name"] = e.name.clone().into();
+            v["path"] = e.path.to_string_lossy().into_owned().into();
+            v["branch"] = e.branch.clone().into();
+            v
+        })
+        .collect();
+    json!({"schema_version": 1, "loops": loops})
+}
