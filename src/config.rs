@@ -19,6 +19,7 @@ pub const DEFAULT_LIMIT_BACKOFF: Duration = Duration::from_secs(60);
 /// The shortest backoff after a usage limit (SPEC §6): a `0s` never spins the agent.
 pub const MIN_LIMIT_BACKOFF: Duration = Duration::from_secs(1);
 pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One layer as written in a config file; every key optional, unknown keys rejected.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
@@ -41,6 +42,52 @@ pub struct Layer {
     pub check_timeout: Option<String>,
     pub no_verify: Option<bool>,
     pub max_file_size: Option<String>,
+    /// `[hooks]`: commands run on the loop's events (config files only).
+    pub hooks: Option<HookLayer>,
+}
+
+/// `[hooks]` of a config file (SPEC §10): a shell command per event, run with the event's JSON
+/// on stdin.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookLayer {
+    pub on_iteration: Option<String>,
+    pub on_stuck: Option<String>,
+    pub on_waiting: Option<String>,
+    pub on_halt: Option<String>,
+    /// How long each may run (default 30s).
+    pub hook_timeout: Option<String>,
+}
+
+/// A command and whether the repository (which the agent can write) gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    pub cmd: String,
+    /// From the task file's frontmatter or `.ralph/config.toml`: under `--sandbox` it runs in
+    /// the sandbox (SPEC §4).
+    pub from_repo: bool,
+}
+
+/// The event hooks of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hooks {
+    pub on_iteration: Option<Command>,
+    pub on_stuck: Option<Command>,
+    pub on_waiting: Option<Command>,
+    pub on_halt: Option<Command>,
+}
+
+impl Hooks {
+    /// The hook of an event (`iteration_finished`, `stuck`, `waiting`, `halted`).
+    pub fn for_event(&self, event: &str) -> Option<&Command> {
+        match event {
+            "iteration_finished" => self.on_iteration.as_ref(),
+            "stuck" => self.on_stuck.as_ref(),
+            "waiting" => self.on_waiting.as_ref(),
+            "halted" => self.on_halt.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// Where a layer came from, for messages.
@@ -48,6 +95,9 @@ pub struct Layer {
 pub struct Source {
     pub name: String,
     pub layer: Layer,
+    /// The layer comes from the repository (frontmatter, `.ralph/config.toml`): the agent can
+    /// have written it.
+    pub from_repo: bool,
 }
 
 /// How the agent is chosen: a preset name or a custom command template.
@@ -80,6 +130,14 @@ pub struct Settings {
     pub limit_backoff: Duration,
     /// The wall-clock limit of each test and verdict command run.
     pub check_timeout: Duration,
+    /// The test command came from the repository (frontmatter or `.ralph/config.toml`).
+    pub test_command_from_repo: bool,
+    /// The verdict command came from the repository.
+    pub verdict_command_from_repo: bool,
+    /// `[hooks]`: commands run on the loop's events.
+    pub hooks: Hooks,
+    /// The most each hook may run.
+    pub hook_timeout: Duration,
     /// Skip the repository's pre-commit and commit-msg hooks.
     pub no_verify: bool,
     /// Untracked files over this size stay out of ralph's commits.
@@ -108,6 +166,7 @@ impl Layer {
             check_timeout: o.check_timeout.map(|d| d.to_string()),
             no_verify: o.no_verify.then_some(true),
             max_file_size: None,
+            hooks: None,
         }
     }
 
@@ -130,6 +189,7 @@ impl Layer {
             check_timeout: None,
             no_verify: None,
             max_file_size: None,
+            hooks: None,
         }
     }
 
@@ -176,6 +236,7 @@ pub fn file_layers(ralph_dir: &Path, frontmatter: Option<&Frontmatter>) -> Resul
         out.push(Source {
             name: "the task file's frontmatter".into(),
             layer: Layer::from_frontmatter(f),
+            from_repo: true,
         });
     }
     let project = ralph_dir.join("config.toml");
@@ -183,6 +244,7 @@ pub fn file_layers(ralph_dir: &Path, frontmatter: Option<&Frontmatter>) -> Resul
         out.push(Source {
             name: project.display().to_string(),
             layer,
+            from_repo: true,
         });
     }
     if let Some(user) = user_config_path()
@@ -191,6 +253,7 @@ pub fn file_layers(ralph_dir: &Path, frontmatter: Option<&Frontmatter>) -> Resul
         out.push(Source {
             name: user.display().to_string(),
             layer,
+            from_repo: false,
         });
     }
     Ok(out)
@@ -280,6 +343,10 @@ pub fn merge(layers: &[Source]) -> Result<Settings> {
             .max(MIN_LIMIT_BACKOFF),
         check_timeout: nonzero(duration(first!(check_timeout), "check_timeout")?)
             .unwrap_or(DEFAULT_CHECK_TIMEOUT),
+        test_command_from_repo: from_repo(layers, |l| l.test_command.is_some()),
+        verdict_command_from_repo: from_repo(layers, |l| l.verdict_command.is_some()),
+        hooks: merge_hooks(layers),
+        hook_timeout: hook_timeout(layers)?,
         no_verify: first!(no_verify).is_some_and(|(_, v)| v),
         max_file_size: match first!(max_file_size) {
             None => crate::guard::DEFAULT_MAX_FILE_SIZE,
@@ -291,6 +358,44 @@ pub fn merge(layers: &[Source]) -> Result<Settings> {
     })
 }
 
+/// Whether the highest layer setting a value (as `has` tells) is the repository's.
+fn from_repo(layers: &[Source], has: impl Fn(&Layer) -> bool) -> bool {
+    layers
+        .iter()
+        .find(|s| has(&s.layer))
+        .is_some_and(|s| s.from_repo)
+}
+
+/// Each hook from the highest config file that sets it.
+fn merge_hooks(layers: &[Source]) -> Hooks {
+    let pick = |get: fn(&HookLayer) -> &Option<String>| {
+        layers.iter().find_map(|s| {
+            let cmd = s.layer.hooks.as_ref().and_then(|h| get(h).clone())?;
+            (!cmd.trim().is_empty()).then_some(Command {
+                cmd,
+                from_repo: s.from_repo,
+            })
+        })
+    };
+    Hooks {
+        on_iteration: pick(|h| &h.on_iteration),
+        on_stuck: pick(|h| &h.on_stuck),
+        on_waiting: pick(|h| &h.on_waiting),
+        on_halt: pick(|h| &h.on_halt),
+    }
+}
+
+fn hook_timeout(layers: &[Source]) -> Result<Duration> {
+    let found = layers.iter().find_map(|s| {
+        let t = s.layer.hooks.as_ref()?.hook_timeout.clone()?;
+        Some((s.name.as_str(), t))
+    });
+    Ok(match found {
+        Some((src, v)) => parse_duration(src, "hooks.hook_timeout", &v)?,
+        None => DEFAULT_HOOK_TIMEOUT,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,6 +404,7 @@ mod tests {
         Source {
             name: name.into(),
             layer,
+            from_repo: false,
         }
     }
 
@@ -312,6 +418,36 @@ mod tests {
         assert_eq!(s.timeout, None);
         assert!(!s.no_commit);
         assert_eq!(s.check_timeout, Duration::from_secs(1800));
+    }
+
+    #[test]
+    fn hooks_come_from_config_files_with_their_provenance() {
+        let text = "[hooks]\non_halt = \"notify-send done\"\nhook_timeout = \"5s\"\n";
+        let project = Layer::parse_toml(Path::new("p.toml"), text).unwrap();
+        let user = Layer::parse_toml(
+            Path::new("u.toml"),
+            "[hooks]\non_halt = \"mine\"\non_stuck = \"curl hook\"\n",
+        )
+        .unwrap();
+        let layers = [
+            Source {
+                name: "p".into(),
+                layer: project,
+                from_repo: true,
+            },
+            src("u", user),
+        ];
+        let s = merge(&layers).unwrap();
+        assert_eq!(s.hooks.on_halt.as_ref().unwrap().cmd, "notify-send done");
+        assert!(s.hooks.on_halt.as_ref().unwrap().from_repo);
+        assert!(!s.hooks.on_stuck.as_ref().unwrap().from_repo);
+        assert_eq!(s.hooks.for_event("stuck").unwrap().cmd, "curl hook");
+        assert!(s.hooks.for_event("iteration_finished").is_none());
+        assert_eq!(s.hook_timeout, Duration::from_secs(5));
+        let e = Layer::parse_toml(Path::new("p.toml"), "[hooks]\non_merge = \"x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("p.toml:2") && e.contains("on_merge"), "{e}");
     }
 
     #[test]

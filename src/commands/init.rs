@@ -133,6 +133,7 @@ fn plan_with_agent(ctx: &Context, repo: &Repo, args: &InitArgs, table_mode: bool
             agent_cmd: args.agent_cmd.clone(),
             ..Layer::default()
         },
+        from_repo: false,
     }];
     layers.extend(config::file_layers(&rd.path, None)?);
     let settings = config::merge(&layers)?;

@@ -252,6 +252,7 @@ impl Loop {
             return Ok(Some(Halt::Budget(why)));
         }
         self.announce_wait(n, limit, wait)?;
+        self.run_hooks().await;
         if self
             .sleep_interruptibly(wait, &limit.kind.to_string())
             .await
@@ -265,7 +266,7 @@ impl Loop {
     }
 
     fn announce_wait(
-        &self,
+        &mut self,
         n: u32,
         limit: &crate::agent::stream::Limit,
         wait: std::time::Duration,
@@ -289,7 +290,7 @@ impl Loop {
             limit.kind,
             human_duration(wait)
         ));
-        self.ui.event(
+        self.emit(
             "waiting",
             json!({
                 "iteration": n,

@@ -78,7 +78,7 @@ impl Loop {
 
     /// The `iteration_finished` event, the activity line, the ITER record, the stuck notice.
     fn write_logs(
-        &self,
+        &mut self,
         prep: &Prepared,
         attempted: &Attempted,
         recorded: &Recorded,
@@ -90,7 +90,7 @@ impl Loop {
         let usage = &attempted.usage;
         let fin = &attempted.finished;
         let key = &recorded.key;
-        self.ui.event(
+        self.emit(
             "iteration_finished",
             json!({
                 "run_id": self.state.run_id,
@@ -136,7 +136,7 @@ impl Loop {
             self.log(&format!(
                 "⚠️ Stuck detected — {t} iterations with no progress"
             ))?;
-            self.ui.event(
+            self.emit(
                 "stuck",
                 json!({"iteration": n, "no_progress_iterations": t}),
             );
@@ -235,7 +235,7 @@ impl Loop {
         if let Halt::Error { message, .. } = halt {
             event["message"] = message.clone().into();
         }
-        self.ui.event("halted", event);
+        self.emit("halted", event);
         Ok(())
     }
 }

@@ -14,6 +14,7 @@ pub mod checks;
 mod commit;
 mod conclude;
 pub mod decide;
+mod events;
 mod judge;
 pub mod preflight;
 mod prepare;
@@ -58,6 +59,8 @@ pub struct Loop {
     pub unattended: bool,
     /// The file watcher that makes git's status and staging cost what changed (Linux).
     pub watch: Option<std::sync::Arc<crate::git::watch::Watch>>,
+    /// Events whose hooks have yet to run.
+    pub pending_events: Vec<serde_json::Value>,
 }
 
 /// What `git status --porcelain | cksum` prints for a clean tree.
@@ -66,6 +69,12 @@ pub const CLEAN_FINGERPRINT: &str = "4294967295 0";
 impl Loop {
     /// The pre-flight checks, then iterations until a halt rule fires; returns the exit code.
     pub async fn run(mut self) -> Result<i32> {
+        let result = self.iterate().await;
+        self.run_hooks().await;
+        result
+    }
+
+    async fn iterate(&mut self) -> Result<i32> {
         self.start_watching()?;
         if let Some(code) = self.preflight_verdict().await? {
             return Ok(code);
@@ -80,7 +89,9 @@ impl Loop {
                 iteration: n,
                 ..self.counters.clone()
             };
-            if let Some(code) = self.iteration(&prev).await? {
+            let halted = self.iteration(&prev).await?;
+            self.run_hooks().await;
+            if let Some(code) = halted {
                 return Ok(code);
             }
         }

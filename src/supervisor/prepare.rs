@@ -71,7 +71,7 @@ impl Loop {
         })
     }
 
-    fn announce(&self, n: u32, stuck_alert: bool) {
+    fn announce(&mut self, n: u32, stuck_alert: bool) {
         let (done, total) = self.source.counts();
         self.ui.line(&format!(
             "▶ Iteration {n}/{} — {} ({done}/{total} {})",
@@ -79,7 +79,7 @@ impl Loop {
             self.agent.name,
             self.source.unit()
         ));
-        self.ui.event(
+        self.emit(
             "iteration_started",
             json!({
                 "run_id": self.state.run_id,

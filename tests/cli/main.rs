@@ -12,6 +12,7 @@ mod files;
 mod git_bookkeeping;
 mod git_exact;
 mod git_props;
+mod hooks;
 mod init;
 mod integrity;
 mod limits;

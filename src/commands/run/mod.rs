@@ -121,6 +121,7 @@ fn resolve(
     let mut layers = vec![ConfigSource {
         name: "the command line or RALPH_* variables".into(),
         layer: Layer::from_options(options),
+        from_repo: false,
     }];
     layers.extend(config::file_layers(&rd.path, frontmatter.as_ref())?);
     let mut settings = config::merge(&layers)?;
@@ -474,5 +475,6 @@ fn make_loop(
         started: Instant::now(),
         stream: options.stream,
         watch: None,
+        pending_events: Vec::new(),
     })
 }

@@ -1,0 +1,89 @@
+//! The loop's events (SPEC §9, §10): each one is printed as a `--json` line and handed, as the
+//! very same object, to its `[hooks]` command (`on_iteration`, `on_stuck`, `on_waiting`,
+//! `on_halt`) on stdin, with `RALPH_EVENT` set. A hook runs under the same supervision as any
+//! child (own process group, `hook_timeout`, SIGTERM then SIGKILL); a hook that fails or hangs is
+//! logged and shown, and never stops the loop or changes its exit code.
+
+use serde_json::Value;
+
+use super::Loop;
+use super::checks::{Check, run_check, shell};
+use crate::agent::process::{Echo, Limits, Watchers};
+use crate::state;
+
+/// The grace a hook gets after its timeout before SIGKILL.
+const HOOK_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Loop {
+    /// Announce an event: its `--json` line now, its hook (if any) at the next `run_hooks`.
+    pub(super) fn emit(&mut self, name: &str, fields: Value) {
+        let obj = crate::ui::event_object(name, fields);
+        self.ui.print_event(&obj);
+        if self.settings.hooks.for_event(name).is_some() {
+            self.pending_events.push(obj);
+        }
+    }
+
+    /// Run the hooks of the events emitted since the last call, in order.
+    pub(super) async fn run_hooks(&mut self) {
+        for obj in std::mem::take(&mut self.pending_events) {
+            let name = obj["event"].as_str().unwrap_or_default().to_string();
+            let Some(hook) = self.settings.hooks.for_event(&name).cloned() else {
+                continue;
+            };
+            let outcome = self.run_hook(&name, &hook.cmd, &obj).await;
+            if let Err(why) = outcome {
+                let line = format!("hook for `{name}` {why}: {}", hook.cmd);
+                self.ui.warn(&line);
+                let _ = self.log(&format!("Hook: {line}"));
+            }
+        }
+    }
+
+    /// One hook run; `Err` says how it failed.
+    async fn run_hook(&mut self, name: &str, cmd: &str, obj: &Value) -> Result<(), String> {
+        let dir = self.rd.run_dir(&self.state.run_id);
+        state::create_private_dir(&dir).map_err(|e| format!("could not run ({e})"))?;
+        let path = dir.join("hooks.log");
+        let mut transcript = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| format!("could not run ({e})"))?;
+        let mut inv = shell(cmd);
+        inv.stdin = Some(format!("{obj}\n").into_bytes());
+        let mut env = self.ralph_env(self.state.iteration);
+        env.push(("RALPH_EVENT".into(), name.to_string()));
+        let timeout = self.settings.hook_timeout;
+        let check = Check {
+            what: format!("hook for {name}: {cmd}"),
+            inv,
+            echo: Echo::None,
+            limits: Limits {
+                timeout: Some(timeout),
+                idle_timeout: None,
+                grace: HOOK_GRACE,
+            },
+        };
+        let root = self.repo.root().to_path_buf();
+        let fin = run_check(
+            &root,
+            check,
+            &mut transcript,
+            &env,
+            &mut self.interrupts,
+            Watchers::default(),
+        )
+        .await
+        .map_err(|e| format!("could not run ({e})"))?;
+        match fin {
+            None => Err("was interrupted".into()),
+            Some(f) if f.stopped.is_some() => Err(format!(
+                "ran past hook_timeout {} and was stopped",
+                crate::ui::human_duration(timeout)
+            )),
+            Some(f) if f.exit_code != 0 => Err(format!("failed (exit {})", f.exit_code)),
+            Some(_) => Ok(()),
+        }
+    }
+}
