@@ -58,6 +58,23 @@ pub enum Command {
     /// Report the current or last run, without taking the lock.
     #[command(after_help = STATUS_EXAMPLES)]
     Status(StatusArgs),
+    /// Merge a completed worktree loop (`run --worktree NAME`) into the branch it started from.
+    #[command(after_help = MERGE_EXAMPLES)]
+    Merge(MergeArgs),
+}
+
+const MERGE_EXAMPLES: &str = "\
+Examples:
+  ralph merge auth          # merge ralph/auth into the branch `run --worktree auth` started from
+  ralph status --all        # the loops, their branches and how they ended
+
+Only a completed loop merges, only into a work tree without uncommitted changes; a conflict
+changes nothing and exits 11 naming the files.";
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The loop's worktree name (`ralph run --worktree NAME`).
+    pub name: String,
 }
 
 const INIT_EXAMPLES: &str = "\
@@ -76,7 +93,8 @@ Examples:
   ralph run --agent-cmd 'aider --yes --message {prompt}'
   ralph run --agent-cmd './my-agent.sh'      # the prompt arrives on stdin
   ralph run --dry-run                        # show mode, agent argv, limits and the first prompt
-  ralph run --yes --test-command 'cargo test' # unattended: never ask";
+  ralph run --yes --test-command 'cargo test' # unattended: never ask
+  ralph run --worktree auth docs/auth.md --merge   # a loop of its own on branch ralph/auth";
 
 const RESUME_EXAMPLES: &str = "\
 Examples:
@@ -261,6 +279,16 @@ pub struct RunOptions {
     /// JSON Lines events on stdout (human output moves to stderr).
     #[arg(long)]
     pub json: bool,
+
+    /// Run the loop in a git worktree of its own, on branch `ralph/NAME` from the current HEAD
+    /// (created, or reused when it exists).
+    #[arg(long, value_name = "NAME")]
+    pub worktree: Option<String>,
+
+    /// With --worktree: once the loop completed, merge its branch into the branch it started
+    /// from (config `merge = true`); exit 11 when it cannot.
+    #[arg(long, requires = "worktree")]
+    pub merge: bool,
 }
 
 #[derive(Debug, Args)]

@@ -44,6 +44,8 @@ pub struct Layer {
     pub max_file_size: Option<String>,
     /// `[hooks]`: commands run on the loop's events (config files only).
     pub hooks: Option<HookLayer>,
+    /// A worktree loop merges back when it completed (`--merge`).
+    pub merge: Option<bool>,
 }
 
 /// `[hooks]` of a config file (SPEC §10): a shell command per event, run with the event's JSON
@@ -167,6 +169,7 @@ impl Layer {
             no_verify: o.no_verify.then_some(true),
             max_file_size: None,
             hooks: None,
+            merge: None,
         }
     }
 
@@ -190,6 +193,7 @@ impl Layer {
             no_verify: None,
             max_file_size: None,
             hooks: None,
+            merge: None,
         }
     }
 

@@ -18,6 +18,8 @@ pub mod exit {
     pub const TAMPERED: i32 = 8;
     pub const PARTIAL: i32 = 9;
     pub const BUDGET: i32 = 10;
+    /// A worktree loop completed but could not merge back (SPEC §13).
+    pub const NOT_MERGED: i32 = 11;
     pub const INTERRUPTED: i32 = 130;
 }
 

@@ -18,6 +18,7 @@ pub mod state;
 pub mod supervisor;
 pub mod task;
 pub mod ui;
+pub mod worktree;
 
 use clap::Parser;
 
@@ -85,6 +86,7 @@ fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
         Command::Run(args) => commands::run::run(&ctx, args),
         Command::Resume(args) => commands::run::resume(&ctx, args),
         Command::Status(args) => commands::status::run(&ctx, args.json, args.all),
+        Command::Merge(args) => commands::merge::run(&ctx, &args.name),
     }
 }
 

@@ -1,6 +1,7 @@
-//! One module per subcommand: `init`, `run`, `status`.
+//! One module per subcommand: `init`, `run` (and `resume`), `status`, `merge`.
 
 pub mod init;
+pub mod merge;
 pub mod run;
 pub mod status;
 

@@ -340,6 +340,19 @@ impl Repo {
         Ok(cksum(&self.porcelain()?))
     }
 
+    /// The git CLI on this repository.
+    pub fn cli(&self) -> &GitCli {
+        &self.git
+    }
+
+    /// True when tracked files differ from HEAD (staged or not); untracked files do not count.
+    pub fn is_dirty_tracked(&self) -> Result<bool, GitError> {
+        let out = self
+            .git
+            .run(&["status", "--porcelain", "--untracked-files=no"], None)?;
+        Ok(!out.is_empty())
+    }
+
     /// True when `git status --porcelain` would print anything.
     pub fn is_dirty(&self) -> Result<bool, GitError> {
         Ok(!self.porcelain()?.is_empty())

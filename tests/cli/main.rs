@@ -24,3 +24,4 @@ mod status;
 mod supervise;
 mod table;
 mod verdict;
+mod worktrees;

@@ -11,7 +11,7 @@ mod dry_run;
 mod plan;
 mod planning;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::Context;
@@ -44,11 +44,46 @@ pub fn run(ctx: &Context, args: &RunArgs) -> Result<i32> {
     } else {
         Continuation::Fresh
     };
-    start(ctx, &args.targets, &args.options, args.dry_run, how)
+    in_worktree(ctx, &args.targets, &args.options, args.dry_run, how)
 }
 
 pub fn resume(ctx: &Context, args: &ResumeArgs) -> Result<i32> {
-    start(ctx, &[], &args.options, false, Continuation::Resume)
+    in_worktree(ctx, &[], &args.options, false, Continuation::Resume)
+}
+
+/// `--worktree NAME`: the loop runs in its own worktree (SPEC §13), then merges back with
+/// `--merge` when it completed.
+fn in_worktree(
+    ctx: &Context,
+    targets: &[String],
+    options: &RunOptions,
+    dry_run: bool,
+    how: Continuation,
+) -> Result<i32> {
+    let Some(name) = &options.worktree else {
+        return start(ctx, targets, options, dry_run, how);
+    };
+    let repo = Repo::discover(&ctx.cwd)?;
+    let wt = crate::worktree::open_or_create(&repo, name)?;
+    crate::worktree::carry_targets(repo.root(), &ctx.cwd, &wt.path, targets)?;
+    let sub = ctx.cwd.strip_prefix(repo.root()).unwrap_or(Path::new(""));
+    let cwd = wt.path.join(sub);
+    std::fs::create_dir_all(&cwd).map_err(|e| Error::file("create directory", &cwd, e))?;
+    ctx.ui.note(&format!(
+        "loop `{name}`: worktree {} on branch {}",
+        wt.path.display(),
+        wt.branch
+    ));
+    let inner = Context { cwd, ui: ctx.ui };
+    let code = start(&inner, targets, options, dry_run, how)?;
+    let configured = config::file_layers(&RalphDir::new(&wt.path).path, None)?
+        .iter()
+        .find_map(|s| s.layer.merge)
+        .unwrap_or(false);
+    if code == exit::COMPLETE && (options.merge || configured) && !dry_run {
+        return crate::worktree::merge(&repo, name, ctx.ui);
+    }
+    Ok(code)
 }
 
 /// A run resolved up to its settings: nothing written yet.
