@@ -1,72 +1,276 @@
 #!/usr/bin/env bash
-# Benchmark (SPEC §12): per-iteration overhead — everything but the agent — on repositories of
-# 20,000 and 100,000 files with a realistic change (50 files modified, 20 added, 5 deleted),
-# against the equivalent shell pipeline run side by side:
-#   grep -c '\- \[x\]' RALPH_TASK.md; git add -A && git commit -q -m ...; git status --porcelain | cksum
-# ralph's figure is the cost of one more iteration: a 5-iteration run minus a 1-iteration run,
-# divided by 4 (so start-up cancels out), minus the agent's own time (the change applied alone).
-# Start-up (one run of one iteration, less the change) is printed beside it.
-# Prints the means of TRIALS runs and the ratio ralph / shell.
-#   bash benches/iteration.sh [TRIALS] [SIZES...]
+# Benchmark (SPEC §12): per-iteration overhead — everything but the agent: read the task, stage,
+# commit, fingerprint, log, state, report, spawn the next agent — against the equivalent shell
+# loop, run side by side:
+#   grep -c -- '- \[x\]' RALPH_TASK.md; git add -A && git commit -q -m ...; git status --porcelain | cksum
+# on repositories of SIZE tracked files (default 20,000 and 100,000: a few hundred to a few
+# thousand directories, up to four levels deep, files of 0.1–10 KB, a .gitignore with a few rules
+# plus a nested one, an ignored build/ directory and scattered ignored *.o/*.log files). Each
+# iteration makes a realistic change: 50 files modified, 20 added (5 of them in a new directory),
+# 5 deleted, a few ignored build outputs written.
+#
+# Every size's repository is built once (one commit, packed by `git fast-import`); each trial then
+# prepares, for the shell loop and for ralph alike, a working copy in each of three cases:
+#   fresh    `git clone` of it: git's stat cache is valid;
+#   copied   that clone copied with `cp -a` to a new path: every entry's ctime and inode changed,
+#            so the stat cache is stale once (as after a restore or on a container volume);
+#   touched  a clone in which every tracked file's mtime was then bumped (as by a formatter):
+#            every entry stale, contents unchanged.
+#
+# How it is measured: wall clock, microsecond stamps ($EPOCHREALTIME), no subtraction of runs.
+# Per case and trial, one `ralph run` of ITERATIONS iterations on its copy, with an agent
+# (`--agent-cmd`, a bash script) that stamps the moment it starts, makes the change of iteration
+# k, then — while ralph waits on it — applies the same change to the shell loop's own copy and
+# times the shell loop's iteration k there, and stamps the moment it ends. So each shell
+# iteration runs just before the ralph iteration close it is compared with, under the same load.
+#   ralph  its overhead for iteration k is the time from agent k's end to agent k+1's start (the
+#          close of iteration k — judge, stage, commit, fingerprint, logs, state, report — and
+#          the preparation and spawn of k+1); the agent's own time is excluded exactly, and the
+#          cost of spawning a bash script is counted as ralph's. After the last agent the gap
+#          runs to the process's exit (its halt summary stands in for preparing one more).
+#   shell  the pipeline above, timed alone (the change is applied before the clock starts).
+#   first  iteration 1. ralph's includes everything from launching the process to the first
+#          agent (start-up, pre-flight; printed apart on stderr as "start-up"): in the copied and
+#          touched cases the one-time stat refresh may happen there or in the first close. The
+#          shell's first is its first pipeline on the new copy, where git refreshes and writes
+#          back its stat cache.
+#   steady the mean of iterations 2..N.
+#   beside ralph's CPU time (its own and that of helpers it reaped, from /proc/PID/stat) while
+#          its agents ran: work done beside the agent escapes the gaps above, so it is printed
+#          under the table (it would also slow the shell iteration timed in the meantime).
+# Figures are means over the trials; the ratio is ralph / shell of those means, followed, with
+# more than one trial, by the range of the per-trial ratios. Per-trial figures go to stderr, the
+# Markdown table for the README to stdout. ralph's exit 3 (max iterations) is expected; each
+# case ends by checking that ralph committed the same tree as the shell loop and left none of it
+# uncommitted.
+#
+#   bash benches/iteration.sh [TRIALS] [SIZE[:TRIALS]...]
+#   e.g. bash benches/iteration.sh 3 20000 100000:1        (the default)
+#   ITERATIONS=4 (3..15) iterations per run; KEEP=1 keeps the temporary directory.
+#   BENCH_DIR=DIR puts the repositories in DIR; by default they go to /dev/shm (tmpfs) when it has
+#   room: on shared virtual disks creating a file can cost ten times what it does on tmpfs or a
+#   local SSD, which would make the set-up slow and the figures noisy. BENCH_DIR=/tmp measures on
+#   disk (there ralph's fsyncs of its state files count; on tmpfs they cost nothing).
 set -euo pipefail
+export LC_ALL=C
 trials=${1:-3}; shift || true
-sizes=("${@:-20000 100000}")
+sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(20000 100000:1)
+iters=${ITERATIONS:-4}
+[[ $iters =~ ^[0-9]+$ ]] && [ "$iters" -ge 3 ] && [ "$iters" -le 15 ] || { echo "ITERATIONS must be 3..15" >&2; exit 2; }
+[[ $trials =~ ^[1-9][0-9]*$ ]] || { echo "TRIALS must be a positive number" >&2; exit 2; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cargo build --release --quiet --manifest-path "$root/Cargo.toml" --bin ralph
-ralph="$root/target/release/ralph"
-now_ms() { date +%s%3N; }
+start_all=${EPOCHREALTIME/./}
 
-make_repo() { # $1 = files
-  local dir; dir=$(mktemp -d)
-  (
-    cd "$dir" && git init -q && git config user.name bench && git config user.email bench@localhost
-    for i in $(seq 0 499); do mkdir -p "$(printf 'src/d%03d' "$i")"; done
-    awk -v n="$1" 'BEGIN { for (i = 0; i < n; i++) { f = sprintf("src/d%03d/f%d.txt", i % 500, i);
-      print i > f; close(f) } }' 
-    printf -- '---\ntask: bench\n---\n## Success Criteria\n- [ ] a\n- [ ] b\n' > RALPH_TASK.md
-    git add -A >/dev/null && git commit -qm init
-  )
-  echo "$dir"
+ralph=$(cargo build --release --message-format=json-render-diagnostics --manifest-path "$root/Cargo.toml" --bin ralph \
+  | grep '"kind":\["bin"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$ralph" ] || { echo "could not find the ralph executable in cargo's output" >&2; exit 1; }
+
+# Where the repositories live: BENCH_DIR, else /dev/shm when it has room, else $TMPDIR or /tmp.
+max_n=0
+for spec in "${sizes[@]}"; do
+  [[ $spec =~ ^[0-9]+(:[1-9][0-9]*)?$ ]] && [ "${spec%%:*}" -ge 2000 ] ||
+    { echo "size '$spec': expected FILES[:TRIALS], at least 2000 files" >&2; exit 2; }
+  [ "${spec%%:*}" -le "$max_n" ] || max_n=${spec%%:*}
+done
+need_kb=$(( max_n * 20 )) # three copies at once (two, and a clone being copied) of ~4 KiB files, and room to spare
+if [ -n "${BENCH_DIR:-}" ]; then place=$BENCH_DIR
+elif [ -w /dev/shm ] && [ "$(df -Pk /dev/shm | awk 'NR == 2 { print $4 }')" -gt "$need_kb" ]; then place=/dev/shm
+else place=${TMPDIR:-/tmp}; fi
+work=$(mktemp -d "$place/ralph-iteration-bench.XXXXXX")
+fs=$(df -PT "$work" | awk 'NR == 2 { print $2 }')
+cleanup() { if [ "${KEEP:-0}" = 1 ]; then echo "kept $work" >&2; else rm -rf "$work"; fi; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+log() { printf '%s\n' "$*" >&2; }
+now_us() { echo "${EPOCHREALTIME/./}"; }
+
+# The repository of $1 files, built once: $work/base-$1, its directory list $work/dirs-$1.
+make_base() {
+  local n=$1 base=$work/base-$1 d=$(( $1 / 50 > 100 ? $1 / 50 : 100 )) f
+  awk -v d="$d" 'BEGIN { split("src lib tests docs tools", top, " ");
+    for (i = 0; i < d; i++) { p = top[i % 5 + 1] "/mod" int(i / 5) % 40 "/pkg" i;
+      if (i % 3 == 0) p = p "/internal"; print p } }' > "$work/dirs-$n"
+  # ralph's own files, as `ralph init` writes them
+  rm -rf "$work/init" && git init -q "$work/init"
+  (cd "$work/init" && "$ralph" init bench --criterion a --criterion b --max-iterations 50 >/dev/null)
+  # One commit streamed into `git fast-import` (a packed repository, without a work tree to write
+  # and hash); file i lives in directory int(i / (n / d)), so neighbours share a directory.
+  git init -q --bare --initial-branch=main "$base"
+  {
+    printf 'commit refs/heads/main\ncommitter bench <bench@localhost> 1700000000 +0000\ndata 4\ninit\n'
+    awk -v n="$n" -v dn="$d" 'NR == FNR { dir[NR - 1] = $0; next } END {
+      for (j = 0; j < 140; j++) block = block sprintf("    let value_%02d = compute(input, %d); // keeps the example realistic\n", j, j * 7)
+      per = n / dn
+      for (i = 0; i < n; i++) {
+        r = (i * 7919 % 1000) / 1000; size = int(100 + 10000 * r * r * r)
+        c = "// file " i "\n" substr(block, 1 + (i % 13) * 7, size) "\n" # (mawk: no sprintf over 8 KiB)
+        printf "M 100644 inline %s/f%06d.rs\ndata %d\n", dir[int(i / per)], i, length(c); print c
+      }
+      c = "# build output\nbuild/\n*.o\n*.log\n!keep.log\n/coverage/\n.cache/\n"
+      printf "M 100644 inline .gitignore\ndata %d\n%s\n", length(c), c
+      printf "M 100644 inline src/.gitignore\ndata 9\n*.gen.rs\n\n"
+      printf "M 100644 inline src/keep.log\ndata 5\nkept\n\n" }' "$work/dirs-$n" /dev/null
+    (cd "$work/init" && git ls-files --others --exclude-standard) | while read -r f; do
+      printf 'M 100644 inline %s\ndata %d\n' "$f" "$(wc -c < "$work/init/$f")"; cat "$work/init/$f"; echo
+    done
+  } | git -C "$base" fast-import --quiet
 }
 
-# The change an iteration makes; $1 = trial number (so every trial changes something new).
-cat > /tmp/ralph-bench-change.sh <<'SH'
-#!/bin/sh
-t=${RALPH_ITERATION:-0}-$$
-i=0; for f in $(ls src/d000 | head -50); do echo "$t" >> "src/d000/$f"; done
-mkdir -p "new/$t"; for i in $(seq 20); do echo "$t" > "new/$t/n$i.txt"; done
-for f in $(ls src/d001 | head -5); do rm -f "src/d001/$f"; done
-SH
-chmod +x /tmp/ralph-bench-change.sh
+# A working copy for case $2 at path $3; $1 = files.
+make_case() {
+  local n=$1 kind=$2 dest=$3 src
+  src=$dest; [ "$kind" = copied ] && src=$dest.orig
+  git clone -q "$work/base-$n" "$src"
+  git -C "$src" config user.name bench; git -C "$src" config user.email bench@localhost
+  (cd "$src" && awk -v n="$((n / 20))" 'BEGIN { for (i = 0; i < n; i++) {
+      d = sprintf("build/obj%02d", i % 40); if (i < 40) system("mkdir -p " d)
+      f = sprintf("%s/o%05d.o", d, i); print i > f; close(f) } }'
+   awk 'NR % 10 == 0 { f = $0 "/debug.log"; print NR > f; close(f) }
+        NR % 10 == 5 && /^src\// { f = $0 "/x.gen.rs"; print NR > f; close(f) }' "$work/dirs-$n")
+  case $kind in
+    copied) cp -a "$src" "$dest" && rm -rf "$src" ;;
+    touched) (cd "$dest" && git ls-files -z | xargs -0 touch) ;;
+  esac
+}
 
-for n in ${sizes[@]}; do
-  repo=$(make_repo "$n")
-  # make sure the directories hold enough files
-  ( cd "$repo" && for d in d000 d001; do mkdir -p src/$d; for i in $(seq 60); do echo x > src/$d/extra$i.txt; done; done; git add -A && git commit -qm more )
-  change_ms=0; shell_ms=0; one_ms=0; five_ms=0
-  for t in $(seq "$trials"); do
-    # the change alone
-    s=$(now_ms); ( cd "$repo" && RALPH_ITERATION=c$t /tmp/ralph-bench-change.sh ); e=$(now_ms)
-    change_ms=$((change_ms + e - s))
-    ( cd "$repo" && git add -A && git commit -qm "reset $t" )
-    # the shell pipeline
-    ( cd "$repo" && RALPH_ITERATION=s$t /tmp/ralph-bench-change.sh )
-    s=$(now_ms)
-    ( cd "$repo" && grep -c -- '- \[x\]' RALPH_TASK.md >/dev/null || true; git add -A && git commit -qm "shell $t" && git status --porcelain | cksum >/dev/null )
-    e=$(now_ms); shell_ms=$((shell_ms + e - s))
-    # ralph: runs whose agent makes the change every iteration
-    s=$(now_ms)
-    ( cd "$repo" && "$ralph" run --agent-cmd /tmp/ralph-bench-change.sh --yes --reset --max-iterations 1 -q >/dev/null 2>&1 || true )
-    e=$(now_ms); one_ms=$((one_ms + e - s))
-    s=$(now_ms)
-    ( cd "$repo" && "$ralph" run --agent-cmd /tmp/ralph-bench-change.sh --yes --reset --max-iterations 5 --stuck-threshold 5 -q >/dev/null 2>&1 || true )
-    e=$(now_ms); five_ms=$((five_ms + e - s))
+# The change of iteration k (1..15; `awk -v k=… -v n=FILES -f change.awk DIRS /dev/null`), in the
+# current directory: 50 files modified in ten neighbouring directories, 5 deleted beside them, 15
+# added across directories and 5 in a new one, and ignored build outputs written. Iteration k of
+# both sides makes exactly the same change.
+cat > "$work/change.awk" <<'AWK'
+NR == FNR { dir[NR - 1] = $0; nd = NR; next }
+END {
+  per = n / nd; b = (k * 1000) % (n - 1000)
+  for (j = 0; j < 50; j++) { f = sprintf("%s/f%06d.rs", dir[int((b + j * 10) / per)], b + j * 10)
+    printf "// edited in iteration %d\nfn added_%d() {}\n", k, j >> f; close(f) }
+  rm = "rm -f"
+  for (j = 0; j < 5; j++) rm = rm sprintf(" %s/f%06d.rs", dir[int((b + 600 + j) / per)], b + 600 + j)
+  system(rm)
+  for (j = 0; j < 15; j++) { f = sprintf("%s/added_%d_%d.rs", dir[int((b + j * 37) / per)], k, j)
+    printf "// added in iteration %d\npub fn f%d() -> u32 { %d }\n", k, j, j > f; close(f) }
+  nd2 = dir[int(b / per)] "/feature" k; system("mkdir -p " nd2 " build")
+  for (j = 0; j < 5; j++) { f = sprintf("%s/part%d.rs", nd2, j); printf "// part %d\n", j > f; close(f) }
+  f = "build/iter" k ".o"; print k > f; close(f); f = "build.log"; print k >> f; close(f)
+}
+AWK
+# The agent ralph runs. It stamps its start and its end (µs) into $work/stamps; in between it
+# makes the change of iteration k in ralph's repository, then the same change in the shell loop's
+# repository, and times the shell loop's iteration k there (into $work/shell-times) while ralph
+# waits: the two sides' iterations run back to back, under the same load.
+cat > "$work/agent.sh" <<SH
+#!/usr/bin/env bash
+s=\${EPOCHREALTIME/./}
+# CPU ticks ralph (the parent) and the helpers it reaped have used so far
+cpu() { local l; read -r l < /proc/\$PPID/stat 2>/dev/null || { echo 0; return; }; set -- \${l##*) }; echo \$((\${12} + \${13} + \${14} + \${15})); }
+c0=\$(cpu)
+cat >/dev/null
+n=\$(<"$work/size") k=\$RALPH_ITERATION shell=\$(<"$work/shell-repo")
+awk -v k="\$k" -v n="\$n" -f "$work/change.awk" "$work/dirs-\$n" /dev/null
+unset GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE GIT_OBJECT_DIRECTORY
+cd "\$shell"
+awk -v k="\$k" -v n="\$n" -f "$work/change.awk" "$work/dirs-\$n" /dev/null
+a=\${EPOCHREALTIME/./}
+if { grep -c -- '- \[x\]' RALPH_TASK.md || true; } >/dev/null &&
+  git add -A && git commit -q -m "iteration \$k" && git status --porcelain | cksum >/dev/null; then
+  b=\${EPOCHREALTIME/./}; echo "\$k \$((b - a))" >> "$work/shell-times"
+fi
+printf '%s %s %s %s\n' "\$s" "\${EPOCHREALTIME/./}" "\$c0" "\$(cpu)" >> "$work/stamps"
+SH
+chmod +x "$work/agent.sh"
+
+# One run of N iterations of ralph, with the shell loop's inside its agent; prints (µs) the
+# shell's first iteration and steady mean, ralph's first and steady mean, ralph's start-up (the
+# part of its first iteration before the first agent), and the CPU time ralph spent while its
+# agents ran, per iteration.
+run_pair() { # $1 = ralph's repo, $2 = the shell loop's
+  echo "$2" > "$work/shell-repo"
+  local t0 t1 rc
+  : > "$work/stamps"; : > "$work/shell-times"
+  t0=$(now_us)
+  set +e
+  (cd "$1" && "$ralph" run --agent-cmd "$work/agent.sh" --yes --reset --max-iterations "$iters" \
+    --stuck-threshold 1000 --color never -q) > "$work/ralph.out" 2>&1 < /dev/null
+  rc=$?
+  t1=$(now_us)
+  set -e
+  case $rc in
+    3|4) ;; # max iterations (expected) or stalled
+    *) log "ralph exited $rc:"; cat "$work/ralph.out" >&2; exit 1 ;;
+  esac
+  # the stamps, then the moment ralph had exited as the start of a next agent that never ran
+  echo "$t1 0 0 0" >> "$work/stamps"
+  awk -v t0="$t0" -v tick="$tick_us" '{ s[NR] = $1; e[NR] = $2; beside += $4 - $3 } END {
+    if (NR < 4) { print "ralph ran only " NR - 1 " iterations" > "/dev/stderr"; exit 1 }
+    first = (s[1] - t0) + (s[2] - e[1])
+    for (k = 2; k < NR; k++) rest += s[k + 1] - e[k]
+    printf "%d %d %d %d\n", first, rest / (NR - 2), s[1] - t0, beside * tick / (NR - 1) }' "$work/stamps" > "$work/ralph-figures"
+  awk -v n="$iters" '$1 == 1 { first = $2 } $1 > 1 { rest += $2; k++ } END {
+    if (NR != n || k != n - 1) { print "the shell loop ran " NR " of " n " iterations" > "/dev/stderr"; exit 1 }
+    printf "%d %d ", first, rest / k }' "$work/shell-times"
+  cat "$work/ralph-figures"
+}
+
+# Both sides must have committed the same trees (ralph's own .ralph/ files aside), all of it.
+same_result() { # $1 = the shell's repo, $2 = ralph's
+  local a b
+  a=$(git -C "$1" ls-tree -r HEAD | grep -v $'\t\.ralph/' | cksum)
+  b=$(git -C "$2" ls-tree -r HEAD | grep -v $'\t\.ralph/' | cksum)
+  [ "$a" = "$b" ] || { log "ralph's last commit in $2 differs from the shell loop's in $1"; exit 1; }
+  [ -z "$(git -C "$2" status --porcelain)" ] || { log "ralph left uncommitted changes in $2"; exit 1; }
+}
+
+ms() { awk -v u="$1" 'BEGIN { printf "%.0f", u / 1000 }'; }
+
+table=() beside=0 tick_us=$(( 1000000 / $(getconf CLK_TCK) ))
+for spec in "${sizes[@]}"; do
+  n=${spec%%:*}; t=$trials; [ "$spec" = "$n" ] || t=${spec#*:}
+  log "building the $n-file repository"
+  t_setup=$(now_us)
+  make_base "$n"
+  log "  built in $(ms $(( $(now_us) - t_setup ))) ms"
+  echo "$n" > "$work/size"
+  declare -A sf=() ss=() rf=() rs=()
+  for trial in $(seq "$t"); do
+    for kind in fresh copied touched; do
+      t_setup=$(now_us)
+      make_case "$n" "$kind" "$work/$kind-shell"
+      make_case "$n" "$kind" "$work/$kind-ralph"
+      log "  $kind, trial $trial: two working copies made in $(ms $(( $(now_us) - t_setup ))) ms"
+      sleep 1 # no file as new as the index the first iteration writes (racy git)
+      read -r a b c d u v < <(run_pair "$work/$kind-ralph" "$work/$kind-shell")
+      same_result "$work/$kind-shell" "$work/$kind-ralph"
+      rm -rf "$work/$kind-shell" "$work/$kind-ralph"
+      log "$(printf '%7d files %-7s trial %d: shell first %6s ms steady %6s ms | ralph first %6s ms (start-up %s) steady %6s ms; CPU beside the agent %s ms' \
+        "$n" "$kind" "$trial" "$(ms "$a")" "$(ms "$b")" "$(ms "$c")" "$(ms "$u")" "$(ms "$d")" "$(ms "$v")")"
+      [ "$v" -le "$beside" ] || beside=$v
+      sf[$kind]+="$a "; ss[$kind]+="$b "; rf[$kind]+="$c "; rs[$kind]+="$d "
+    done
   done
-  cm=$((change_ms / trials)); sm=$((shell_ms / trials))
-  per=$(( (five_ms - one_ms) / trials / 4 - cm ))
-  startup=$(( one_ms / trials - cm ))
-  printf '%7d files: shell %5d ms, ralph %5d ms per iteration (ratio %s); a 1-iteration run %d ms\n' \
-    "$n" "$sm" "$per" \
-    "$(awk -v a="$per" -v b="$sm" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else print "n/a" }')" "$startup"
-  rm -rf "$repo"
+  for kind in fresh copied touched; do
+    table+=("$(awk -v n="$n" -v kind="$kind" -v t="$t" -v sf="${sf[$kind]}" -v ss="${ss[$kind]}" \
+      -v rf="${rf[$kind]}" -v rs="${rs[$kind]}" '
+      function commas(v,   s, o) { s = sprintf("%.0f", v); o = ""
+        while (length(s) > 3) { o = "," substr(s, length(s) - 2) o; s = substr(s, 1, length(s) - 3) }
+        return s o }
+      function mean(a, k,   i, x) { x = 0; for (i = 1; i <= k; i++) x += a[i]; return x / k }
+      function cell(sh, ra, k,   i, lo, hi, r, m) {
+        m = sprintf("%s | %s | %.2f", commas(mean(sh, k) / 1000), commas(mean(ra, k) / 1000), mean(ra, k) / mean(sh, k))
+        if (k > 1) { lo = 1e9; hi = 0
+          for (i = 1; i <= k; i++) { r = ra[i] / sh[i]; if (r < lo) lo = r; if (r > hi) hi = r }
+          m = m sprintf(" (%.2f–%.2f)", lo, hi) }
+        return m }
+      BEGIN { k = split(sf, a); split(ss, b); split(rf, c); split(rs, d)
+        printf "| %s | %s | %s | %s |\n", commas(n), kind, cell(a, c, k), cell(b, d, k) }')")
+  done
+  rm -rf "$work/base-$n"
+  unset sf ss rf rs
 done
+
+elapsed=$(( ($(now_us) - start_all) / 1000000 ))
+printf 'Per-iteration overhead in ms; ratio = ralph / shell (per-trial range in brackets). Sizes %s (size:trials), %s iterations per run, repositories on %s; %s cores, %s, ralph %s; %d s in all.\n\n' \
+  "$(for spec in "${sizes[@]}"; do n=${spec%%:*}; [ "$spec" = "$n" ] && printf '%s:%s ' "$n" "$trials" || printf '%s ' "$spec"; done | sed 's/ $//')" \
+  "$iters" "$fs" "$(nproc)" "$(git --version)" "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')" "$elapsed"
+echo '| files | case | shell first | ralph first | ratio | shell steady | ralph steady | ratio |'
+echo '|---:|---|---:|---:|---:|---:|---:|---:|'
+printf '%s\n' "${table[@]}"
+printf '\nralph'"'"'s own CPU time while its agents ran (work beside the agent, not counted above): at most %s ms per iteration.\n' "$(ms "$beside")"
