@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Benchmark (SPEC §12, "Output relay"): 1 GiB of agent output must reach the transcript in at
+# most 1.2× the time of writing it straight to a file, with ralph's resident memory at most
+# 16 MiB, every byte still seen by the observer.
+#
+# Two outputs of the same size, generated once into a scratch directory on the filesystem the
+# transcript goes to:
+#   text    source-code-like and log-like lines of varied length (some coloured, some long,
+#           some empty), read by the plain-text observer (`--agent-cmd 'cat FILE'`);
+#   claude  a Claude Code stream-json session (system init; assistant text and tool_use events;
+#           user tool_result events; the final result), read by the `claude` preset — a stand-in
+#           `claude` on PATH that cats the file — so the JSON observer really parses it.
+# Side by side, interleaved trials (the page cache warm, `sync` before each):
+#   cat | cat   `cat big | cat > out`: a producer piping to a writer, as an agent and ralph are
+#               (the baseline of the ratio);
+#   cat         `cat big > out`, for reference;
+#   ralph       a one-iteration `ralph run` (throwaway repository, one criterion) whose agent
+#               prints the file, less ralph's fixed cost: the same run with a 1-line output.
+# The transcript (`.ralph/runs/*/iter-001.log`) is checked byte-identical with `cmp`. Peak RSS
+# is ralph's "Maximum resident set size" from `/usr/bin/time -v` (ralph, its guard and the
+# agent; ralph is the largest).
+#   bash benches/relay.sh [TRIALS] [MIB]      (defaults: 3 trials, 1024 MiB)
+set -euo pipefail
+trials=${1:-3}
+mib=${2:-1024}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+[ -x /usr/bin/time ] || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
+
+# The release binary, wherever CARGO_TARGET_DIR puts it.
+ralph=$(cargo build --release --manifest-path "$root/Cargo.toml" --bin ralph \
+  --message-format=json-render-diagnostics |
+  sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+[ -x "$ralph" ] || { echo "could not build ralph" >&2; exit 1; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ralph-relay.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+want=$((mib * 1024 * 1024))
+
+# ----- the outputs -----
+
+# Writes one block of about 4 MiB of text lines (deterministic).
+text_block() {
+  awk 'BEGIN {
+    srand(7)
+    split("buf chunk line relay observer transcript tail ring bytes pipe read write stream event result usage limit activity", w, " ")
+    nw = 18
+    while (size < 4194304) {
+      r = rand()
+      if (r < 0.35) {        # source code
+        ind = substr("                ", 1, 4 * int(rand() * 4))
+        s = sprintf("%slet %s_%d = %s.%s(&mut %s[..%d])?; // %s the %s", ind, w[1 + int(rand() * nw)], NR + size % 97,
+          w[1 + int(rand() * nw)], w[1 + int(rand() * nw)], w[1 + int(rand() * nw)], int(rand() * 65536),
+          w[1 + int(rand() * nw)], w[1 + int(rand() * nw)])
+      } else if (r < 0.70) { # log lines
+        s = sprintf("2026-03-10T14:%02d:%02d.%03dZ  INFO ralph::agent::%s: %s %d %s in %.1fms", int(rand() * 60),
+          int(rand() * 60), int(rand() * 1000), w[1 + int(rand() * nw)], w[1 + int(rand() * nw)], int(rand() * 100000),
+          w[1 + int(rand() * nw)], rand() * 1000)
+      } else if (r < 0.80) { # coloured cargo-style output
+        s = sprintf("\033[1m\033[32m   Compiling\033[0m %s-%s v0.%d.%d", w[1 + int(rand() * nw)], w[1 + int(rand() * nw)],
+          int(rand() * 30), int(rand() * 10))
+      } else if (r < 0.85) { # blank
+        s = ""
+      } else if (r < 0.97) { # prose
+        n = 5 + int(rand() * 40); s = "The"
+        for (i = 0; i < n; i++) s = s " " w[1 + int(rand() * nw)]
+        s = s "."
+      } else {               # a long line (a minified file, a base64 blob)
+        n = 300 + int(rand() * 3000); s = ""
+        while (length(s) < n) s = s w[1 + int(rand() * nw)] "_" int(rand() * 1000) ","
+      }
+      print s
+      size += length(s) + 1
+    }
+  }'
+}
+
+# Writes one block of about 4 MiB of Claude stream-json events (deterministic).
+claude_block() {
+  awk 'BEGIN {
+    srand(11)
+    split("buf chunk line relay observer transcript tail ring bytes pipe read write stream event result usage limit activity", w, " ")
+    nw = 18
+    sess = "\"session_id\":\"7f3c2a9e-1b4d-4e8f-9a0b-5c6d7e8f9a0b\""
+    use = "\"usage\":{\"input_tokens\":4,\"cache_creation_input_tokens\":1234,\"cache_read_input_tokens\":15000,\"output_tokens\":1,\"service_tier\":\"standard\"}"
+    while (size < 4194304) {
+      r = rand(); id++
+      if (r < 0.40) {        # assistant text
+        n = 10 + int(rand() * 200); t = "I will"
+        for (i = 0; i < n; i++) t = t (rand() < 0.05 ? "\\n" : " ") w[1 + int(rand() * nw)]
+        s = sprintf("{\"type\":\"assistant\",\"message\":{\"id\":\"msg_%08d\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5-20250929\",\"content\":[{\"type\":\"text\",\"text\":\"%s.\"}],\"stop_reason\":null,\"stop_sequence\":null,%s},\"parent_tool_use_id\":null,%s,\"uuid\":\"u-%08d\"}", id, t, use, sess, id)
+      } else if (r < 0.70) { # assistant tool_use (a Bash call or an Edit with code)
+        if (rand() < 0.5) {
+          inp = sprintf("{\"command\":\"cargo test --lib agent::%s -- --nocapture\",\"description\":\"Run the %s tests\"}", w[1 + int(rand() * nw)], w[1 + int(rand() * nw)])
+          name = "Bash"
+        } else {
+          n = 5 + int(rand() * 60); code = ""
+          for (i = 0; i < n; i++) code = code sprintf("    let %s = %s(\\\"%s\\\")?;\\n", w[1 + int(rand() * nw)], w[1 + int(rand() * nw)], w[1 + int(rand() * nw)])
+          inp = sprintf("{\"file_path\":\"/repo/src/%s.rs\",\"old_string\":\"%s\",\"new_string\":\"%s\"}", w[1 + int(rand() * nw)], code, code)
+          name = "Edit"
+        }
+        s = sprintf("{\"type\":\"assistant\",\"message\":{\"id\":\"msg_%08d\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5-20250929\",\"content\":[{\"type\":\"tool_use\",\"id\":\"toolu_%08d\",\"name\":\"%s\",\"input\":%s}],\"stop_reason\":null,\"stop_sequence\":null,%s},\"parent_tool_use_id\":null,%s,\"uuid\":\"u-%08d\"}", id, id, name, inp, use, sess, id)
+      } else {               # user tool_result (command output, file contents)
+        n = 20 + int(rand() * 400); t = ""
+        for (i = 0; i < n; i++) t = t sprintf("%s %d %s\\n", w[1 + int(rand() * nw)], int(rand() * 10000), w[1 + int(rand() * nw)])
+        s = sprintf("{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":[{\"tool_use_id\":\"toolu_%08d\",\"type\":\"tool_result\",\"content\":\"%s\",\"is_error\":false}]},\"parent_tool_use_id\":null,%s,\"uuid\":\"u-%08d\"}", id - 1, t, sess, id)
+      }
+      print s
+      size += length(s) + 1
+    }
+  }'
+}
+
+# $1 = block generator, $2 = file, $3 = first line, $4 = last line: exactly $want bytes.
+make_output() {
+  local block="$work/block"
+  "$1" > "$block"
+  local n=$(( want / $(stat -c %s "$block") + 1 ))
+  {
+    printf '%s\n' "$3"
+    for _ in $(seq "$n"); do cat "$block"; done
+  } > "$2"
+  rm -f "$block"
+  # cut, end the cut line, then the last line
+  truncate -s $((want - ${#4} - 2)) "$2"
+  printf '\n%s\n' "$4" >> "$2"
+}
+
+echo "generating ${mib} MiB outputs in $work ..." >&2
+make_output text_block "$work/text.out" "Starting the agent" "All done."
+make_output claude_block "$work/claude.out" \
+  '{"type":"system","subtype":"init","cwd":"/repo","session_id":"7f3c2a9e-1b4d-4e8f-9a0b-5c6d7e8f9a0b","tools":["Bash","Edit","Read"],"model":"claude-sonnet-4-5-20250929","permissionMode":"bypassPermissions"}' \
+  '{"type":"result","subtype":"success","is_error":false,"duration_ms":912345,"num_turns":4242,"result":"All done.","session_id":"7f3c2a9e-1b4d-4e8f-9a0b-5c6d7e8f9a0b","total_cost_usd":12.5,"usage":{"input_tokens":1000,"output_tokens":50,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}'
+printf 'Starting the agent\n' > "$work/tiny-text.out"
+head -1 "$work/claude.out" > "$work/tiny-claude.out"
+tail -1 "$work/claude.out" >> "$work/tiny-claude.out"
+
+# The stand-in `claude`: whatever its arguments, it prints $RELAY_OUTPUT.
+mkdir -p "$work/bin"
+printf '#!/bin/sh\nexec cat "$RELAY_OUTPUT"\n' > "$work/bin/claude"
+chmod +x "$work/bin/claude"
+
+repo="$work/repo"
+mkdir -p "$repo"
+(
+  cd "$repo" && git init -q && git config user.name bench && git config user.email bench@localhost
+  printf -- '---\ntask: bench\n---\n## Success Criteria\n- [ ] relay the output\n' > RALPH_TASK.md
+  git add -A && git commit -qm init
+)
+
+now_ns() { date +%s%N; }
+ms() { awk -v n="$1" -v t="$trials" 'BEGIN { printf "%.0f", n / t / 1e6 }'; }
+
+# $1 = format (text|claude), $2 = output file; prints "ns maxrss_kib".
+run_ralph() {
+  local format=$1 file=$2 s e rss
+  rm -rf "$repo/.ralph"
+  sync
+  local args=(run --yes --max-iterations 1 -q)
+  if [ "$format" = claude ]; then args+=(--agent claude); else args+=(--agent-cmd "cat $file"); fi
+  s=$(now_ns)
+  ( cd "$repo" && RELAY_OUTPUT="$file" PATH="$work/bin:$PATH" \
+      /usr/bin/time -f %M -o "$work/rss" "$ralph" "${args[@]}" >/dev/null 2>&1 ) || true
+  e=$(now_ns)
+  rss=$(tail -1 "$work/rss")
+  local log
+  log=$(ls "$repo"/.ralph/runs/*/iter-001.log)
+  cmp -s "$file" "$log" || { echo "transcript differs from the output ($format, $file)" >&2; exit 1; }
+  echo "$((e - s)) $rss"
+}
+
+# $1 = output file; prints ns.
+pipe_cat() { local s e; rm -f "$work/sink"; sync; s=$(now_ns); cat "$1" | cat > "$work/sink"; e=$(now_ns); echo $((e - s)); }
+plain_cat() { local s e; rm -f "$work/sink"; sync; s=$(now_ns); cat "$1" > "$work/sink"; e=$(now_ns); echo $((e - s)); }
+
+rows=()
+for format in text claude; do
+  file="$work/$format.out" tiny="$work/tiny-$format.out"
+  bytes=$(stat -c %s "$file")
+  cat "$file" > /dev/null # into the page cache
+  pc=0 cc=0 big=0 small=0 rss=0
+  for t in $(seq "$trials"); do
+    pc=$((pc + $(pipe_cat "$file")))
+    read -r ns r < <(run_ralph "$format" "$file"); big=$((big + ns)); [ "$r" -gt "$rss" ] && rss=$r
+    cc=$((cc + $(plain_cat "$file")))
+    read -r ns _ < <(run_ralph "$format" "$tiny"); small=$((small + ns))
+    echo "  $format trial $t done" >&2
+  done
+  relay=$((big - small))
+  ratio=$(awk -v a="$relay" -v b="$pc" 'BEGIN { printf "%.2f", a / b }')
+  rows+=("| $format | $((bytes / 1048576)) MiB | $(ms "$pc") | $(ms "$cc") | $(ms "$big") | $(ms "$small") | $(ms "$relay") | **$ratio×** | $((rss / 1024)) MiB |")
+  rm -f "$work/sink"
+done
+
+echo
+echo "Output relay, mean of $trials interleaved trials (ms); ratio = (ralph − ralph fixed) / (cat | cat)"
+echo
+echo "| output | size | cat \| cat > file | cat > file | ralph run | ralph fixed (1 line) | ralph relay | ratio | ralph peak RSS |"
+echo "|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
