@@ -20,6 +20,13 @@ use crate::signals::Interrupts;
 pub const DRAIN: Duration = Duration::from_millis(200);
 /// How much of stdout to keep for the final message.
 const TAIL: usize = 64 * 1024;
+/// The most one read takes from a pipe: large reads keep the syscalls and the per-chunk work
+/// few when an agent prints a lot (the pipes are widened to match, see [`widen_pipe`]).
+const READ: usize = 256 * 1024;
+/// The capacity asked for each output pipe (Linux; the default is 64 KiB). The kernel refuses
+/// more than `/proc/sys/fs/pipe-max-size` (1 MiB by default), and that refusal is harmless.
+#[cfg(target_os = "linux")]
+const PIPE_SIZE: libc::c_int = 1024 * 1024;
 
 /// Limits of one supervised run.
 #[derive(Debug, Clone, Copy, Default)]
@@ -250,13 +257,24 @@ impl Relay<'_, '_> {
         }
         self.output_bytes += chunk.len() as u64;
         if !is_stderr {
-            self.tail.extend_from_slice(chunk);
-            if self.tail.len() > 2 * TAIL {
-                self.tail.drain(..self.tail.len() - TAIL);
-            }
+            keep_tail(&mut self.tail, chunk, TAIL);
         }
         written
     }
+}
+
+/// Appends `chunk` to `tail`, keeping at least the last `keep` bytes (at most twice that): a
+/// chunk longer than `keep` replaces the tail with its own end, so a byte is copied at most once.
+fn keep_tail(tail: &mut Vec<u8>, chunk: &[u8], keep: usize) {
+    if chunk.len() >= keep {
+        tail.clear();
+        tail.extend_from_slice(&chunk[chunk.len() - keep..]);
+        return;
+    }
+    if tail.len() + chunk.len() > 2 * keep {
+        tail.drain(..tail.len() + chunk.len() - keep);
+    }
+    tail.extend_from_slice(chunk);
 }
 
 /// The timers and what happened to the process while it is supervised.
@@ -301,6 +319,10 @@ impl State {
 
     /// Relays the output and waits for the exit, the timers and interrupts; returns the exit
     /// status (SIGKILL's when the pipes leaked before an exit was seen).
+    ///
+    /// The hot path is one `read` and one transcript `write` per chunk of up to [`READ`] bytes:
+    /// the timers are armed once and moved only when their deadline changes (the idle timer is
+    /// not re-armed per chunk: it checks the time of the last output when it fires).
     async fn supervise(
         &mut self,
         child: &mut Box<dyn ChildWrapper>,
@@ -309,10 +331,23 @@ impl State {
     ) -> std::io::Result<std::process::ExitStatus> {
         let mut out = child.stdout().take();
         let mut err = child.stderr().take();
-        let mut buf_out = vec![0u8; 16 * 1024];
-        let mut buf_err = vec![0u8; 16 * 1024];
+        if let Some(p) = &out {
+            widen_pipe(p);
+        }
+        if let Some(p) = &err {
+            widen_pipe(p);
+        }
+        let mut buf_out = vec![0u8; READ];
+        let mut buf_err = vec![0u8; READ];
+        let mut wait = child.wait();
+        let timeout = sleep_until(self.deadline);
+        let idle = sleep_until(self.idle_deadline);
+        let kill = sleep_until(self.kill_at);
+        let drain = sleep_until(self.drain_until);
+        tokio::pin!(timeout, idle, kill, drain);
         let running = |s: &State| s.status.is_none();
         while running(self) || out.is_some() || err.is_some() {
+            let kill_at = self.kill_at;
             tokio::select! {
                 n = interrupts.after(self.interrupts_now) => self.interrupted(n),
                 r = read_some(&mut out, &mut buf_out) => match r {
@@ -323,27 +358,36 @@ impl State {
                     Some(n) => self.output(relay, &buf_err[..n], true),
                     None => err = None,
                 },
-                s = child.wait(), if running(self) => {
+                s = &mut wait, if running(self) => {
                     self.status = Some(s?);
                     self.drain_until = tokio::time::Instant::now() + DRAIN;
+                    drain.as_mut().reset(self.drain_until);
                 }
-                _ = sleep_until(self.deadline), if running(self) && self.stopped.is_none() => {
+                () = &mut timeout, if running(self) && self.stopped.is_none() => {
                     self.stop(StopCause::Timeout);
                 }
-                _ = sleep_until(self.idle_deadline), if running(self) && self.stopped.is_none() => {
-                    self.stop(StopCause::IdleTimeout);
+                () = &mut idle, if running(self) && self.stopped.is_none() => {
+                    if tokio::time::Instant::now() >= self.idle_deadline {
+                        self.stop(StopCause::IdleTimeout);
+                    } else {
+                        // Output came since it was armed: wait for the rest of the idle time.
+                        idle.as_mut().reset(self.idle_deadline);
+                    }
                 }
-                _ = sleep_until(self.kill_at), if running(self) => {
+                () = &mut kill, if running(self) => {
                     self.killed = true;
                     self.kill_at = far();
                     self.group.kill();
                 }
-                _ = sleep_until(self.drain_until), if !running(self) => {
+                () = &mut drain, if !running(self) => {
                     // The process is gone but something it started still holds the pipes.
                     self.leaked = true;
                     self.group.kill();
                     break;
                 }
+            }
+            if self.kill_at != kill_at {
+                kill.as_mut().reset(self.kill_at);
             }
         }
         Ok(self
@@ -375,6 +419,7 @@ impl State {
             self.group.kill();
         }
         if let Some(t) = self.idle_timeout {
+            // Read when the idle timer fires (it is not moved for every chunk).
             self.idle_deadline = tokio::time::Instant::now() + t;
         }
     }
@@ -398,6 +443,19 @@ fn begin_stop(group: Group, grace: Duration, kill_at: &mut tokio::time::Instant)
     }
 }
 
+/// Asks for a wider pipe (Linux), so a producer faster than the relay fills fewer, larger
+/// reads and blocks less often. Best effort: the default capacity works too.
+#[cfg(target_os = "linux")]
+fn widen_pipe(pipe: &impl std::os::fd::AsRawFd) {
+    // SAFETY: F_SETPIPE_SZ on a descriptor the pipe owns; no memory is passed.
+    unsafe {
+        libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn widen_pipe<P>(_pipe: &P) {}
+
 /// Read from an optional pipe; pending forever once it is closed, `None` at end of file.
 async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> Option<usize> {
     match pipe {
@@ -406,5 +464,27 @@ async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -
             Ok(n) => Some(n),
         },
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_keeps_the_last_bytes_whatever_the_chunks() {
+        let data: Vec<u8> = (0..10_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        for size in [1, 7, 100, 999, 1000, 1001, 4096, 40_000] {
+            let mut tail = Vec::new();
+            for chunk in data.chunks(size) {
+                keep_tail(&mut tail, chunk, 1000);
+                assert!(tail.len() <= 2000, "{size}");
+            }
+            assert!(tail.len() >= 1000);
+            assert!(data.ends_with(&tail), "{size}");
+        }
+        let mut tail = Vec::new();
+        keep_tail(&mut tail, b"abc", 1000);
+        assert_eq!(tail, b"abc");
     }
 }
