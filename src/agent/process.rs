@@ -13,6 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::sleep_until;
 
 use super::Invocation;
+use super::text::keep_tail;
 use super::unix::{Group, Guard, set_parent_death_signal};
 use crate::signals::Interrupts;
 
@@ -20,9 +21,11 @@ use crate::signals::Interrupts;
 pub const DRAIN: Duration = Duration::from_millis(200);
 /// How much of stdout to keep for the final message.
 const TAIL: usize = 64 * 1024;
-/// The most one read takes from a pipe: large reads keep the syscalls and the per-chunk work
-/// few when an agent prints a lot (the pipes are widened to match, see [`widen_pipe`]).
-const READ: usize = 256 * 1024;
+/// The most one read takes from a pipe: enough to keep the syscalls and the per-chunk work few
+/// when an agent prints a lot, small enough that the buffers stay in the CPU's cache (larger
+/// reads measured slower). The pipes are widened beyond it (see [`widen_pipe`]), so the agent
+/// rarely waits for ralph.
+const READ: usize = 64 * 1024;
 /// The capacity asked for each output pipe (Linux; the default is 64 KiB). The kernel refuses
 /// more than `/proc/sys/fs/pipe-max-size` (1 MiB by default), and that refusal is harmless.
 #[cfg(target_os = "linux")]
@@ -80,8 +83,10 @@ impl Watchers<'_> {
     fn chunk(&mut self, chunk: &[u8], is_stderr: bool) {
         if let Some(o) = self.observer.as_deref_mut() {
             o.feed(chunk, is_stderr);
-            if o.take_activity_changed()
-                && let (Some(v), Some(a)) = (self.view, o.activity())
+            // Only a view asks: working out the activity can cost a JSON parse.
+            if let Some(v) = self.view
+                && o.take_activity_changed()
+                && let Some(a) = o.activity()
             {
                 v.set_activity(a);
             }
@@ -222,15 +227,65 @@ fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Box<dyn ChildWrapper>>
     cmd.spawn()
 }
 
-/// Where each chunk of output goes: the transcript, the watchers, the echo, the stdout tail.
+/// Where each chunk of output goes: the transcript, the watchers, the echo.
 struct Relay<'t, 'w> {
     transcript: &'t mut std::fs::File,
     echo: Echo,
     watchers: Watchers<'w>,
     /// The first failed transcript write; nothing more is written after it.
     write_error: Option<std::io::Error>,
+    /// The last bytes of stdout, once it is over.
     tail: Vec<u8>,
     output_bytes: u64,
+}
+
+/// Stdout is read into two buffers in turn, so that its tail costs no copy per chunk: a chunk
+/// is copied (into `older`) only when the chunk after it is too short to hold the tail alone.
+struct Stdout {
+    bufs: [Vec<u8>; 2],
+    /// The buffer the next read goes into; the other holds the last chunk.
+    next: usize,
+    last: usize,
+    /// What came before the last chunk (its end, at most 2 × [`TAIL`]).
+    older: Vec<u8>,
+}
+
+impl Default for Stdout {
+    fn default() -> Stdout {
+        Stdout {
+            bufs: [vec![0; READ], vec![0; READ]],
+            next: 0,
+            last: 0,
+            older: Vec::new(),
+        }
+    }
+}
+
+impl Stdout {
+    fn next(&mut self) -> &mut [u8] {
+        &mut self.bufs[self.next]
+    }
+
+    /// `n` bytes were read into [`Stdout::next`]: they are the last chunk now.
+    fn read(&mut self, n: usize) -> &[u8] {
+        let prev = 1 - self.next;
+        // The next read overwrites the previous chunk: keep what the tail still needs of it.
+        if n >= TAIL {
+            self.older.clear();
+        } else {
+            keep_tail(&mut self.older, &self.bufs[prev][..self.last], TAIL);
+        }
+        self.last = n;
+        self.next = prev;
+        &self.bufs[1 - prev][..n]
+    }
+
+    /// The last bytes of stdout, at least [`TAIL`] of them (when there were that many).
+    fn tail(self) -> Vec<u8> {
+        let mut tail = self.older;
+        keep_tail(&mut tail, &self.bufs[1 - self.next][..self.last], TAIL);
+        tail
+    }
 }
 
 impl Relay<'_, '_> {
@@ -256,25 +311,8 @@ impl Relay<'_, '_> {
             }
         }
         self.output_bytes += chunk.len() as u64;
-        if !is_stderr {
-            keep_tail(&mut self.tail, chunk, TAIL);
-        }
         written
     }
-}
-
-/// Appends `chunk` to `tail`, keeping at least the last `keep` bytes (at most twice that): a
-/// chunk longer than `keep` replaces the tail with its own end, so a byte is copied at most once.
-fn keep_tail(tail: &mut Vec<u8>, chunk: &[u8], keep: usize) {
-    if chunk.len() >= keep {
-        tail.clear();
-        tail.extend_from_slice(&chunk[chunk.len() - keep..]);
-        return;
-    }
-    if tail.len() + chunk.len() > 2 * keep {
-        tail.drain(..tail.len() + chunk.len() - keep);
-    }
-    tail.extend_from_slice(chunk);
 }
 
 /// The timers and what happened to the process while it is supervised.
@@ -337,7 +375,7 @@ impl State {
         if let Some(p) = &err {
             widen_pipe(p);
         }
-        let mut buf_out = vec![0u8; READ];
+        let mut buf_out = Stdout::default();
         let mut buf_err = vec![0u8; READ];
         let mut wait = child.wait();
         let timeout = sleep_until(self.deadline);
@@ -350,8 +388,8 @@ impl State {
             let kill_at = self.kill_at;
             tokio::select! {
                 n = interrupts.after(self.interrupts_now) => self.interrupted(n),
-                r = read_some(&mut out, &mut buf_out) => match r {
-                    Some(n) => self.output(relay, &buf_out[..n], false),
+                r = read_some(&mut out, buf_out.next()) => match r {
+                    Some(n) => self.output(relay, buf_out.read(n), false),
                     None => out = None,
                 },
                 r = read_some(&mut err, &mut buf_err) => match r {
@@ -390,6 +428,7 @@ impl State {
                 kill.as_mut().reset(self.kill_at);
             }
         }
+        relay.tail = buf_out.tail();
         Ok(self
             .status
             .unwrap_or_else(|| std::process::ExitStatus::from_raw(9)))
@@ -472,19 +511,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_tail_keeps_the_last_bytes_whatever_the_chunks() {
-        let data: Vec<u8> = (0..10_000u32).flat_map(|i| i.to_le_bytes()).collect();
-        for size in [1, 7, 100, 999, 1000, 1001, 4096, 40_000] {
-            let mut tail = Vec::new();
-            for chunk in data.chunks(size) {
-                keep_tail(&mut tail, chunk, 1000);
-                assert!(tail.len() <= 2000, "{size}");
+    fn the_stdout_tail_survives_reads_of_any_size() {
+        let data: Vec<u8> = (0..400_000u32).map(|i| (i % 251) as u8).collect();
+        let patterns: [&[usize]; 5] = [
+            &[READ],
+            &[1],
+            &[TAIL - 1, 3, READ],
+            &[7, READ, 100, 100, 100],
+            &[READ / 2, READ / 3, 5000],
+        ];
+        for sizes in patterns {
+            let mut stdout = Stdout::default();
+            let (mut at, mut k) = (0, 0);
+            while at < data.len() {
+                let n = sizes[k % sizes.len()].min(data.len() - at);
+                stdout.next()[..n].copy_from_slice(&data[at..at + n]);
+                assert_eq!(stdout.read(n), &data[at..at + n]);
+                at += n;
+                k += 1;
             }
-            assert!(tail.len() >= 1000);
-            assert!(data.ends_with(&tail), "{size}");
+            let tail = stdout.tail();
+            assert!(tail.len() >= TAIL && tail.len() <= 2 * TAIL, "{sizes:?}");
+            assert!(data.ends_with(&tail), "{sizes:?}");
         }
-        let mut tail = Vec::new();
-        keep_tail(&mut tail, b"abc", 1000);
-        assert_eq!(tail, b"abc");
+        let mut stdout = Stdout::default();
+        stdout.next()[..3].copy_from_slice(b"abc");
+        stdout.read(3);
+        assert_eq!(stdout.tail(), b"abc");
+        assert!(Stdout::default().tail().is_empty());
     }
 }
