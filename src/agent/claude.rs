@@ -237,45 +237,102 @@ fn assistant(v: &Value, seen: &mut Findings) {
 
 /// Whether an `assistant` line may be a synthetic API-error message: whether it holds one of
 /// the markers `assistant` reads them by — `<synthetic>`, `isApiErrorMessage`, `"error"` — as
-/// Claude Code writes them. One pass, sixteen bytes at a time: `<`, or `rr` (in both other
-/// markers), then a look at what surrounds it.
+/// Claude Code writes them. One pass over the line, 32 (or 16) bytes at a time: `<`, or `rr`
+/// (in both other markers), then a look at what surrounds it.
 fn may_be_api_error(line: &[u8]) -> bool {
-    let marker_at = |i: usize| match line[i] {
+    #[cfg(target_arch = "x86_64")]
+    let from = {
+        let (found, from) = if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2.
+            unsafe { markers_avx2(line) }
+        } else {
+            // SAFETY: SSE2 is part of x86_64.
+            unsafe { markers_sse2(line) }
+        };
+        if found {
+            return true;
+        }
+        from
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let from = 0;
+    (from..line.len()).any(|i| marker_at(line, i))
+}
+
+/// Whether a marker has its `<` or its first `rr` at `i`.
+fn marker_at(line: &[u8], i: usize) -> bool {
+    match line[i] {
         b'<' => line[i..].starts_with(b"<synthetic>"),
         b'r' => {
             (i >= 2 && line[i - 2..].starts_with(br#""error""#))
                 || (i >= 6 && line[i - 6..].starts_with(b"isApiErrorMessage"))
         }
         _ => false,
-    };
-    let mut i = 0;
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{
-            _mm_and_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
-            _mm_set1_epi8,
-        };
-        // SAFETY: SSE2 is part of x86_64; every load reads 16 bytes from `i` or `i + 1`, within
-        // the line while `i + 17 <= len`.
-        unsafe {
-            let lt = _mm_set1_epi8(b'<' as i8);
-            let r = _mm_set1_epi8(b'r' as i8);
-            while i + 17 <= line.len() {
-                let here = _mm_loadu_si128(line.as_ptr().add(i).cast());
-                let next = _mm_loadu_si128(line.as_ptr().add(i + 1).cast());
-                let rr = _mm_and_si128(_mm_cmpeq_epi8(here, r), _mm_cmpeq_epi8(next, r));
-                let mut hits = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(here, lt), rr));
-                while hits != 0 {
-                    if marker_at(i + hits.trailing_zeros() as usize) {
-                        return true;
-                    }
-                    hits &= hits - 1;
-                }
-                i += 16;
-            }
-        }
     }
-    (i..line.len()).any(marker_at)
+}
+
+/// [`may_be_api_error`] over whole blocks of 32 bytes: whether a marker was found, else where
+/// the bytes left to look at begin.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn markers_avx2(line: &[u8]) -> (bool, usize) {
+    use std::arch::x86_64::{
+        __m256i, _mm256_and_si256, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_movemask_epi8,
+        _mm256_or_si256, _mm256_set1_epi8,
+    };
+    let (lt, r) = (_mm256_set1_epi8(b'<' as i8), _mm256_set1_epi8(b'r' as i8));
+    let mut i = 0;
+    while i + 33 <= line.len() {
+        // SAFETY: both loads read 32 bytes within the line (`i + 33 <= len`).
+        let (here, next) = unsafe {
+            (
+                _mm256_loadu_si256(line.as_ptr().add(i).cast::<__m256i>()),
+                _mm256_loadu_si256(line.as_ptr().add(i + 1).cast::<__m256i>()),
+            )
+        };
+        let rr = _mm256_and_si256(_mm256_cmpeq_epi8(here, r), _mm256_cmpeq_epi8(next, r));
+        let mut hits =
+            _mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi8(here, lt), rr)) as u32;
+        while hits != 0 {
+            if marker_at(line, i + hits.trailing_zeros() as usize) {
+                return (true, i);
+            }
+            hits &= hits - 1;
+        }
+        i += 32;
+    }
+    (false, i)
+}
+
+/// [`may_be_api_error`] over whole blocks of 16 bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+fn markers_sse2(line: &[u8]) -> (bool, usize) {
+    use std::arch::x86_64::{
+        __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
+    let (lt, r) = (_mm_set1_epi8(b'<' as i8), _mm_set1_epi8(b'r' as i8));
+    let mut i = 0;
+    while i + 17 <= line.len() {
+        // SAFETY: both loads read 16 bytes within the line (`i + 17 <= len`).
+        let (here, next) = unsafe {
+            (
+                _mm_loadu_si128(line.as_ptr().add(i).cast::<__m128i>()),
+                _mm_loadu_si128(line.as_ptr().add(i + 1).cast::<__m128i>()),
+            )
+        };
+        let rr = _mm_and_si128(_mm_cmpeq_epi8(here, r), _mm_cmpeq_epi8(next, r));
+        let mut hits = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(here, lt), rr));
+        while hits != 0 {
+            if marker_at(line, i + hits.trailing_zeros() as usize) {
+                return (true, i);
+            }
+            hits &= hits - 1;
+        }
+        i += 16;
+    }
+    (false, i)
 }
 
 /// The final `result`: cost, tokens, turns, and, when `is_error`, the limit or login failure
@@ -375,7 +432,7 @@ mod tests {
         fn the_marker_scan_finds_what_a_plain_search_finds(
             bytes in proptest::collection::vec(
                 proptest::sample::select(b"<>\"erorsAEipyntchMga x".to_vec()),
-                0..200,
+                0..300,
             ),
             marker in proptest::sample::select(vec!["<synthetic>", "\"error\"", "isApiErrorMessage", ""]),
             at in proptest::prelude::any::<usize>(),
@@ -387,6 +444,12 @@ mod tests {
                 .iter()
                 .any(|m| line.windows(m.len()).any(|w| w == *m));
             proptest::prop_assert_eq!(may_be_api_error(&line), plain);
+            #[cfg(target_arch = "x86_64")]
+            {
+                // SAFETY: SSE2 is part of x86_64.
+                let (found, from) = unsafe { markers_sse2(&line) };
+                proptest::prop_assert_eq!(found || (from..line.len()).any(|i| marker_at(&line, i)), plain);
+            }
         }
     }
 
