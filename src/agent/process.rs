@@ -21,15 +21,11 @@ use crate::signals::Interrupts;
 pub const DRAIN: Duration = Duration::from_millis(200);
 /// How much of stdout to keep for the final message.
 const TAIL: usize = 64 * 1024;
-/// The most one read takes from a pipe: enough to keep the syscalls and the per-chunk work few
-/// when an agent prints a lot, small enough that the buffers stay in the CPU's cache (larger
-/// reads measured slower). The pipes are widened beyond it (see [`widen_pipe`]), so the agent
-/// rarely waits for ralph.
+/// The most one read takes from a pipe: as much as the pipe holds by default (64 KiB on Linux),
+/// and few enough bytes that the buffers stay in the CPU's cache. Larger reads, and pipes
+/// widened for them (`F_SETPIPE_SZ`), measured slower: what the agent wrote ahead had left the
+/// cache by the time ralph read it.
 const READ: usize = 64 * 1024;
-/// The capacity asked for each output pipe (Linux; the default is 64 KiB). The kernel refuses
-/// more than `/proc/sys/fs/pipe-max-size` (1 MiB by default), and that refusal is harmless.
-#[cfg(target_os = "linux")]
-const PIPE_SIZE: libc::c_int = 1024 * 1024;
 
 /// Limits of one supervised run.
 #[derive(Debug, Clone, Copy, Default)]
@@ -163,12 +159,17 @@ pub async fn run(
             let _ = stdin.shutdown().await;
         });
     }
+    let mut watchers = watchers;
+    if let Some(o) = watchers.observer.as_deref_mut() {
+        o.relay_keeps_tail();
+    }
     let mut relay = Relay {
         transcript,
         echo,
         watchers,
         write_error: None,
         tail: Vec::new(),
+        stdout_bytes: 0,
         output_bytes: 0,
     };
     let seen_interrupts = interrupts.count();
@@ -186,6 +187,7 @@ pub async fn run(
         relay.write_error = Some(e);
     }
     if let Some(o) = relay.watchers.observer {
+        o.relayed_tail(&relay.tail, relay.stdout_bytes > relay.tail.len() as u64);
         o.finish(status.code());
     }
     if let Some(e) = relay.write_error {
@@ -236,6 +238,7 @@ struct Relay<'t, 'w> {
     write_error: Option<std::io::Error>,
     /// The last bytes of stdout, once it is over.
     tail: Vec<u8>,
+    stdout_bytes: u64,
     output_bytes: u64,
 }
 
@@ -311,6 +314,9 @@ impl Relay<'_, '_> {
             }
         }
         self.output_bytes += chunk.len() as u64;
+        if !is_stderr {
+            self.stdout_bytes += chunk.len() as u64;
+        }
         written
     }
 }
@@ -369,12 +375,6 @@ impl State {
     ) -> std::io::Result<std::process::ExitStatus> {
         let mut out = child.stdout().take();
         let mut err = child.stderr().take();
-        if let Some(p) = &out {
-            widen_pipe(p);
-        }
-        if let Some(p) = &err {
-            widen_pipe(p);
-        }
         let mut buf_out = Stdout::default();
         let mut buf_err = vec![0u8; READ];
         let mut wait = child.wait();
@@ -481,19 +481,6 @@ fn begin_stop(group: Group, grace: Duration, kill_at: &mut tokio::time::Instant)
         false
     }
 }
-
-/// Asks for a wider pipe (Linux), so a producer faster than the relay fills fewer, larger
-/// reads and blocks less often. Best effort: the default capacity works too.
-#[cfg(target_os = "linux")]
-fn widen_pipe(pipe: &impl std::os::fd::AsRawFd) {
-    // SAFETY: F_SETPIPE_SZ on a descriptor the pipe owns; no memory is passed.
-    unsafe {
-        libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE);
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn widen_pipe<P>(_pipe: &P) {}
 
 /// Read from an optional pipe; pending forever once it is closed, `None` at end of file.
 async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> Option<usize> {

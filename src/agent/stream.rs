@@ -118,6 +118,9 @@ pub struct Observer {
     stash_activity: OnceCell<Option<String>>,
     /// The line read now was never finished with a newline: it cannot settle.
     unfinished: bool,
+    /// The relay keeps the end of stdout and hands it over at the end (text output): no copy
+    /// of it from every chunk.
+    relay_keeps_tail: bool,
     finished: bool,
 }
 
@@ -150,6 +153,7 @@ impl Observer {
             stash: Vec::new(),
             stash_activity: OnceCell::new(),
             unfinished: false,
+            relay_keeps_tail: false,
             finished: false,
         }
     }
@@ -173,7 +177,7 @@ impl Observer {
     /// only the newest (see `Cli::supersedable`). What is left unread could change nothing.
     pub fn feed(&mut self, chunk: &[u8], is_stderr: bool) {
         let text = self.format.output == Output::Text;
-        if text && !is_stderr {
+        if text && !is_stderr && !self.relay_keeps_tail {
             self.tail_cut |= keep_tail(&mut self.tail, chunk, TAIL_BYTES);
         }
         let Some(last) = find_last_newline(chunk) else {
@@ -207,6 +211,22 @@ impl Observer {
         pending.buf = buf;
         pending.append(rest);
         self.seen.flush_activity();
+    }
+
+    /// For the relay (`process::run`), which keeps the end of stdout itself: the observer of a
+    /// text output does not copy it from every chunk, and is given it by
+    /// [`Observer::relayed_tail`] before [`Observer::finish`].
+    pub(super) fn relay_keeps_tail(&mut self) {
+        self.relay_keeps_tail = true;
+    }
+
+    /// The end of stdout the relay kept (at least its last [`TAIL_BYTES`]), and whether stdout
+    /// was longer.
+    pub(super) fn relayed_tail(&mut self, tail: &[u8], cut: bool) {
+        if self.relay_keeps_tail && self.format.output == Output::Text {
+            self.tail.clear();
+            self.tail_cut = keep_tail(&mut self.tail, tail, TAIL_BYTES) || cut;
+        }
     }
 
     /// Call when the attempt ended, with its exit code (`None` when a signal ended it): flushes
