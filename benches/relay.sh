@@ -10,18 +10,19 @@
 #   claude  a Claude Code stream-json session (system init; assistant text and tool_use events;
 #           user tool_result events; the final result), read by the `claude` preset — a stand-in
 #           `claude` on PATH that cats the file — so the JSON observer really parses it.
-# Side by side, interleaved trials (the page cache warm, `sync` before each):
+# Side by side, interleaved trials (the page cache warm, `sync` before each), medians reported:
 #   cat | cat   `cat big | cat > out`: a producer piping to a writer, as an agent and ralph are
 #               (the baseline of the ratio);
 #   cat         `cat big > out`, for reference;
 #   ralph       a one-iteration `ralph run` (throwaway repository, one criterion) whose agent
-#               prints the file, less ralph's fixed cost: the same run with a 1-line output.
+#               prints the file, less ralph's fixed cost: the same run with a 1-line output
+#               (its median is printed beside).
 # The transcript (`.ralph/runs/*/iter-001.log`) is checked byte-identical with `cmp`. Peak RSS
 # is ralph's "Maximum resident set size" from `/usr/bin/time -v` (ralph, its guard and the
 # agent; ralph is the largest).
-#   bash benches/relay.sh [TRIALS] [MIB]      (defaults: 3 trials, 1024 MiB)
+#   bash benches/relay.sh [TRIALS] [MIB]      (defaults: 5 trials, 1024 MiB)
 set -euo pipefail
-trials=${1:-3}
+trials=${1:-5}
 mib=${2:-1024}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
@@ -32,8 +33,13 @@ ralph=$(cargo build --release --manifest-path "$root/Cargo.toml" --bin ralph \
   sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
 [ -x "$ralph" ] || { echo "could not build ralph" >&2; exit 1; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/ralph-relay.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# RELAY_DIR=DIR keeps the outputs there between runs (generated when missing or of another size).
+if [ -n "${RELAY_DIR:-}" ]; then
+  work=$RELAY_DIR; mkdir -p "$work"
+else
+  work=$(mktemp -d "${TMPDIR:-/tmp}/ralph-relay.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+fi
 want=$((mib * 1024 * 1024))
 
 # ----- the outputs -----
@@ -125,21 +131,26 @@ make_output() {
   printf '\n%s\n' "$4" >> "$2"
 }
 
+if [ "$(stat -c %s "$work/text.out" 2>/dev/null)" != "$want" ] ||
+  [ "$(stat -c %s "$work/claude.out" 2>/dev/null)" != "$want" ]; then
 echo "generating ${mib} MiB outputs in $work ..." >&2
 make_output text_block "$work/text.out" "Starting the agent" "All done."
 make_output claude_block "$work/claude.out" \
   '{"type":"system","subtype":"init","cwd":"/repo","session_id":"7f3c2a9e-1b4d-4e8f-9a0b-5c6d7e8f9a0b","tools":["Bash","Edit","Read"],"model":"claude-sonnet-4-5-20250929","permissionMode":"bypassPermissions"}' \
   '{"type":"result","subtype":"success","is_error":false,"duration_ms":912345,"num_turns":4242,"result":"All done.","session_id":"7f3c2a9e-1b4d-4e8f-9a0b-5c6d7e8f9a0b","total_cost_usd":12.5,"usage":{"input_tokens":1000,"output_tokens":50,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}'
+fi
 printf 'Starting the agent\n' > "$work/tiny-text.out"
 head -1 "$work/claude.out" > "$work/tiny-claude.out"
 tail -1 "$work/claude.out" >> "$work/tiny-claude.out"
 
-# The stand-in `claude`: whatever its arguments, it prints $RELAY_OUTPUT.
+# The agent is `cat` under /usr/bin/time, so that its CPU can be told apart from ralph's. The
+# stand-in `claude`: whatever its arguments, it prints $RELAY_OUTPUT.
 mkdir -p "$work/bin"
-printf '#!/bin/sh\nexec cat "$RELAY_OUTPUT"\n' > "$work/bin/claude"
+printf '#!/bin/sh\nexec /usr/bin/time -f "%%U %%S" -o "$RELAY_TIME" cat "$RELAY_OUTPUT"\n' > "$work/bin/claude"
 chmod +x "$work/bin/claude"
 
 repo="$work/repo"
+rm -rf "$repo"
 mkdir -p "$repo"
 (
   cd "$repo" && git init -q && git config user.name bench && git config user.email bench@localhost
@@ -148,52 +159,78 @@ mkdir -p "$repo"
 )
 
 now_ns() { date +%s%N; }
-ms() { awk -v n="$1" -v t="$trials" 'BEGIN { printf "%.0f", n / t / 1e6 }'; }
+# CPU in ms from a "%U %S" (or "%M %U %S") /usr/bin/time file (its last line: the first may say
+# that the command exited non-zero, as ralph does when the iterations run out).
+cpu_ms() { tail -1 "$1" | awk '{ printf "%.0f", ($(NF - 1) + $NF) * 1000 }'; }
 
-# $1 = format (text|claude), $2 = output file; prints "ns maxrss_kib".
+# $1 = format (text|claude), $2 = output file; prints "wall_ns own_cpu_ms maxrss_kib", ralph's
+# own CPU being its total (with its children) less the agent's.
 run_ralph() {
-  local format=$1 file=$2 s e rss
+  local format=$1 file=$2 s e
   rm -rf "$repo/.ralph"
   sync
   local args=(run --yes --max-iterations 1 -q)
-  if [ "$format" = claude ]; then args+=(--agent claude); else args+=(--agent-cmd "cat $file"); fi
+  if [ "$format" = claude ]; then
+    args+=(--agent claude)
+  else
+    args+=(--agent-cmd "/usr/bin/time -f '%U %S' -o $work/agent.time cat $file")
+  fi
   s=$(now_ns)
-  ( cd "$repo" && RELAY_OUTPUT="$file" PATH="$work/bin:$PATH" \
-      /usr/bin/time -f %M -o "$work/rss" "$ralph" "${args[@]}" >/dev/null 2>&1 ) || true
+  ( cd "$repo" && RELAY_OUTPUT="$file" RELAY_TIME="$work/agent.time" PATH="$work/bin:$PATH" \
+      /usr/bin/time -f '%M %U %S' -o "$work/ralph.time" "$ralph" "${args[@]}" >/dev/null 2>&1 ) || true
   e=$(now_ns)
-  rss=$(tail -1 "$work/rss")
   local log
   log=$(ls "$repo"/.ralph/runs/*/iter-001.log)
   cmp -s "$file" "$log" || { echo "transcript differs from the output ($format, $file)" >&2; exit 1; }
-  echo "$((e - s)) $rss"
+  echo "$((e - s)) $(($(cpu_ms "$work/ralph.time") - $(cpu_ms "$work/agent.time"))) $(tail -1 "$work/ralph.time" | awk '{ print $1 }')"
 }
 
-# $1 = output file; prints ns.
-pipe_cat() { local s e; rm -f "$work/sink"; sync; s=$(now_ns); cat "$1" | cat > "$work/sink"; e=$(now_ns); echo $((e - s)); }
+# $1 = output file; prints "wall_ns writer_cpu_ms".
+pipe_cat() {
+  local s e
+  rm -f "$work/sink"; sync
+  s=$(now_ns)
+  cat "$1" | /usr/bin/time -f '%U %S' -o "$work/writer.time" cat > "$work/sink"
+  e=$(now_ns)
+  echo "$((e - s)) $(cpu_ms "$work/writer.time")"
+}
+# $1 = output file; prints wall_ns.
 plain_cat() { local s e; rm -f "$work/sink"; sync; s=$(now_ns); cat "$1" > "$work/sink"; e=$(now_ns); echo $((e - s)); }
+
+# The median of a file of numbers, divided by $2 (default 1).
+median() { sort -n "$1" | awk -v d="${2:-1}" '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.0f", m / d }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 
 rows=()
 for format in text claude; do
   file="$work/$format.out" tiny="$work/tiny-$format.out"
   bytes=$(stat -c %s "$file")
   cat "$file" > /dev/null # into the page cache
-  pc=0 cc=0 big=0 small=0 rss=0
+  for f in pc pcu cc big small relay bigu relayu; do : > "$work/t.$f"; done
+  rss=0
   for t in $(seq "$trials"); do
-    pc=$((pc + $(pipe_cat "$file")))
-    read -r ns r < <(run_ralph "$format" "$file"); big=$((big + ns)); [ "$r" -gt "$rss" ] && rss=$r
-    cc=$((cc + $(plain_cat "$file")))
-    read -r ns _ < <(run_ralph "$format" "$tiny"); small=$((small + ns))
-    echo "  $format trial $t done" >&2
+    read -r w u < <(pipe_cat "$file"); echo "$w" >> "$work/t.pc"; echo "$u" >> "$work/t.pcu"
+    read -r big bigu r < <(run_ralph "$format" "$file")
+    echo "$big" >> "$work/t.big"; echo "$bigu" >> "$work/t.bigu"
+    [ "$r" -gt "$rss" ] && rss=$r
+    plain_cat "$file" >> "$work/t.cc"
+    read -r small smallu _ < <(run_ralph "$format" "$tiny"); echo "$small" >> "$work/t.small"
+    echo $((big - small)) >> "$work/t.relay"; echo $((bigu - smallu)) >> "$work/t.relayu"
+    echo "  $format trial $t: cat | cat $((w / 1000000)) ms (writer CPU $u ms)," \
+      "ralph $((big / 1000000)) ms (own CPU $bigu ms), fixed $((small / 1000000)) ms" >&2
   done
-  relay=$((big - small))
-  ratio=$(awk -v a="$relay" -v b="$pc" 'BEGIN { printf "%.2f", a / b }')
-  rows+=("| $format | $((bytes / 1048576)) MiB | $(ms "$pc") | $(ms "$cc") | $(ms "$big") | $(ms "$small") | $(ms "$relay") | **$ratio×** | $((rss / 1024)) MiB |")
-  rm -f "$work/sink"
+  pc=$(median "$work/t.pc" 1e6) pcu=$(median "$work/t.pcu") cc=$(median "$work/t.cc" 1e6)
+  big=$(median "$work/t.big" 1e6) small=$(median "$work/t.small" 1e6)
+  relay=$(median "$work/t.relay" 1e6) relayu=$(median "$work/t.relayu")
+  rows+=("| $format | $((bytes / 1048576)) MiB | $pc | $cc | $big | $small | $relay | **$(ratio "$relay" "$pc")×** | $pcu | $relayu | **$(ratio "$relayu" "$pcu")×** | $((rss / 1024)) MiB |")
 done
 
 echo
-echo "Output relay, mean of $trials interleaved trials (ms); ratio = (ralph − ralph fixed) / (cat | cat)"
+echo "Output relay, medians of $trials interleaved trials. Time (ms): ralph relay = ralph run − ralph"
+echo "fixed (the same run with a 1-line output), per trial; time ratio = ralph relay / (cat | cat)."
+echo "CPU (ms): the writing cat of cat | cat against ralph's own (the agent's cat excluded), less"
+echo "its fixed part; CPU ratio = ralph relay CPU / writer CPU."
 echo
-echo "| output | size | cat \| cat > file | cat > file | ralph run | ralph fixed (1 line) | ralph relay | ratio | ralph peak RSS |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| output | size | cat \\| cat > file | cat > file | ralph run | ralph fixed | ralph relay | time ratio | writer CPU | ralph relay CPU | CPU ratio | ralph peak RSS |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
