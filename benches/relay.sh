@@ -17,20 +17,24 @@
 #   ralph       a one-iteration `ralph run` (throwaway repository, one criterion) whose agent
 #               prints the file, less ralph's fixed cost: the same run with a 1-line output
 #               (its median is printed beside).
+# Beside the time, the CPU of the consumer (what the ratio is about once each process has a
+# core of its own, and steadier on a shared machine): the writing `cat` against ralph's own
+# (its total with its children, from /usr/bin/time, less the agent's `cat`, timed alone).
 # The transcript (`.ralph/runs/*/iter-001.log`) is checked byte-identical with `cmp`. Peak RSS
-# is ralph's "Maximum resident set size" from `/usr/bin/time -v` (ralph, its guard and the
-# agent; ralph is the largest).
+# is the "Maximum resident set size" of ralph and its children (ralph is the largest).
 #   bash benches/relay.sh [TRIALS] [MIB]      (defaults: 5 trials, 1024 MiB)
+#   RELAY_DIR=DIR keeps the generated outputs; RALPH_BIN=PATH measures that binary instead.
 set -euo pipefail
 trials=${1:-5}
 mib=${2:-1024}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
 
-# The release binary, wherever CARGO_TARGET_DIR puts it.
-ralph=$(cargo build --release --manifest-path "$root/Cargo.toml" --bin ralph \
+# The release binary, wherever CARGO_TARGET_DIR puts it (RALPH_BIN=PATH measures another one,
+# say an earlier build, for a before/after).
+ralph=${RALPH_BIN:-$(cargo build --release --manifest-path "$root/Cargo.toml" --bin ralph \
   --message-format=json-render-diagnostics |
-  sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+  sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)}
 [ -x "$ralph" ] || { echo "could not build ralph" >&2; exit 1; }
 
 # RELAY_DIR=DIR keeps the outputs there between runs (generated when missing or of another size).

@@ -458,7 +458,7 @@ impl State {
             self.group.kill();
         }
         if let Some(t) = self.idle_timeout {
-            // Read when the idle timer fires (it is not moved for every chunk).
+            // Only noted: the idle timer reads it when it fires (it is not re-armed per chunk).
             self.idle_deadline = tokio::time::Instant::now() + t;
         }
     }
