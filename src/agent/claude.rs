@@ -271,8 +271,8 @@ fn marker_at(line: &[u8], i: usize) -> bool {
     }
 }
 
-/// [`may_be_api_error`] over whole blocks of 32 bytes: whether a marker was found, else where
-/// the bytes left to look at begin.
+/// [`may_be_api_error`] 32 bytes at a time: whether a marker was found, else where the bytes
+/// left to look at begin (a line too short for one block is left whole).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn markers_avx2(line: &[u8]) -> (bool, usize) {
@@ -281,30 +281,37 @@ fn markers_avx2(line: &[u8]) -> (bool, usize) {
         _mm256_or_si256, _mm256_set1_epi8,
     };
     let (lt, r) = (_mm256_set1_epi8(b'<' as i8), _mm256_set1_epi8(b'r' as i8));
+    let Some(last) = line.len().checked_sub(33) else {
+        return (false, 0);
+    };
     let mut i = 0;
-    while i + 33 <= line.len() {
-        // SAFETY: both loads read 32 bytes within the line (`i + 33 <= len`).
+    loop {
+        // The last block overlaps the one before; a marker never begins at the last byte.
+        let at = i.min(last);
+        // SAFETY: both loads read 32 bytes within the line (`at + 33 <= len`).
         let (here, next) = unsafe {
             (
-                _mm256_loadu_si256(line.as_ptr().add(i).cast::<__m256i>()),
-                _mm256_loadu_si256(line.as_ptr().add(i + 1).cast::<__m256i>()),
+                _mm256_loadu_si256(line.as_ptr().add(at).cast::<__m256i>()),
+                _mm256_loadu_si256(line.as_ptr().add(at + 1).cast::<__m256i>()),
             )
         };
         let rr = _mm256_and_si256(_mm256_cmpeq_epi8(here, r), _mm256_cmpeq_epi8(next, r));
         let mut hits =
             _mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi8(here, lt), rr)) as u32;
         while hits != 0 {
-            if marker_at(line, i + hits.trailing_zeros() as usize) {
-                return (true, i);
+            if marker_at(line, at + hits.trailing_zeros() as usize) {
+                return (true, at);
             }
             hits &= hits - 1;
         }
+        if at == last {
+            return (false, line.len());
+        }
         i += 32;
     }
-    (false, i)
 }
 
-/// [`may_be_api_error`] over whole blocks of 16 bytes.
+/// [`may_be_api_error`] 16 bytes at a time, the same way.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse2")]
 fn markers_sse2(line: &[u8]) -> (bool, usize) {
@@ -313,26 +320,33 @@ fn markers_sse2(line: &[u8]) -> (bool, usize) {
         _mm_set1_epi8,
     };
     let (lt, r) = (_mm_set1_epi8(b'<' as i8), _mm_set1_epi8(b'r' as i8));
+    let Some(last) = line.len().checked_sub(17) else {
+        return (false, 0);
+    };
     let mut i = 0;
-    while i + 17 <= line.len() {
-        // SAFETY: both loads read 16 bytes within the line (`i + 17 <= len`).
+    loop {
+        // The last block overlaps the one before; a marker never begins at the last byte.
+        let at = i.min(last);
+        // SAFETY: both loads read 16 bytes within the line (`at + 17 <= len`).
         let (here, next) = unsafe {
             (
-                _mm_loadu_si128(line.as_ptr().add(i).cast::<__m128i>()),
-                _mm_loadu_si128(line.as_ptr().add(i + 1).cast::<__m128i>()),
+                _mm_loadu_si128(line.as_ptr().add(at).cast::<__m128i>()),
+                _mm_loadu_si128(line.as_ptr().add(at + 1).cast::<__m128i>()),
             )
         };
         let rr = _mm_and_si128(_mm_cmpeq_epi8(here, r), _mm_cmpeq_epi8(next, r));
         let mut hits = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(here, lt), rr));
         while hits != 0 {
-            if marker_at(line, i + hits.trailing_zeros() as usize) {
-                return (true, i);
+            if marker_at(line, at + hits.trailing_zeros() as usize) {
+                return (true, at);
             }
             hits &= hits - 1;
         }
+        if at == last {
+            return (false, line.len());
+        }
         i += 16;
     }
-    (false, i)
 }
 
 /// The final `result`: cost, tokens, turns, and, when `is_error`, the limit or login failure
