@@ -20,6 +20,9 @@
 # Beside the time, the CPU of the consumer (what the ratio is about once each process has a
 # core of its own, and steadier on a shared machine): the writing `cat` against ralph's own
 # (its total with its children, from /usr/bin/time, less the agent's `cat`, timed alone).
+# With two CPUs or more, the producer (the agent's `cat`) runs on CPU 1 and the consumer (the
+# writing `cat`, ralph) on CPU 0, for both sides alike (RELAY_PIN=0 leaves it to the scheduler,
+# whose placement of a pure-copy pipeline moved single runs by ±30% on a shared machine).
 # The transcript (`.ralph/runs/*/iter-001.log`) is checked byte-identical with `cmp`. Peak RSS
 # is the "Maximum resident set size" of ralph and its children (ralph is the largest).
 #   bash benches/relay.sh [TRIALS] [MIB]      (defaults: 5 trials, 1024 MiB)
@@ -147,10 +150,19 @@ printf 'Starting the agent\n' > "$work/tiny-text.out"
 head -1 "$work/claude.out" > "$work/tiny-claude.out"
 tail -1 "$work/claude.out" >> "$work/tiny-claude.out"
 
+# Where the producer and the consumer run.
+producer=() consumer=()
+if [ "${RELAY_PIN:-1}" != 0 ] && command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+  producer=(taskset -c 1) consumer=(taskset -c 0)
+fi
+placement=${consumer[*]:+"pinned: producer on CPU 1, consumer on CPU 0"}
+placement=${placement:-"placed by the scheduler"}
+
 # The agent is `cat` under /usr/bin/time, so that its CPU can be told apart from ralph's. The
 # stand-in `claude`: whatever its arguments, it prints $RELAY_OUTPUT.
 mkdir -p "$work/bin"
-printf '#!/bin/sh\nexec /usr/bin/time -f "%%U %%S" -o "$RELAY_TIME" cat "$RELAY_OUTPUT"\n' > "$work/bin/claude"
+printf '#!/bin/sh\nexec %s /usr/bin/time -f "%%U %%S" -o "$RELAY_TIME" cat "$RELAY_OUTPUT"\n' \
+  "${producer[*]}" > "$work/bin/claude"
 chmod +x "$work/bin/claude"
 
 repo="$work/repo"
@@ -177,11 +189,12 @@ run_ralph() {
   if [ "$format" = claude ]; then
     args+=(--agent claude)
   else
-    args+=(--agent-cmd "/usr/bin/time -f '%U %S' -o $work/agent.time cat $file")
+    args+=(--agent-cmd "${producer[*]} /usr/bin/time -f '%U %S' -o $work/agent.time cat $file")
   fi
   s=$(now_ns)
   ( cd "$repo" && RELAY_OUTPUT="$file" RELAY_TIME="$work/agent.time" PATH="$work/bin:$PATH" \
-      /usr/bin/time -f '%M %U %S' -o "$work/ralph.time" "$ralph" "${args[@]}" >/dev/null 2>&1 ) || true
+      "${consumer[@]}" /usr/bin/time -f '%M %U %S' -o "$work/ralph.time" "$ralph" "${args[@]}" \
+      >/dev/null 2>&1 ) || true
   e=$(now_ns)
   local log
   log=$(ls "$repo"/.ralph/runs/*/iter-001.log)
@@ -194,12 +207,17 @@ pipe_cat() {
   local s e
   rm -f "$work/sink"; sync
   s=$(now_ns)
-  cat "$1" | /usr/bin/time -f '%U %S' -o "$work/writer.time" cat > "$work/sink"
+  "${producer[@]}" cat "$1" | "${consumer[@]}" /usr/bin/time -f '%U %S' -o "$work/writer.time" cat > "$work/sink"
   e=$(now_ns)
   echo "$((e - s)) $(cpu_ms "$work/writer.time")"
 }
 # $1 = output file; prints wall_ns.
-plain_cat() { local s e; rm -f "$work/sink"; sync; s=$(now_ns); cat "$1" > "$work/sink"; e=$(now_ns); echo $((e - s)); }
+plain_cat() {
+  local s e
+  rm -f "$work/sink"; sync
+  s=$(now_ns); "${consumer[@]}" cat "$1" > "$work/sink"; e=$(now_ns)
+  echo $((e - s))
+}
 
 # The median of a file of numbers, divided by $2 (default 1).
 median() { sort -n "$1" | awk -v d="${2:-1}" '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.0f", m / d }'; }
@@ -230,7 +248,7 @@ for format in text claude; do
 done
 
 echo
-echo "Output relay, medians of $trials interleaved trials. Time (ms): ralph relay = ralph run − ralph"
+echo "Output relay, medians of $trials interleaved trials ($placement). Time (ms): ralph relay = ralph run − ralph"
 echo "fixed (the same run with a 1-line output), per trial; time ratio = ralph relay / (cat | cat)."
 echo "CPU (ms): the writing cat of cat | cat against ralph's own (the agent's cat excluded), less"
 echo "its fixed part; CPU ratio = ralph relay CPU / writer CPU."
