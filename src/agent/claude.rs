@@ -90,6 +90,31 @@ impl Cli for Claude {
         line.starts_with(br#"{"type":"user""#)
     }
 
+    fn supersedable(&self, line: &[u8]) -> bool {
+        // A message of the agent, not an API error: `assistant` (below) reads such a line for
+        // its text or tool call only.
+        line.starts_with(br#"{"type":"assistant""#) && !may_be_api_error(line)
+    }
+
+    fn settles(&self, line: &[u8]) -> bool {
+        // The message's first content block is a text beginning with a visible character, as
+        // Claude Code writes it (compact JSON whose first `content` is the message's, one
+        // object a line): reading it sets the message and the activity. A line cut short does
+        // not end its object.
+        const TEXT: &[u8] = br#""content":[{"type":"text","text":""#;
+        if !line.trim_ascii_end().ends_with(b"}") {
+            return false;
+        }
+        let Some(at) = line.windows(10).position(|w| w == br#""content":"#) else {
+            return false;
+        };
+        let rest = &line[at..];
+        rest.starts_with(TEXT)
+            && rest
+                .get(TEXT.len())
+                .is_some_and(|&b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+    }
+
     fn event(&self, v: &Value, _raw: &[u8], seen: &mut Findings) {
         match v["type"].as_str().unwrap_or("") {
             "system" => system(v, seen),
@@ -210,6 +235,120 @@ fn assistant(v: &Value, seen: &mut Findings) {
     }
 }
 
+/// Whether an `assistant` line may be a synthetic API-error message: whether it holds one of
+/// the markers `assistant` reads them by — `<synthetic>`, `isApiErrorMessage`, `"error"` — as
+/// Claude Code writes them. One pass over the line, 32 (or 16) bytes at a time: `<`, or `rr`
+/// (in both other markers), then a look at what surrounds it.
+fn may_be_api_error(line: &[u8]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let from = {
+        let (found, from) = if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2.
+            unsafe { markers_avx2(line) }
+        } else {
+            // SAFETY: SSE2 is part of x86_64.
+            unsafe { markers_sse2(line) }
+        };
+        if found {
+            return true;
+        }
+        from
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let from = 0;
+    (from..line.len()).any(|i| marker_at(line, i))
+}
+
+/// Whether a marker has its `<` or its first `rr` at `i`.
+fn marker_at(line: &[u8], i: usize) -> bool {
+    match line[i] {
+        b'<' => line[i..].starts_with(b"<synthetic>"),
+        b'r' => {
+            (i >= 2 && line[i - 2..].starts_with(br#""error""#))
+                || (i >= 6 && line[i - 6..].starts_with(b"isApiErrorMessage"))
+        }
+        _ => false,
+    }
+}
+
+/// [`may_be_api_error`] 32 bytes at a time: whether a marker was found, else where the bytes
+/// left to look at begin (a line too short for one block is left whole).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn markers_avx2(line: &[u8]) -> (bool, usize) {
+    use std::arch::x86_64::{
+        __m256i, _mm256_and_si256, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_movemask_epi8,
+        _mm256_or_si256, _mm256_set1_epi8,
+    };
+    let (lt, r) = (_mm256_set1_epi8(b'<' as i8), _mm256_set1_epi8(b'r' as i8));
+    let Some(last) = line.len().checked_sub(33) else {
+        return (false, 0);
+    };
+    let mut i = 0;
+    loop {
+        // The last block overlaps the one before; a marker never begins at the last byte.
+        let at = i.min(last);
+        // SAFETY: both loads read 32 bytes within the line (`at + 33 <= len`).
+        let (here, next) = unsafe {
+            (
+                _mm256_loadu_si256(line.as_ptr().add(at).cast::<__m256i>()),
+                _mm256_loadu_si256(line.as_ptr().add(at + 1).cast::<__m256i>()),
+            )
+        };
+        let rr = _mm256_and_si256(_mm256_cmpeq_epi8(here, r), _mm256_cmpeq_epi8(next, r));
+        let mut hits =
+            _mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi8(here, lt), rr)) as u32;
+        while hits != 0 {
+            if marker_at(line, at + hits.trailing_zeros() as usize) {
+                return (true, at);
+            }
+            hits &= hits - 1;
+        }
+        if at == last {
+            return (false, line.len());
+        }
+        i += 32;
+    }
+}
+
+/// [`may_be_api_error`] 16 bytes at a time, the same way.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+fn markers_sse2(line: &[u8]) -> (bool, usize) {
+    use std::arch::x86_64::{
+        __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
+    let (lt, r) = (_mm_set1_epi8(b'<' as i8), _mm_set1_epi8(b'r' as i8));
+    let Some(last) = line.len().checked_sub(17) else {
+        return (false, 0);
+    };
+    let mut i = 0;
+    loop {
+        // The last block overlaps the one before; a marker never begins at the last byte.
+        let at = i.min(last);
+        // SAFETY: both loads read 16 bytes within the line (`at + 17 <= len`).
+        let (here, next) = unsafe {
+            (
+                _mm_loadu_si128(line.as_ptr().add(at).cast::<__m128i>()),
+                _mm_loadu_si128(line.as_ptr().add(at + 1).cast::<__m128i>()),
+            )
+        };
+        let rr = _mm_and_si128(_mm_cmpeq_epi8(here, r), _mm_cmpeq_epi8(next, r));
+        let mut hits = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(here, lt), rr));
+        while hits != 0 {
+            if marker_at(line, at + hits.trailing_zeros() as usize) {
+                return (true, at);
+            }
+            hits &= hits - 1;
+        }
+        if at == last {
+            return (false, line.len());
+        }
+        i += 16;
+    }
+}
+
 /// The final `result`: cost, tokens, turns, and, when `is_error`, the limit or login failure
 /// its status or text gives. A successful result's text is the agent's work, never a signal.
 fn result(v: &Value, seen: &mut Findings) {
@@ -271,6 +410,93 @@ mod tests {
     use crate::agent::testkit::*;
 
     const SESSION: &str = "4b1e9c2a-7d3f-4e6b-9a10-2f5c8d7e6a01";
+
+    #[test]
+    fn api_errors_are_never_superseded() {
+        let message = |tail: &str| {
+            format!(
+                r#"{{"type":"assistant","message":{{"id":"m","model":"claude-sonnet-4-5","content":[{{"type":"text","text":"Working on it"}}]}}{tail}}}"#
+            )
+        };
+        assert!(Claude.supersedable(message("").as_bytes()));
+        for marker in [
+            r#","error":"rate_limit""#,
+            r#","isApiErrorMessage":true"#,
+            r#","model":"<synthetic>""#,
+        ] {
+            assert!(!Claude.supersedable(message(marker).as_bytes()), "{marker}");
+            // Wherever the marker falls against the sixteen-byte blocks.
+            for pad in 0..40 {
+                let line = message(&format!(r#","pad":"{}"{marker}"#, "x".repeat(pad)));
+                assert!(!Claude.supersedable(line.as_bytes()), "{marker} {pad}");
+            }
+        }
+        // Words in the text are not markers; events of other kinds are not messages.
+        assert!(
+            Claude.supersedable(
+                message(r#","text2":"an error, <b>API</b> errors: rror""#).as_bytes()
+            )
+        );
+        assert!(!Claude.supersedable(br#"{"type":"result","result":"x"}"#));
+        assert!(!Claude.supersedable(br#"{"type":"user","message":{}}"#));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_marker_scan_finds_what_a_plain_search_finds(
+            bytes in proptest::collection::vec(
+                proptest::sample::select(b"<>\"erorsAEipyntchMga x".to_vec()),
+                0..300,
+            ),
+            marker in proptest::sample::select(vec!["<synthetic>", "\"error\"", "isApiErrorMessage", ""]),
+            at in proptest::prelude::any::<usize>(),
+        ) {
+            let mut line = bytes;
+            let at = at % (line.len() + 1);
+            line.splice(at..at, marker.bytes());
+            let plain = [&b"<synthetic>"[..], b"\"error\"", b"isApiErrorMessage"]
+                .iter()
+                .any(|m| line.windows(m.len()).any(|w| w == *m));
+            proptest::prop_assert_eq!(may_be_api_error(&line), plain);
+            #[cfg(target_arch = "x86_64")]
+            {
+                // SAFETY: SSE2 is part of x86_64.
+                let (found, from) = unsafe { markers_sse2(&line) };
+                proptest::prop_assert_eq!(found || (from..line.len()).any(|i| marker_at(&line, i)), plain);
+            }
+        }
+    }
+
+    #[test]
+    fn only_a_whole_message_with_a_visible_text_settles() {
+        let line = |content: &str| {
+            format!(
+                r#"{{"type":"assistant","message":{{"id":"m","model":"claude-sonnet-4-5","content":[{content}]}},"session_id":"s"}}"#
+            )
+        };
+        assert!(Claude.settles(line(r#"{"type":"text","text":"Done."}"#).as_bytes()));
+        assert!(
+            Claude.settles(
+                line(
+                    r#"{"type":"text","text":"Both"},{"type":"tool_use","name":"Bash","input":{}}"#
+                )
+                .as_bytes()
+            )
+        );
+        for content in [
+            r#"{"type":"text","text":" leading space"}"#,
+            r#"{"type":"text","text":"\nleading newline"}"#,
+            r#"{"type":"text","text":""}"#,
+            r#"{"type":"thinking","thinking":"hmm"}"#,
+            r#"{"type":"tool_use","name":"Write","input":{"content":[{"type":"text","text":"nested"}]}}"#,
+        ] {
+            assert!(!Claude.settles(line(content).as_bytes()), "{content}");
+        }
+        // Cut short.
+        let whole = line(r#"{"type":"text","text":"Done."}"#);
+        assert!(!Claude.settles(&whole.as_bytes()[..whole.len() - 1]));
+        assert!(!Claude.settles(br#"{"type":"assistant","message":{"content":"a string"}}"#));
+    }
 
     #[test]
     fn claude_session_activity_follows_the_stream() {

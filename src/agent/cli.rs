@@ -75,6 +75,22 @@ pub trait Cli: fmt::Debug + Sync {
         false
     }
 
+    /// Whether a JSON line is an event whose only effects — the activity, the latest message,
+    /// that the agent moved on — are replaced by those of a later such event, so that of a run
+    /// of them only the newest few need reading (`Findings::newest_first`): Claude's
+    /// `assistant` messages that are not API errors. Must be cheap: every line asks. None by
+    /// default.
+    fn supersedable(&self, _line: &[u8]) -> bool {
+        false
+    }
+
+    /// Whether a supersedable line surely sets both the activity and the latest message, as far
+    /// as its bytes tell without reading it: then no older supersedable line matters. Must be
+    /// cheap, and never say yes wrongly (no is always safe). No by default.
+    fn settles(&self, _line: &[u8]) -> bool {
+        false
+    }
+
     /// Reads one JSON event (`raw` is its line). Nothing by default.
     fn event(&self, _event: &Value, _raw: &[u8], _seen: &mut Findings) {}
 

@@ -46,6 +46,29 @@ pub struct Findings {
     pub(super) session_id: Option<String>,
     /// The latest assistant message (JSON formats).
     pub(super) last_text: Option<String>,
+    /// While events are read newest first: what they set already (see [`Findings::newest_first`]).
+    newest_first: Option<Settled>,
+}
+
+/// What the events read newest first have set: an older event no longer changes it (the one
+/// being read may, several times: within an event, the last word counts).
+#[derive(Debug, Default, Clone, Copy)]
+struct Settled {
+    activity: bool,
+    text: bool,
+    /// Set by the event being read.
+    event_activity: bool,
+    event_text: bool,
+}
+
+impl Settled {
+    fn activity(&self) -> bool {
+        self.activity || self.event_activity
+    }
+
+    fn text(&self) -> bool {
+        self.text || self.event_text
+    }
 }
 
 impl Findings {
@@ -65,7 +88,12 @@ impl Findings {
             auth_error: None,
             session_id: None,
             last_text: None,
+            newest_first: None,
         }
+    }
+
+    pub(super) fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     pub(super) fn clock_mut(&mut self) -> &mut Clock {
@@ -130,6 +158,40 @@ impl Findings {
         self.last_text.as_deref()
     }
 
+    // ----- events read newest first -----
+
+    /// Until [`Findings::in_order`], events are read newest first: the first activity and the
+    /// first message they set are the ones kept, as if they had all been read in order. For
+    /// events whose only effects are those and [`Findings::progress`] (Claude's messages), so
+    /// that of many only the newest few need reading. `activity` and `message` say which of the
+    /// two are looked for (the others are left as they are).
+    pub(super) fn newest_first(&mut self, activity: bool, message: bool) {
+        self.newest_first = Some(Settled {
+            activity: !activity,
+            text: !message,
+            ..Settled::default()
+        });
+    }
+
+    /// The next (older) event is read: what the last one set is settled.
+    pub(super) fn older_event(&mut self) {
+        if let Some(s) = &mut self.newest_first {
+            s.activity = s.activity();
+            s.text = s.text();
+        }
+    }
+
+    /// Whether the events read newest first set both the activity and the message: older ones
+    /// would change nothing.
+    pub(super) fn settled(&self) -> bool {
+        self.newest_first.is_some_and(|s| s.activity() && s.text())
+    }
+
+    /// Back to reading events in order.
+    pub(super) fn in_order(&mut self) {
+        self.newest_first = None;
+    }
+
     // ----- activity -----
 
     /// Remembers a plain line as the activity to show at the end of the chunk.
@@ -154,6 +216,12 @@ impl Findings {
         let text = first_line(text);
         if text.is_empty() {
             return;
+        }
+        if let Some(settled) = &mut self.newest_first {
+            if settled.activity {
+                return;
+            }
+            settled.event_activity = true;
         }
         let (head, cut) = cut_chars(text, ACTIVITY_CHARS);
         let same = match &self.activity {
@@ -193,6 +261,12 @@ impl Findings {
             return;
         }
         self.set_activity_clean(text);
+        if let Some(settled) = &mut self.newest_first {
+            if settled.text {
+                return;
+            }
+            settled.event_text = true;
+        }
         self.last_text = Some(bounded(text));
     }
 

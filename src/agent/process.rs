@@ -13,6 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::sleep_until;
 
 use super::Invocation;
+use super::text::keep_tail;
 use super::unix::{Group, Guard, set_parent_death_signal};
 use crate::signals::Interrupts;
 
@@ -20,6 +21,11 @@ use crate::signals::Interrupts;
 pub const DRAIN: Duration = Duration::from_millis(200);
 /// How much of stdout to keep for the final message.
 const TAIL: usize = 64 * 1024;
+/// The most one read takes from a pipe: as much as the pipe holds by default (64 KiB on Linux),
+/// and few enough bytes that the buffers stay in the CPU's cache. Larger reads, and pipes
+/// widened for them (`F_SETPIPE_SZ`), measured slower: what the agent wrote ahead had left the
+/// cache by the time ralph read it.
+const READ: usize = 64 * 1024;
 
 /// Limits of one supervised run.
 #[derive(Debug, Clone, Copy, Default)]
@@ -73,8 +79,10 @@ impl Watchers<'_> {
     fn chunk(&mut self, chunk: &[u8], is_stderr: bool) {
         if let Some(o) = self.observer.as_deref_mut() {
             o.feed(chunk, is_stderr);
-            if o.take_activity_changed()
-                && let (Some(v), Some(a)) = (self.view, o.activity())
+            // Only a view asks: working out the activity can cost a JSON parse.
+            if let Some(v) = self.view
+                && o.take_activity_changed()
+                && let Some(a) = o.activity()
             {
                 v.set_activity(a);
             }
@@ -151,12 +159,17 @@ pub async fn run(
             let _ = stdin.shutdown().await;
         });
     }
+    let mut watchers = watchers;
+    if let Some(o) = watchers.observer.as_deref_mut() {
+        o.relay_keeps_tail();
+    }
     let mut relay = Relay {
         transcript,
         echo,
         watchers,
         write_error: None,
         tail: Vec::new(),
+        stdout_bytes: 0,
         output_bytes: 0,
     };
     let seen_interrupts = interrupts.count();
@@ -174,6 +187,7 @@ pub async fn run(
         relay.write_error = Some(e);
     }
     if let Some(o) = relay.watchers.observer {
+        o.relayed_tail(&relay.tail, relay.stdout_bytes > relay.tail.len() as u64);
         o.finish(status.code());
     }
     if let Some(e) = relay.write_error {
@@ -215,15 +229,66 @@ fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Box<dyn ChildWrapper>>
     cmd.spawn()
 }
 
-/// Where each chunk of output goes: the transcript, the watchers, the echo, the stdout tail.
+/// Where each chunk of output goes: the transcript, the watchers, the echo.
 struct Relay<'t, 'w> {
     transcript: &'t mut std::fs::File,
     echo: Echo,
     watchers: Watchers<'w>,
     /// The first failed transcript write; nothing more is written after it.
     write_error: Option<std::io::Error>,
+    /// The last bytes of stdout, once it is over.
     tail: Vec<u8>,
+    stdout_bytes: u64,
     output_bytes: u64,
+}
+
+/// Stdout is read into two buffers in turn, so that its tail costs no copy per chunk: a chunk
+/// is copied (into `older`) only when the chunk after it is too short to hold the tail alone.
+struct Stdout {
+    bufs: [Vec<u8>; 2],
+    /// The buffer the next read goes into; the other holds the last chunk.
+    next: usize,
+    last: usize,
+    /// What came before the last chunk (its end, at most 2 × [`TAIL`]).
+    older: Vec<u8>,
+}
+
+impl Default for Stdout {
+    fn default() -> Stdout {
+        Stdout {
+            bufs: [vec![0; READ], vec![0; READ]],
+            next: 0,
+            last: 0,
+            older: Vec::new(),
+        }
+    }
+}
+
+impl Stdout {
+    fn next(&mut self) -> &mut [u8] {
+        &mut self.bufs[self.next]
+    }
+
+    /// `n` bytes were read into [`Stdout::next`]: they are the last chunk now.
+    fn read(&mut self, n: usize) -> &[u8] {
+        let prev = 1 - self.next;
+        // The next read overwrites the previous chunk: keep what the tail still needs of it.
+        if n >= TAIL {
+            self.older.clear();
+        } else {
+            keep_tail(&mut self.older, &self.bufs[prev][..self.last], TAIL);
+        }
+        self.last = n;
+        self.next = prev;
+        &self.bufs[1 - prev][..n]
+    }
+
+    /// The last bytes of stdout, at least [`TAIL`] of them (when there were that many).
+    fn tail(self) -> Vec<u8> {
+        let mut tail = self.older;
+        keep_tail(&mut tail, &self.bufs[1 - self.next][..self.last], TAIL);
+        tail
+    }
 }
 
 impl Relay<'_, '_> {
@@ -250,10 +315,7 @@ impl Relay<'_, '_> {
         }
         self.output_bytes += chunk.len() as u64;
         if !is_stderr {
-            self.tail.extend_from_slice(chunk);
-            if self.tail.len() > 2 * TAIL {
-                self.tail.drain(..self.tail.len() - TAIL);
-            }
+            self.stdout_bytes += chunk.len() as u64;
         }
         written
     }
@@ -301,6 +363,10 @@ impl State {
 
     /// Relays the output and waits for the exit, the timers and interrupts; returns the exit
     /// status (SIGKILL's when the pipes leaked before an exit was seen).
+    ///
+    /// The hot path is one `read` and one transcript `write` per chunk of up to [`READ`] bytes:
+    /// the timers are armed once and moved only when their deadline changes (the idle timer is
+    /// not re-armed per chunk: it checks the time of the last output when it fires).
     async fn supervise(
         &mut self,
         child: &mut Box<dyn ChildWrapper>,
@@ -309,43 +375,60 @@ impl State {
     ) -> std::io::Result<std::process::ExitStatus> {
         let mut out = child.stdout().take();
         let mut err = child.stderr().take();
-        let mut buf_out = vec![0u8; 16 * 1024];
-        let mut buf_err = vec![0u8; 16 * 1024];
+        let mut buf_out = Stdout::default();
+        let mut buf_err = vec![0u8; READ];
+        let mut wait = child.wait();
+        let timeout = sleep_until(self.deadline);
+        let idle = sleep_until(self.idle_deadline);
+        let kill = sleep_until(self.kill_at);
+        let drain = sleep_until(self.drain_until);
+        tokio::pin!(timeout, idle, kill, drain);
         let running = |s: &State| s.status.is_none();
         while running(self) || out.is_some() || err.is_some() {
+            let kill_at = self.kill_at;
             tokio::select! {
                 n = interrupts.after(self.interrupts_now) => self.interrupted(n),
-                r = read_some(&mut out, &mut buf_out) => match r {
-                    Some(n) => self.output(relay, &buf_out[..n], false),
+                r = read_some(&mut out, buf_out.next()) => match r {
+                    Some(n) => self.output(relay, buf_out.read(n), false),
                     None => out = None,
                 },
                 r = read_some(&mut err, &mut buf_err) => match r {
                     Some(n) => self.output(relay, &buf_err[..n], true),
                     None => err = None,
                 },
-                s = child.wait(), if running(self) => {
+                s = &mut wait, if running(self) => {
                     self.status = Some(s?);
                     self.drain_until = tokio::time::Instant::now() + DRAIN;
+                    drain.as_mut().reset(self.drain_until);
                 }
-                _ = sleep_until(self.deadline), if running(self) && self.stopped.is_none() => {
+                () = &mut timeout, if running(self) && self.stopped.is_none() => {
                     self.stop(StopCause::Timeout);
                 }
-                _ = sleep_until(self.idle_deadline), if running(self) && self.stopped.is_none() => {
-                    self.stop(StopCause::IdleTimeout);
+                () = &mut idle, if running(self) && self.stopped.is_none() => {
+                    if tokio::time::Instant::now() >= self.idle_deadline {
+                        self.stop(StopCause::IdleTimeout);
+                    } else {
+                        // Output came since it was armed: wait for the rest of the idle time.
+                        idle.as_mut().reset(self.idle_deadline);
+                    }
                 }
-                _ = sleep_until(self.kill_at), if running(self) => {
+                () = &mut kill, if running(self) => {
                     self.killed = true;
                     self.kill_at = far();
                     self.group.kill();
                 }
-                _ = sleep_until(self.drain_until), if !running(self) => {
+                () = &mut drain, if !running(self) => {
                     // The process is gone but something it started still holds the pipes.
                     self.leaked = true;
                     self.group.kill();
                     break;
                 }
             }
+            if self.kill_at != kill_at {
+                kill.as_mut().reset(self.kill_at);
+            }
         }
+        relay.tail = buf_out.tail();
         Ok(self
             .status
             .unwrap_or_else(|| std::process::ExitStatus::from_raw(9)))
@@ -375,6 +458,7 @@ impl State {
             self.group.kill();
         }
         if let Some(t) = self.idle_timeout {
+            // Only noted: the idle timer reads it when it fires (it is not re-armed per chunk).
             self.idle_deadline = tokio::time::Instant::now() + t;
         }
     }
@@ -406,5 +490,41 @@ async fn read_some<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -
             Ok(n) => Some(n),
         },
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stdout_tail_survives_reads_of_any_size() {
+        let data: Vec<u8> = (0..400_000u32).map(|i| (i % 251) as u8).collect();
+        let patterns: [&[usize]; 5] = [
+            &[READ],
+            &[1],
+            &[TAIL - 1, 3, READ],
+            &[7, READ, 100, 100, 100],
+            &[READ / 2, READ / 3, 5000],
+        ];
+        for sizes in patterns {
+            let mut stdout = Stdout::default();
+            let (mut at, mut k) = (0, 0);
+            while at < data.len() {
+                let n = sizes[k % sizes.len()].min(data.len() - at);
+                stdout.next()[..n].copy_from_slice(&data[at..at + n]);
+                assert_eq!(stdout.read(n), &data[at..at + n]);
+                at += n;
+                k += 1;
+            }
+            let tail = stdout.tail();
+            assert!(tail.len() >= TAIL && tail.len() <= 2 * TAIL, "{sizes:?}");
+            assert!(data.ends_with(&tail), "{sizes:?}");
+        }
+        let mut stdout = Stdout::default();
+        stdout.next()[..3].copy_from_slice(b"abc");
+        stdout.read(3);
+        assert_eq!(stdout.tail(), b"abc");
+        assert!(Stdout::default().tail().is_empty());
     }
 }
