@@ -1,5 +1,6 @@
 //! ralph: a supervisor for autonomous coding-agent loops. See ARCHITECTURE.md for the map.
 
+pub mod activity;
 pub mod agent;
 pub mod brief;
 pub mod cli;

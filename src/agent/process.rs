@@ -67,6 +67,8 @@ impl Finished {
 pub struct Watchers<'a> {
     pub observer: Option<&'a mut super::stream::Observer>,
     pub view: Option<&'a crate::live::LiveView>,
+    /// `.ralph/activity.now`, for `ralph watch`.
+    pub activity: Option<&'a crate::activity::Sink>,
 }
 
 impl Watchers<'_> {
@@ -74,9 +76,14 @@ impl Watchers<'_> {
         if let Some(o) = self.observer.as_deref_mut() {
             o.feed(chunk, is_stderr);
             if o.take_activity_changed()
-                && let (Some(v), Some(a)) = (self.view, o.activity())
+                && let Some(a) = o.activity()
             {
-                v.set_activity(a);
+                if let Some(v) = self.view {
+                    v.set_activity(a);
+                }
+                if let Some(s) = self.activity {
+                    s.set(a);
+                }
             }
         }
     }
