@@ -58,6 +58,9 @@ pub enum Command {
     /// Report the current or last run, without taking the lock.
     #[command(after_help = STATUS_EXAMPLES)]
     Status(StatusArgs),
+    /// A live dashboard of every loop of the repository (q quits).
+    #[command(after_help = WATCH_EXAMPLES)]
+    Watch,
 }
 
 const INIT_EXAMPLES: &str = "\
@@ -88,6 +91,12 @@ const STATUS_EXAMPLES: &str = "\
 Examples:
   ralph status
   ralph status --json | jq .halt_reason";
+
+const WATCH_EXAMPLES: &str = "\
+Examples:
+  ralph watch                    # every loop: the main work tree's and each worktree's
+  ralph -C ../project watch
+  ralph status --all --json      # the same, once, for scripts (watch needs a terminal)";
 
 #[derive(Debug, Args)]
 pub struct InitArgs {

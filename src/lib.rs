@@ -19,6 +19,7 @@ pub mod state;
 pub mod supervisor;
 pub mod task;
 pub mod ui;
+pub mod watch;
 
 use clap::Parser;
 
@@ -86,6 +87,7 @@ fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
         Command::Run(args) => commands::run::run(&ctx, args),
         Command::Resume(args) => commands::run::resume(&ctx, args),
         Command::Status(args) => commands::status::run(&ctx, args.json, args.all),
+        Command::Watch => commands::watch::run(&ctx),
     }
 }
 

@@ -1,8 +1,9 @@
-//! One module per subcommand: `init`, `run`, `status`.
+//! One module per subcommand: `init`, `run`, `status`, `watch`.
 
 pub mod init;
 pub mod run;
 pub mod status;
+pub mod watch;
 
 use std::path::PathBuf;
 

@@ -23,3 +23,4 @@ mod status;
 mod supervise;
 mod table;
 mod verdict;
+mod watch;
