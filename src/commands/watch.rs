@@ -1,10 +1,10 @@
 //! `ralph watch`: the live dashboard of every loop (SPEC §13); off a terminal, an error pointing
-//! to `ralph status --all --json`.
+//! to `ralph status --all --json`. Exit 0 on `q`, 130 on a signal.
 
 use std::io::IsTerminal;
 
 use super::Context;
-use crate::error::{Error, Result, exit};
+use crate::error::{Error, Result};
 use crate::git::Repo;
 
 pub fn run(ctx: &Context) -> Result<i32> {
@@ -14,8 +14,7 @@ pub fn run(ctx: &Context) -> Result<i32> {
         ));
     }
     let repo = Repo::discover(&ctx.cwd)?;
-    crate::watch::run(repo, color())?;
-    Ok(exit::COMPLETE)
+    crate::watch::run(repo, color())
 }
 
 /// Colour unless `--color never`, or `NO_COLOR` under `--color auto`.

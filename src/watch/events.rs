@@ -29,6 +29,8 @@ pub enum Msg {
     InputFailed(String),
     /// A file a row is made of changed.
     Changed,
+    /// SIGINT, SIGTERM or SIGHUP: quit, restoring the terminal.
+    Signal,
 }
 
 /// The names wanted in a watched directory.
@@ -216,6 +218,22 @@ pub fn spawn_input(tx: Sender<Msg>) -> std::io::Result<()> {
                     return;
                 }
             }
+        })
+        .map(drop)
+}
+
+/// Forward the first SIGINT, SIGTERM or SIGHUP to `tx` (a thread of its own driving the
+/// signal handlers of `signals.rs`), so a `kill` still leaves the terminal restored.
+pub fn spawn_signals(tx: Sender<Msg>) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut interrupts = rt.block_on(async { crate::signals::Interrupts::install() })?;
+    std::thread::Builder::new()
+        .name("ralph-watch-signals".into())
+        .spawn(move || {
+            rt.block_on(interrupts.after(0));
+            let _ = tx.send(Msg::Signal);
         })
         .map(drop)
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, exit};
 use crate::git::Repo;
 use app::App;
 use events::{Msg, Watches};
@@ -26,14 +26,16 @@ pub const DEBOUNCE: Duration = Duration::from_millis(50);
 /// How often a running loop's clock is redrawn.
 pub const TICK: Duration = Duration::from_secs(1);
 
-/// Show the dashboard of `repo`'s loops on the terminal until the user quits.
-pub fn run(repo: Repo, color: bool) -> Result<()> {
+/// Show the dashboard of `repo`'s loops on the terminal until the user quits (exit 0) or a
+/// signal ends it (exit 130).
+pub fn run(repo: Repo, color: bool) -> Result<i32> {
     let (tx, rx) = std::sync::mpsc::channel();
     let mut watches = Watches::new(tx.clone())
         .map_err(|e| Error::user(format!("failed to watch the loops' files: {e}")))?;
     let mut app = App::new(repo, color);
     refresh(&mut app, &mut watches);
     let mut term = Term::enter()?;
+    events::spawn_signals(tx.clone()).map_err(|e| Error::io("failed to listen for signals", e))?;
     events::spawn_input(tx).map_err(|e| Error::io("failed to read the terminal", e))?;
     dashboard(&mut term.0, &mut app, &mut watches, &rx)
 }
@@ -73,6 +75,8 @@ impl Drop for Term {
 #[derive(Debug, PartialEq, Eq)]
 enum Action {
     Quit,
+    /// Quit: a signal asked for it.
+    Interrupted,
     Redraw,
     Reload,
     Nothing,
@@ -84,6 +88,7 @@ fn action(msg: &Msg) -> Action {
         Msg::Input(Event::Resize(..) | Event::FocusGained) => Action::Redraw,
         Msg::Input(_) => Action::Nothing,
         Msg::InputFailed(_) => Action::Quit,
+        Msg::Signal => Action::Interrupted,
         Msg::Changed => Action::Reload,
     }
 }
@@ -104,7 +109,7 @@ fn dashboard(
     app: &mut App,
     watches: &mut Watches,
     rx: &Receiver<Msg>,
-) -> Result<()> {
+) -> Result<i32> {
     let mut redraw = true;
     let mut drawn_at = Instant::now();
     loop {
@@ -120,23 +125,25 @@ fn dashboard(
                     redraw = true;
                     continue;
                 }
-                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Err(RecvTimeoutError::Disconnected) => return Ok(exit::COMPLETE),
             }
         } else {
             match rx.recv() {
                 Ok(m) => m,
-                Err(_) => return Ok(()),
+                Err(_) => return Ok(exit::COMPLETE),
             }
         };
         if let Msg::InputFailed(e) = &msg {
             return Err(Error::user(format!("failed to read the terminal: {e}")));
         }
-        redraw = match action(&msg) {
-            Action::Quit => return Ok(()),
+        let mut act = action(&msg);
+        if act == Action::Reload {
+            act = gather(rx);
+        }
+        redraw = match act {
+            Action::Quit => return Ok(exit::COMPLETE),
+            Action::Interrupted => return Ok(exit::INTERRUPTED),
             Action::Reload => {
-                if gather(rx) == Action::Quit {
-                    return Ok(());
-                }
                 refresh(app, watches);
                 true
             }
@@ -146,13 +153,17 @@ fn dashboard(
     }
 }
 
-/// Let a burst of file events settle for [`DEBOUNCE`]; a key that quits still quits at once.
+/// Let a burst of file events settle for [`DEBOUNCE`] (then `Reload`); a key that quits, or a
+/// signal, still ends it at once.
 fn gather(rx: &Receiver<Msg>) -> Action {
     let until = Instant::now() + DEBOUNCE;
     while let Some(left) = until.checked_duration_since(Instant::now()) {
         match rx.recv_timeout(left) {
-            Ok(m) if matches!(action(&m), Action::Quit) => return Action::Quit,
-            Ok(_) => {}
+            Ok(m) => {
+                if let a @ (Action::Quit | Action::Interrupted) = action(&m) {
+                    return a;
+                }
+            }
             Err(_) => break,
         }
     }
@@ -180,6 +191,7 @@ mod tests {
         assert_eq!(action(&key(KeyCode::Down, none)), Action::Nothing);
         assert_eq!(action(&Msg::Input(Event::Resize(80, 24))), Action::Redraw);
         assert_eq!(action(&Msg::Changed), Action::Reload);
+        assert_eq!(action(&Msg::Signal), Action::Interrupted);
     }
 
     #[test]

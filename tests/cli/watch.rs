@@ -235,4 +235,37 @@ fn in_tmux_both_loops_show_live_and_q_quits() {
     let format = "#{pane_current_command}";
     let current = tmux.cmd(&env, &["display-message", "-p", "-t", "w", format]);
     assert_eq!(String::from_utf8_lossy(&current.stdout).trim(), "sh");
+
+    a_signal_ends_it_with_the_terminal_restored(&env, &tmux);
+}
+
+/// `kill` (SIGTERM) ends a dashboard with exit 130, the terminal out of raw mode again.
+fn a_signal_ends_it_with_the_terminal_restored(env: &TestEnv, tmux: &Tmux) {
+    tmux.cmd(env, &["send-keys", "-t", "w", "clear", "Enter"]);
+    let pid_file = env.home.join("watch.pid");
+    let line = format!(
+        "sh -c 'echo $$ > {}; exec \"$0\" watch' '{}'; echo \"watch exited $?\"",
+        pid_file.display(),
+        env!("CARGO_BIN_EXE_ralph")
+    );
+    tmux.cmd(env, &["send-keys", "-t", "w", &line, "Enter"]);
+    tmux.wait_for(env, "the dashboard again", |p| p.contains("q quit"));
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: signalling the ralph watch this test started.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    tmux.wait_for(env, "the watch ending on SIGTERM", |p| {
+        p.contains("watch exited 130")
+    });
+    let stty = "stty -a | tr ' ;' '\\n\\n' | grep -x -- '-*icanon' | sed 's/^/mode: /'";
+    tmux.cmd(env, &["send-keys", "-t", "w", stty, "Enter"]);
+    let pane = tmux.wait_for(env, "the terminal mode", |p| {
+        p.contains("mode: icanon") || p.contains("mode: -icanon")
+    });
+    assert!(!pane.contains("mode: -icanon"), "raw mode left on:\n{pane}");
 }
