@@ -34,16 +34,18 @@ impl App {
     pub fn reload(&mut self) {
         match loops::all(&self.repo) {
             Ok(entries) => {
-                self.activities = entries
-                    .iter()
-                    .map(|e| crate::activity::read(&e.path))
-                    .collect();
+                self.activities = read_activities(&entries);
                 self.entries = entries;
                 self.error = None;
             }
             Err(e) => self.error = Some(chain(&e)),
         }
         self.read_at = Instant::now();
+    }
+
+    /// Read the latest activities again (the loops as they were).
+    pub fn reload_activities(&mut self) {
+        self.activities = read_activities(&self.entries);
     }
 
     pub fn entries(&self) -> &[Entry] {
@@ -117,6 +119,13 @@ pub fn row(e: &Entry, activity: Option<&str>, since: Duration) -> Row {
         cost_usd: st.map_or(0.0, |st| st.cost_usd),
         activity,
     }
+}
+
+fn read_activities(entries: &[Entry]) -> Vec<Option<String>> {
+    entries
+        .iter()
+        .map(|e| crate::activity::read(&e.path))
+        .collect()
 }
 
 /// An error and its causes on one line.

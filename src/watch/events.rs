@@ -28,9 +28,18 @@ pub enum Msg {
     /// The terminal cannot be read.
     InputFailed(String),
     /// A file a row is made of changed.
-    Changed,
+    Changed(Change),
     /// SIGINT, SIGTERM or SIGHUP: quit, restoring the terminal.
     Signal,
+}
+
+/// What changed, the least first: what `Activity` asks is part of what `Loops` asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Change {
+    /// Only `.ralph/activity.now` files (the frequent case: read those again).
+    Activity,
+    /// Anything else (read every loop again).
+    Loops,
 }
 
 /// The names wanted in a watched directory.
@@ -103,21 +112,33 @@ fn files_of(st: &RunState) -> impl Iterator<Item = &String> {
     st.targets.iter().chain(st.iterations_log.as_ref())
 }
 
-/// Whether `ev` touches something wanted. Opening or reading a file is not a change; closing a
-/// file written to is (a dead supervisor's lock).
-pub fn relevant(interest: &Interest, ev: &notify::Event) -> bool {
+/// What `ev` changed of what is wanted, if anything. Opening or reading a file is no change;
+/// closing a file written to is (a dead supervisor's lock).
+pub fn relevant(interest: &Interest, ev: &notify::Event) -> Option<Change> {
     match ev.kind {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
-        EventKind::Access(_) => return false,
+        EventKind::Access(_) => return None,
         _ => {}
     }
-    ev.need_rescan()
-        || ev.paths.iter().any(|p| {
-            interest.contains_key(p)
+    if ev.need_rescan() {
+        return Some(Change::Loops);
+    }
+    ev.paths
+        .iter()
+        .filter(|p| {
+            interest.contains_key(*p)
                 || p.parent()
                     .and_then(|d| interest.get(d))
                     .is_some_and(|n| n.matches(p.file_name()))
         })
+        .map(|p| {
+            if p.file_name() == Some(std::ffi::OsStr::new(crate::activity::FILE)) {
+                Change::Activity
+            } else {
+                Change::Loops
+            }
+        })
+        .max()
 }
 
 /// The file watches, kept in step with the loops.
@@ -134,13 +155,13 @@ impl Watches {
         let interest: Arc<Mutex<Interest>> = Arc::default();
         let wanted = Arc::clone(&interest);
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            let wake = match res {
-                Ok(ev) => wanted.lock().is_ok_and(|i| relevant(&i, &ev)),
+            let change = match res {
+                Ok(ev) => wanted.lock().ok().and_then(|i| relevant(&i, &ev)),
                 // Events may have been lost: read everything again.
-                Err(_) => true,
+                Err(_) => Some(Change::Loops),
             };
-            if wake {
-                let _ = tx.send(Msg::Changed);
+            if let Some(c) = change {
+                let _ = tx.send(Msg::Changed(c));
             }
         })?;
         Ok(Watches {
@@ -254,22 +275,29 @@ mod tests {
     fn only_wanted_names_count_and_opening_never_does() {
         let mut i = Interest::new();
         want(&mut i, Path::new("/r/.ralph/state.json"));
+        want(&mut i, Path::new("/r/.ralph/activity.now"));
         i.insert(PathBuf::from("/g/worktrees"), Names::Any);
+        let at = |kind, path: &str| relevant(&i, &ev(kind, Path::new(path)));
+        let (loops, activity) = (Some(Change::Loops), Some(Change::Activity));
         let modify = EventKind::Modify(ModifyKind::Any);
-        assert!(relevant(&i, &ev(modify, Path::new("/r/.ralph/state.json"))));
-        assert!(!relevant(
-            &i,
-            &ev(modify, Path::new("/r/.ralph/progress.md"))
-        ));
-        assert!(!relevant(&i, &ev(modify, Path::new("/r/src/state.json"))));
+        assert_eq!(at(modify, "/r/.ralph/state.json"), loops);
+        assert_eq!(at(modify, "/r/.ralph/activity.now"), activity);
+        assert_eq!(at(modify, "/r/.ralph/progress.md"), None);
+        assert_eq!(at(modify, "/r/src/state.json"), None);
         let create = EventKind::Create(CreateKind::Folder);
-        assert!(relevant(&i, &ev(create, Path::new("/g/worktrees/b"))));
+        assert_eq!(at(create, "/g/worktrees/b"), loops);
         let open = EventKind::Access(AccessKind::Open(AccessMode::Read));
-        assert!(!relevant(&i, &ev(open, Path::new("/r/.ralph/state.json"))));
+        assert_eq!(at(open, "/r/.ralph/state.json"), None);
         let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
-        assert!(relevant(&i, &ev(closed, Path::new("/r/.ralph/state.json"))));
+        assert_eq!(at(closed, "/r/.ralph/state.json"), loops);
         // The watched directory itself (removed, moved).
-        assert!(relevant(&i, &ev(EventKind::Any, Path::new("/r/.ralph"))));
+        assert_eq!(at(EventKind::Any, "/r/.ralph"), loops);
+        // A rename onto the activity file, and one touching both kinds.
+        let both = ev(modify, Path::new("/r/.ralph/.tmp-activity.now"))
+            .add_path(PathBuf::from("/r/.ralph/activity.now"));
+        assert_eq!(relevant(&i, &both), activity);
+        let both = both.add_path(PathBuf::from("/r/.ralph/state.json"));
+        assert_eq!(relevant(&i, &both), loops);
     }
 
     #[test]
@@ -286,7 +314,7 @@ mod tests {
         std::fs::create_dir(&ralph).unwrap();
         assert!(matches!(
             rx.recv_timeout(Duration::from_secs(5)),
-            Ok(Msg::Changed)
+            Ok(Msg::Changed(_))
         ));
         assert!(w.update(wanted.clone()), ".ralph/ is watched now");
         assert!(!w.update(wanted.clone()), "nothing new");
@@ -296,7 +324,7 @@ mod tests {
         std::fs::write(ralph.join("state.json"), "{}").unwrap();
         assert!(matches!(
             rx.recv_timeout(Duration::from_secs(5)),
-            Ok(Msg::Changed)
+            Ok(Msg::Changed(_))
         ));
         // Reading it back wakes nobody.
         while rx.recv_timeout(Duration::from_millis(100)).is_ok() {}

@@ -2,8 +2,9 @@
 //! ratatui on crossterm. `app` holds what was read, `view` draws it (pure, tested with
 //! ratatui's `TestBackend`), `events` wakes the loop below on keys, resizes and file events.
 //!
-//! The loop redraws after every event; file events are gathered for [`DEBOUNCE`] and then every
-//! loop is read again (`loops::all`), its watches brought in step. The only timer is a 1 s tick
+//! The loop redraws after every event; file events are gathered for [`DEBOUNCE`], then the
+//! activity files alone are read again when only they changed (the frequent case, at most a few
+//! times a second per running loop), else every loop (`loops::all`), its watches brought in step. The only timer is a 1 s tick
 //! while some loop is running, for its elapsed clock; with nothing running it sleeps until an
 //! event. The terminal is restored on every way out: `q`, an error, or a panic.
 
@@ -19,7 +20,7 @@ use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crate::error::{Error, Result, exit};
 use crate::git::Repo;
 use app::App;
-use events::{Msg, Watches};
+use events::{Change, Msg, Watches};
 
 /// How long file events are gathered before the loops are read again.
 pub const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -33,15 +34,20 @@ pub fn run(repo: Repo, color: bool) -> Result<i32> {
     let mut watches = Watches::new(tx.clone())
         .map_err(|e| Error::user(format!("failed to watch the loops' files: {e}")))?;
     let mut app = App::new(repo, color);
-    refresh(&mut app, &mut watches);
+    refresh(&mut app, &mut watches, Change::Loops);
     let mut term = Term::enter()?;
     events::spawn_signals(tx.clone()).map_err(|e| Error::io("failed to listen for signals", e))?;
     events::spawn_input(tx).map_err(|e| Error::io("failed to read the terminal", e))?;
     dashboard(&mut term.0, &mut app, &mut watches, &rx)
 }
 
-/// Read every loop; watch what they are made of (and read again when a watch is new).
-fn refresh(app: &mut App, watches: &mut Watches) {
+/// Read what changed: the activities alone, or every loop, then watch what they are made of
+/// (and read again when a watch is new).
+fn refresh(app: &mut App, watches: &mut Watches, change: Change) {
+    if change == Change::Activity {
+        app.reload_activities();
+        return;
+    }
     app.reload();
     if watches.update(events::interest(&app.common_dir(), app.entries())) {
         app.reload();
@@ -78,7 +84,7 @@ enum Action {
     /// Quit: a signal asked for it.
     Interrupted,
     Redraw,
-    Reload,
+    Reload(Change),
     Nothing,
 }
 
@@ -89,7 +95,7 @@ fn action(msg: &Msg) -> Action {
         Msg::Input(_) => Action::Nothing,
         Msg::InputFailed(_) => Action::Quit,
         Msg::Signal => Action::Interrupted,
-        Msg::Changed => Action::Reload,
+        Msg::Changed(c) => Action::Reload(*c),
     }
 }
 
@@ -137,14 +143,14 @@ fn dashboard(
             return Err(Error::user(format!("failed to read the terminal: {e}")));
         }
         let mut act = action(&msg);
-        if act == Action::Reload {
-            act = gather(rx);
+        if let Action::Reload(c) = act {
+            act = gather(rx, c);
         }
         redraw = match act {
             Action::Quit => return Ok(exit::COMPLETE),
             Action::Interrupted => return Ok(exit::INTERRUPTED),
-            Action::Reload => {
-                refresh(app, watches);
+            Action::Reload(c) => {
+                refresh(app, watches, c);
                 true
             }
             Action::Redraw => true,
@@ -153,21 +159,21 @@ fn dashboard(
     }
 }
 
-/// Let a burst of file events settle for [`DEBOUNCE`] (then `Reload`); a key that quits, or a
-/// signal, still ends it at once.
-fn gather(rx: &Receiver<Msg>) -> Action {
+/// Let a burst of file events settle for [`DEBOUNCE`], then `Reload` the most any of them
+/// asked, starting from `change`; a key that quits, or a signal, still ends it at once.
+fn gather(rx: &Receiver<Msg>, mut change: Change) -> Action {
     let until = Instant::now() + DEBOUNCE;
     while let Some(left) = until.checked_duration_since(Instant::now()) {
         match rx.recv_timeout(left) {
-            Ok(m) => {
-                if let a @ (Action::Quit | Action::Interrupted) = action(&m) {
-                    return a;
-                }
-            }
+            Ok(m) => match action(&m) {
+                a @ (Action::Quit | Action::Interrupted) => return a,
+                Action::Reload(c) => change = change.max(c),
+                _ => {}
+            },
             Err(_) => break,
         }
     }
-    Action::Reload
+    Action::Reload(change)
 }
 
 #[cfg(test)]
@@ -190,7 +196,10 @@ mod tests {
         assert_eq!(action(&key(KeyCode::Char('c'), none)), Action::Nothing);
         assert_eq!(action(&key(KeyCode::Down, none)), Action::Nothing);
         assert_eq!(action(&Msg::Input(Event::Resize(80, 24))), Action::Redraw);
-        assert_eq!(action(&Msg::Changed), Action::Reload);
+        assert_eq!(
+            action(&Msg::Changed(Change::Loops)),
+            Action::Reload(Change::Loops)
+        );
         assert_eq!(action(&Msg::Signal), Action::Interrupted);
     }
 
@@ -198,13 +207,19 @@ mod tests {
     fn a_burst_settles_but_a_quit_ends_it() {
         let (tx, rx) = std::sync::mpsc::channel();
         for _ in 0..5 {
-            tx.send(Msg::Changed).unwrap();
+            tx.send(Msg::Changed(Change::Activity)).unwrap();
         }
-        assert_eq!(gather(&rx), Action::Reload);
+        assert_eq!(
+            gather(&rx, Change::Activity),
+            Action::Reload(Change::Activity)
+        );
         assert!(rx.try_recv().is_err(), "the burst was drained");
-        tx.send(Msg::Changed).unwrap();
+        tx.send(Msg::Changed(Change::Loops)).unwrap();
+        tx.send(Msg::Changed(Change::Activity)).unwrap();
+        assert_eq!(gather(&rx, Change::Activity), Action::Reload(Change::Loops));
+        tx.send(Msg::Changed(Change::Loops)).unwrap();
         tx.send(key(KeyCode::Char('q'), KeyModifiers::NONE))
             .unwrap();
-        assert_eq!(gather(&rx), Action::Quit);
+        assert_eq!(gather(&rx, Change::Loops), Action::Quit);
     }
 }
