@@ -61,6 +61,9 @@ pub enum Command {
     /// Merge a completed worktree loop (`run --worktree NAME`) into the branch it started from.
     #[command(after_help = MERGE_EXAMPLES)]
     Merge(MergeArgs),
+    /// A live dashboard of every loop of the repository (q quits).
+    #[command(after_help = WATCH_EXAMPLES)]
+    Watch,
 }
 
 const MERGE_EXAMPLES: &str = "\
@@ -106,6 +109,12 @@ const STATUS_EXAMPLES: &str = "\
 Examples:
   ralph status
   ralph status --json | jq .halt_reason";
+
+const WATCH_EXAMPLES: &str = "\
+Examples:
+  ralph watch                    # every loop: the main work tree's and each worktree's
+  ralph -C ../project watch
+  ralph status --all --json      # the same, once, for scripts (watch needs a terminal)";
 
 #[derive(Debug, Args)]
 pub struct InitArgs {

@@ -1,5 +1,6 @@
 //! ralph: a supervisor for autonomous coding-agent loops. See ARCHITECTURE.md for the map.
 
+pub mod activity;
 pub mod agent;
 pub mod brief;
 pub mod cli;
@@ -19,6 +20,7 @@ pub mod supervisor;
 pub mod task;
 pub mod ui;
 pub mod worktree;
+pub mod watch;
 
 use clap::Parser;
 
@@ -87,6 +89,7 @@ fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
         Command::Resume(args) => commands::run::resume(&ctx, args),
         Command::Status(args) => commands::status::run(&ctx, args.json, args.all),
         Command::Merge(args) => commands::merge::run(&ctx, &args.name),
+        Command::Watch => commands::watch::run(&ctx),
     }
 }
 

@@ -73,19 +73,51 @@ impl Finished {
 pub struct Watchers<'a> {
     pub observer: Option<&'a mut super::stream::Observer>,
     pub view: Option<&'a crate::live::LiveView>,
+    /// `.ralph/activity.now`, for `ralph watch`.
+    pub activity: Option<&'a crate::activity::Sink>,
+    /// When the activity was last worked out for the file.
+    pub activity_asked: Option<std::time::Instant>,
+    /// Output arrived since the activity was last worked out for the file.
+    pub pending_activity: bool,
 }
 
 impl Watchers<'_> {
     fn chunk(&mut self, chunk: &[u8], is_stderr: bool) {
         if let Some(o) = self.observer.as_deref_mut() {
             o.feed(chunk, is_stderr);
-            // Only a view asks: working out the activity can cost a JSON parse.
-            if let Some(v) = self.view
-                && o.take_activity_changed()
-                && let Some(a) = o.activity()
-            {
-                v.set_activity(a);
+            // Working out the activity can cost a JSON parse: asked for by a live view at
+            // every change, for the activity file at most every MIN_INTERVAL (and once more at
+            // the end, in `finish`).
+            let file_due = self.activity.is_some()
+                && self
+                    .activity_asked
+                    .is_none_or(|t| t.elapsed() >= crate::activity::MIN_INTERVAL);
+            if (self.view.is_some() || file_due) && o.take_activity_changed() {
+                self.activity_asked = Some(std::time::Instant::now());
+                self.pending_activity = false;
+                if let Some(a) = o.activity() {
+                    if let Some(v) = self.view {
+                        v.set_activity(a);
+                    }
+                    if let Some(s) = self.activity {
+                        s.set(a);
+                    }
+                }
+            } else if self.activity.is_some() {
+                self.pending_activity = true;
             }
+        }
+    }
+
+    /// The last activity reaches the file even when the throttle skipped it.
+    fn finish(&mut self) {
+        if let (Some(o), Some(s), true) = (
+            self.observer.as_deref_mut(),
+            self.activity,
+            self.pending_activity,
+        ) && let Some(a) = o.activity()
+        {
+            s.set(a);
         }
     }
 }
@@ -186,6 +218,7 @@ pub async fn run(
     {
         relay.write_error = Some(e);
     }
+    relay.watchers.finish();
     if let Some(o) = relay.watchers.observer {
         o.relayed_tail(&relay.tail, relay.stdout_bytes > relay.tail.len() as u64);
         o.finish(status.code());

@@ -1,9 +1,10 @@
-//! One module per subcommand: `init`, `run` (and `resume`), `status`, `merge`.
+//! One module per subcommand: `init`, `run` (and `resume`), `status`, `merge`, `watch`.
 
 pub mod init;
 pub mod merge;
 pub mod run;
 pub mod status;
+pub mod watch;
 
 use std::path::PathBuf;
 

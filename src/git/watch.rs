@@ -220,7 +220,7 @@ fn is_runtime(name: &str) -> bool {
         || name.starts_with(".tmp-")
         || matches!(
             name,
-            "activity.log" | "iterations.log" | "state.json" | "lock" | "runs"
+            "activity.log" | "activity.now" | "iterations.log" | "state.json" | "lock" | "runs"
         )
         || name.starts_with("state.json.tmp")
 }

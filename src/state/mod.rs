@@ -28,6 +28,7 @@ pub const GITIGNORE: &str = "\
 # Written by ralph: runtime files stay out of git.
 # progress.md and guardrails.md are the agent's memory across fresh contexts: commit them.
 activity.log
+activity.now
 iterations.log
 runs/
 state.json

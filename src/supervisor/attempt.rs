@@ -88,9 +88,13 @@ impl Loop {
         let mut observer = Observer::new(format_for(&self.agent.name), chrono::Utc::now());
         let view = (!self.stream && !self.ui.quiet && LiveView::available())
             .then(|| self.live_view(prep.n));
+        // The latest activity for `ralph watch`; dropped (its last line written) with this run.
+        let activity = crate::activity::Sink::start(&self.rd.path);
         let watchers = Watchers {
             observer: Some(&mut observer),
             view: view.as_ref(),
+            activity: Some(&activity),
+            ..Default::default()
         };
         let root = self.repo.root().to_path_buf();
         let limits = self.agent_limits();
@@ -312,6 +316,12 @@ impl Loop {
                 None,
             )
         });
+        let activity = crate::activity::Sink::start(&self.rd.path);
+        let until = chrono::Local::now() + chrono::Duration::from_std(wait).unwrap_or_default();
+        activity.set(&format!(
+            "waiting for the usage limit ({kind}) until {}",
+            until.format("%H:%M:%S")
+        ));
         let seen = self.interrupts.count();
         let deadline = tokio::time::Instant::now() + wait;
         let interrupted = loop {

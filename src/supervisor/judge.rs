@@ -117,6 +117,8 @@ impl Loop {
         let watchers = Watchers {
             observer: Some(&mut observer),
             view: None,
+            activity: None,
+            ..Default::default()
         };
         let check = Check {
             what: format!("review of task {k}: a fresh {} run", self.agent.name),

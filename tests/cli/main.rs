@@ -25,3 +25,4 @@ mod supervise;
 mod table;
 mod verdict;
 mod worktrees;
+mod watch;

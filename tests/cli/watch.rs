@@ -1,0 +1,271 @@
+//! `ralph watch`: off a terminal, an error pointing to `status --all --json`; in a real terminal
+//! (tmux), a live dashboard of two loops running in two worktrees, that resizes and quits on `q`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::common::*;
+
+#[test]
+fn off_a_terminal_it_points_to_status_all_json() {
+    let env = TestEnv::new();
+    let out = env.ralph(&["watch"]);
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(err.contains("error: ralph watch needs a terminal"), "{err}");
+    assert!(
+        err.contains("hint:") && err.contains("`ralph status --all --json`"),
+        "{err}"
+    );
+    assert_eq!(stdout(&out), "", "no control codes off a terminal");
+}
+
+/// `.ralph/activity.now` holds the agent's last line, and git never sees it.
+#[test]
+fn the_latest_activity_is_a_runtime_file() {
+    let env = TestEnv::new();
+    env.write_task(&["s1", "s2"], "");
+    env.commit_all("initial");
+    let out = env.run_fake("check+print:Bash: cargo test", &[]);
+    assert_exit(&out, 0);
+    assert_eq!(
+        std::fs::read_to_string(env.repo.join(".ralph/activity.now")).unwrap(),
+        "Bash: cargo test\n"
+    );
+    assert!(!env.git(&["ls-files"]).contains("activity.now"));
+    assert_eq!(env.git(&["status", "--porcelain"]), "");
+}
+
+/// A tmux server of its own (socket in the test's directory), killed with the test.
+struct Tmux {
+    socket: PathBuf,
+    /// Background `ralph run`s to kill if the test fails half-way.
+    runs: Vec<i32>,
+}
+
+impl Tmux {
+    /// A detached 120x30 session `w` running `sh` in the repository; `None` (the test skips,
+    /// saying why) when tmux cannot run here.
+    fn start(env: &TestEnv) -> Option<Tmux> {
+        let tmux = Tmux {
+            socket: env.home.join("tmux.sock"),
+            runs: Vec::new(),
+        };
+        let repo = env.repo.to_str().unwrap();
+        let shell = "PS1='$ ' exec sh";
+        let args = ["new-session", "-d", "-s", "w", "-x", "120", "-y", "30"];
+        let started = env
+            .command("tmux")
+            .arg("-S")
+            .arg(&tmux.socket)
+            .args(args)
+            .args(["-c", repo, shell])
+            .env("TERM", "xterm-256color")
+            .output();
+        match started {
+            Ok(o) if o.status.success() => Some(tmux),
+            Ok(o) => {
+                let why = String::from_utf8_lossy(&o.stderr);
+                eprintln!("skipping: tmux cannot start a session here: {why}");
+                None
+            }
+            Err(e) => {
+                eprintln!("skipping: tmux cannot run here ({e}); install it: apt-get install tmux");
+                None
+            }
+        }
+    }
+
+    fn cmd(&self, env: &TestEnv, args: &[&str]) -> std::process::Output {
+        env.command("tmux")
+            .env("TERM", "xterm-256color")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tmux")
+    }
+
+    fn pane(&self, env: &TestEnv) -> String {
+        String::from_utf8_lossy(&self.cmd(env, &["capture-pane", "-p", "-t", "w"]).stdout)
+            .into_owned()
+    }
+
+    /// Wait until the pane shows what `cond` wants; the pane as last seen.
+    fn wait_for(&self, env: &TestEnv, what: &str, cond: impl Fn(&str) -> bool) -> String {
+        let mut seen = String::new();
+        let ok = wait_until(Duration::from_secs(30), || {
+            seen = self.pane(env);
+            cond(&seen)
+        });
+        assert!(ok, "the pane never showed {what}:\n{seen}");
+        seen
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        for pid in &self.runs {
+            // SAFETY: signalling our own child (its guard then kills the agent).
+            unsafe {
+                libc::kill(*pid, libc::SIGKILL);
+            }
+        }
+        let _ = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
+    }
+}
+
+/// A worktree `name` beside the repository on branch `ralph/name`, its own task committed there.
+fn worktree(env: &TestEnv, name: &str) -> PathBuf {
+    let path = env.repo.with_file_name(name);
+    let branch = format!("ralph/{name}");
+    env.git(&[
+        "worktree",
+        "add",
+        "-q",
+        "-b",
+        &branch,
+        path.to_str().unwrap(),
+    ]);
+    let task = format!(
+        "---\ntask: {name}\n---\n# Task: {name}\n\n## Success Criteria\n- [ ] a\n- [ ] b\n- [ ] c\n"
+    );
+    std::fs::write(path.join("RALPH_TASK.md"), task).unwrap();
+    git_in(env, &path, &["add", "-A"]);
+    git_in(env, &path, &["commit", "-q", "-m", "task"]);
+    path
+}
+
+/// `ralph run` in `dir` with the fake agent: one criterion checked, then an agent that hangs.
+fn run_in(env: &TestEnv, dir: &Path) -> Background {
+    let mut cmd = env.ralph_cmd();
+    cmd.current_dir(dir)
+        .args([
+            "run",
+            "--agent-cmd",
+            &fake_agent_cmd(),
+            "--yes",
+            "--grace",
+            "1s",
+        ])
+        .env("FAKE_AGENT_SCRIPT", "check+slow,hang");
+    env.spawn(cmd)
+}
+
+#[test]
+fn in_tmux_both_loops_show_live_and_q_quits() {
+    let env = TestEnv::new();
+    let Some(mut tmux) = Tmux::start(&env) else {
+        return;
+    };
+    env.write("README.md", "hello\n");
+    env.commit_all("initial");
+    let alpha = worktree(&env, "alpha");
+    let beta = worktree(&env, "beta");
+    let runs = [run_in(&env, &alpha), run_in(&env, &beta)];
+    tmux.runs = runs.iter().map(Background::pid).collect();
+
+    let line = format!(
+        "'{}' watch; echo \"watch exited $?\"",
+        env!("CARGO_BIN_EXE_ralph")
+    );
+    tmux.cmd(&env, &["send-keys", "-t", "w", &line, "Enter"]);
+
+    // Both loops, running, one criterion of three done, the agent's latest line.
+    let row = |pane: &str, name: &str| -> bool {
+        pane.lines().any(|l| {
+            l.starts_with(name)
+                && l.contains("running")
+                && l.contains("1/3 criteria")
+                && l.contains("step `hang`")
+        })
+    };
+    let pane = tmux.wait_for(&env, "both loops running at 1/3", |p| {
+        p.contains("ralph watch") && row(p, "alpha") && row(p, "beta")
+    });
+    assert!(
+        pane.contains("ralph/alpha") && pane.contains("ralph/beta"),
+        "{pane}"
+    );
+    assert!(pane.contains("(main)") && pane.contains("no run"), "{pane}");
+    assert!(pane.contains("q quit"), "{pane}");
+
+    // Halts show as they happen: an interrupt, and a supervisor killed outright (its lock
+    // dropped by the kernel; no state file changes).
+    let [a, b] = runs;
+    a.signal(libc::SIGINT);
+    let (code, _, err) = a.wait(Duration::from_secs(30));
+    assert_eq!(code, Some(130), "{err}");
+    tmux.wait_for(&env, "alpha interrupted", |p| {
+        p.lines().any(|l| {
+            l.starts_with("alpha")
+                && l.contains("halted: interrupted (exit 130)")
+                && l.contains("ITER 2 |")
+        })
+    });
+    b.signal(libc::SIGKILL);
+    let (code, _, _) = b.wait(Duration::from_secs(30));
+    assert_eq!(code, None, "killed by a signal");
+    tmux.wait_for(&env, "beta's supervisor gone", |p| {
+        p.lines()
+            .any(|l| l.starts_with("beta") && l.contains("halted: error"))
+    });
+    tmux.runs.clear();
+
+    // Narrower: the branch column goes, the names and the progress stay.
+    tmux.cmd(&env, &["resize-window", "-t", "w", "-x", "60", "-y", "15"]);
+    tmux.wait_for(&env, "the narrow layout", |p| {
+        !p.contains("BRANCH")
+            && p.lines()
+                .any(|l| l.starts_with("beta") && l.contains("1/3"))
+    });
+
+    // `q` quits and gives the terminal back to the shell.
+    tmux.cmd(&env, &["send-keys", "-t", "w", "q"]);
+    let pane = tmux.wait_for(&env, "the watch exiting", |p| p.contains("watch exited"));
+    assert!(pane.contains("watch exited 0"), "{pane}");
+    assert!(
+        !pane.contains("PROGRESS"),
+        "the alternate screen is left:\n{pane}"
+    );
+    let format = "#{pane_current_command}";
+    let current = tmux.cmd(&env, &["display-message", "-p", "-t", "w", format]);
+    assert_eq!(String::from_utf8_lossy(&current.stdout).trim(), "sh");
+
+    a_signal_ends_it_with_the_terminal_restored(&env, &tmux);
+}
+
+/// `kill` (SIGTERM) ends a dashboard with exit 130, the terminal out of raw mode again.
+fn a_signal_ends_it_with_the_terminal_restored(env: &TestEnv, tmux: &Tmux) {
+    tmux.cmd(env, &["send-keys", "-t", "w", "clear", "Enter"]);
+    let pid_file = env.home.join("watch.pid");
+    let line = format!(
+        "sh -c 'echo $$ > {}; exec \"$0\" watch' '{}'; echo \"watch exited $?\"",
+        pid_file.display(),
+        env!("CARGO_BIN_EXE_ralph")
+    );
+    tmux.cmd(env, &["send-keys", "-t", "w", &line, "Enter"]);
+    tmux.wait_for(env, "the dashboard again", |p| p.contains("q quit"));
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: signalling the ralph watch this test started.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    tmux.wait_for(env, "the watch ending on SIGTERM", |p| {
+        p.contains("watch exited 130")
+    });
+    let stty = "stty -a | tr ' ;' '\\n\\n' | grep -x -- '-*icanon' | sed 's/^/mode: /'";
+    tmux.cmd(env, &["send-keys", "-t", "w", stty, "Enter"]);
+    let pane = tmux.wait_for(env, "the terminal mode", |p| {
+        p.contains("mode: icanon") || p.contains("mode: -icanon")
+    });
+    assert!(!pane.contains("mode: -icanon"), "raw mode left on:\n{pane}");
+}
