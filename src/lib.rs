@@ -19,8 +19,8 @@ pub mod state;
 pub mod supervisor;
 pub mod task;
 pub mod ui;
-pub mod worktree;
 pub mod watch;
+pub mod worktree;
 
 use clap::Parser;
 

@@ -57,12 +57,13 @@ impl Repo {
         hooks: Option<&HookRunner>,
         identity: &Identity,
     ) -> Result<CommitReport, GitError> {
-        self.check_refusals()?;
+        self.check_state()?;
         let parent = head_commit_of(&self.repo)?;
         let tree = self.index_tree()?;
         let unchanged = match &parent {
             Some(c) => c.tree_id() == tree,
-            None => self.repo.index()?.is_empty(),
+            // An unborn branch commits a non-empty index only, as git does.
+            None => tree == self.repo.treebuilder(None)?.write()?,
         };
         let mut report = CommitReport {
             outcome: None,

@@ -2,8 +2,9 @@
 //! fingerprint, staging exactly as `git add -A` does, and the iteration's commits.
 //!
 //! Which tool does what, and why: libgit2 (git2) opens the repository, checks its state, reads
-//! HEAD and trees, runs nothing, and makes the commits (tree from the index, commit object, the
-//! branch moved). The git CLI (`cli.rs`) does the two steps libgit2 cannot do as git does:
+//! HEAD and trees, runs nothing, and makes the commits (commit object, the branch moved). The
+//! index is git's alone (`index.rs`: its tree by `git write-tree`). The git CLI (`cli.rs`) does
+//! the two steps libgit2 cannot do as git does:
 //! `git status` (ignore rules at every level with nested negations, sparse checkouts, clean
 //! filters in the fingerprint, git's stat cache refreshed and written back) and `git add`
 //! (clean/smudge filter drivers such as git-lfs, the same rules). With a watcher running
@@ -14,6 +15,7 @@ mod cksum;
 pub mod cli;
 mod commit;
 pub mod fsmonitor;
+mod index;
 mod stage;
 pub mod watch;
 
@@ -21,7 +23,7 @@ use std::path::{Component, Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use git2::{DiffOptions, ErrorCode, Index, Oid, Repository, RepositoryState};
+use git2::{DiffOptions, ErrorCode, Oid, Repository, RepositoryState};
 
 pub use cksum::cksum;
 use cli::{GitCli, Monitor};
@@ -190,6 +192,8 @@ pub struct Repo {
     git: GitCli,
     /// The configuration as git reads it, read once.
     config: std::sync::OnceLock<std::collections::HashMap<String, String>>,
+    /// The index's tree and gitlinks, remembered while the index file is unchanged.
+    index_memo: std::sync::Mutex<index::IndexMemo>,
 }
 
 impl std::fmt::Debug for Repo {
@@ -220,6 +224,7 @@ impl Repo {
             lock_wait: DEFAULT_LOCK_WAIT,
             git,
             config: std::sync::OnceLock::new(),
+            index_memo: std::sync::Mutex::default(),
         })
     }
 
@@ -253,11 +258,7 @@ impl Repo {
     /// Refuse during an operation in progress or with conflicts in the index on disk.
     fn check_refusals(&self) -> Result<(), GitError> {
         self.check_state()?;
-        let on_disk = Index::open(&self.repo.path().join("index"))?;
-        if on_disk.has_conflicts() {
-            return Err(GitError::Conflicts);
-        }
-        Ok(())
+        self.check_conflicts()
     }
 
     fn check_state(&self) -> Result<(), GitError> {
@@ -317,17 +318,6 @@ impl Repo {
     /// Use ralph's watcher as the git CLI's file-system monitor from now on.
     pub fn set_monitor(&mut self, monitor: Option<Monitor>) {
         self.git.monitor = monitor;
-    }
-
-    /// The gitlinks of the index (submodules, recorded nested repositories), as repo-relative
-    /// paths: their commits change in git directories no watcher sees.
-    pub fn gitlinks(&self) -> Result<Vec<Vec<u8>>, GitError> {
-        let index = self.repo.index()?;
-        Ok(index
-            .iter()
-            .filter(|e| e.mode == 0o160_000)
-            .map(|e| e.path)
-            .collect())
     }
 
     /// Bytes `git status --porcelain` (v1) prints, with the user's configuration.

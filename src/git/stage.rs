@@ -23,6 +23,11 @@ impl Entry {
     fn untracked(&self) -> bool {
         self.x == b'?' && self.y == b'?'
     }
+
+    /// An unresolved conflict: `DD`, `AU`, `UD`, `UA`, `DU`, `AA` or `UU`.
+    fn unmerged(&self) -> bool {
+        self.x == b'U' || self.y == b'U' || matches!((self.x, self.y), (b'A', b'A') | (b'D', b'D'))
+    }
 }
 
 /// Parse `git status --porcelain=v1 -z --no-renames` output.
@@ -78,14 +83,18 @@ impl Repo {
         &mut self,
         exclude: &dyn Fn(&str, &Path) -> Option<String>,
     ) -> Result<Staged, GitError> {
-        self.check_refusals()?;
+        self.check_state()?;
         self.wait_for_lock(self.lock_wait)?;
         let out = self.git.run(
             &["status", "--porcelain=v1", "-z", "--no-renames", "-unormal"],
             None,
         )?;
+        let entries = parse_status(&out);
+        if entries.iter().any(Entry::unmerged) {
+            return Err(GitError::Conflicts);
+        }
         let mut plan = AddPlan::default();
-        for e in parse_status(&out) {
+        for e in entries {
             self.plan_entry(&e, exclude, &mut plan)?;
         }
         if !plan.include.is_empty() {
@@ -227,14 +236,6 @@ impl Repo {
         let args = ["add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"];
         let out = self.git.output(&args, Some(&specs))?;
         added(&args, &out)
-    }
-
-    /// The tree the index on disk holds (written to the object database).
-    pub fn index_tree(&self) -> Result<git2::Oid, GitError> {
-        let mut index = self.repo.index()?;
-        // Re-read only when git wrote it since (its stamp changed): one read an iteration.
-        index.read(false)?;
-        Ok(index.write_tree()?)
     }
 
     /// `git add -A` of one directory's files (ralph's bookkeeping after the status block was

@@ -87,9 +87,19 @@ impl std::fmt::Debug for Watch {
 
 impl Watch {
     /// Watch `root` (every directory but `.git` internals and `.ralph/runs`), and the git
-    /// directory itself (to see an agent touch it). `None` where there is no inotify.
+    /// directory itself (to see an agent touch it). `None` where there is no inotify. A watcher
+    /// lives as long as the process: a second start for the same work tree gets the first.
     pub fn start(root: &Path, git_dir: &Path, ralph_dir: &Path) -> Option<Arc<Watch>> {
-        imp::start(root, git_dir, ralph_dir)
+        static RUNNING: Mutex<Vec<(PathBuf, Arc<Watch>)>> = Mutex::new(Vec::new());
+        let mut running = RUNNING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, w)) = running.iter().find(|(r, _)| r == root) {
+            return Some(Arc::clone(w));
+        }
+        let watch = imp::start(root, git_dir, ralph_dir)?;
+        running.push((root.to_path_buf(), Arc::clone(&watch)));
+        Some(watch)
     }
 
     /// Whether the watcher lost track and every answer is a full walk.

@@ -63,6 +63,33 @@ pub struct Loop {
     pub pending_events: Vec<serde_json::Value>,
 }
 
+/// Watch the work tree for the rest of the run and make the watcher git's file-system monitor
+/// (SPEC §12), before ralph's first git status, so that status already leaves git the monitor's
+/// token and its untracked cache; without inotify (or with `RALPH_NO_WATCH` set) git walks the
+/// tree.
+pub fn start_watching(
+    ui: Ui,
+    repo: &mut Repo,
+    rd: &RalphDir,
+    settings: &Settings,
+) -> Result<Option<std::sync::Arc<crate::git::watch::Watch>>> {
+    if settings.no_commit || std::env::var_os("RALPH_NO_WATCH").is_some() {
+        return Ok(None);
+    }
+    let git_dir = repo.git2().path().to_path_buf();
+    let Some(watch) = crate::git::watch::Watch::start(repo.root(), &git_dir, &rd.path) else {
+        return Ok(None);
+    };
+    if watch.is_broken() {
+        ui.note(
+            "the file watcher could not watch every directory (inotify's watch limit?): git walks the whole tree each iteration",
+        );
+    }
+    watch.set_always(repo.gitlinks()?);
+    repo.set_monitor(watch.monitor());
+    Ok(Some(watch))
+}
+
 /// What `git status --porcelain | cksum` prints for a clean tree.
 pub const CLEAN_FINGERPRINT: &str = "4294967295 0";
 
@@ -75,7 +102,6 @@ impl Loop {
     }
 
     async fn iterate(&mut self) -> Result<i32> {
-        self.start_watching()?;
         if let Some(code) = self.preflight_verdict().await? {
             return Ok(code);
         }
@@ -110,29 +136,6 @@ impl Loop {
         };
         let recorded = self.record(&prep, &attempted, &ending)?;
         self.conclude(prev, &prep, &attempted, ending, recorded)
-    }
-
-    /// Watch the work tree for the rest of the run and make the watcher git's file-system
-    /// monitor (SPEC §12); without inotify (or with `RALPH_NO_WATCH` set) git walks the tree.
-    fn start_watching(&mut self) -> Result<()> {
-        if self.settings.no_commit || std::env::var_os("RALPH_NO_WATCH").is_some() {
-            return Ok(());
-        }
-        let git_dir = self.repo.git2().path().to_path_buf();
-        let Some(watch) =
-            crate::git::watch::Watch::start(self.repo.root(), &git_dir, &self.rd.path)
-        else {
-            return Ok(());
-        };
-        if watch.is_broken() {
-            self.ui.note(
-                "the file watcher could not watch every directory (inotify's watch limit?): git walks the whole tree each iteration",
-            );
-        }
-        watch.set_always(self.repo.gitlinks()?);
-        self.repo.set_monitor(watch.monitor());
-        self.watch = Some(watch);
-        Ok(())
     }
 
     fn log(&self, line: &str) -> Result<()> {

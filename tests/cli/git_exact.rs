@@ -675,3 +675,40 @@ fn git_config_global_from_the_environment_is_honoured() {
     );
     assert_same_as_git(&ran);
 }
+
+/// A nested repository recorded as a gitlink, whose HEAD then moves in a later iteration with
+/// nothing else changed: the commit happens in its own `.git`, which the watcher does not see.
+/// git since 2.37 never trusts a file-system monitor for gitlinks; for older git ralph reports
+/// every gitlink in each answer (read from the index's tree after every commit). Either way ralph
+/// records the new commit, as `git add -A` would, and leaves `git status` clean.
+#[test]
+fn a_nested_repository_moved_in_a_later_iteration_is_recorded() {
+    let env = TestEnv::new();
+    env.write_task(&["never checked by the agent"], "");
+    env.commit_all("initial");
+    let first = agent_sh(
+        &env,
+        "nest",
+        &format!(
+            "{FIXED_COMMITS}\ngit init -q -b main nested\n\
+             (cd nested && echo n > n.txt && git add n.txt && git commit -q -m one)"
+        ),
+    );
+    let second = agent_sh(
+        &env,
+        "move",
+        &format!("{FIXED_COMMITS}\n(cd nested && git commit -q --allow-empty -m two)"),
+    );
+    let out = env.run_fake(&format!("{first},{second}"), &["--max-iterations", "2"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let nested_head = git_in(&env, &env.repo.join("nested"), &["rev-parse", "HEAD"]);
+    let recorded = git_in(&env, &env.repo, &["rev-parse", "HEAD:nested"]);
+    assert_eq!(recorded.trim(), nested_head.trim(), "the gitlink at HEAD");
+    let subjects = git_in(&env, &env.repo, &["log", "--format=%s", "-2"]);
+    assert!(
+        subjects.lines().all(|s| s.starts_with("ralph: iteration")),
+        "both iterations committed: {subjects}"
+    );
+    let status = git_in(&env, &env.repo, &["status", "--porcelain"]);
+    assert_eq!(status, "", "nothing left uncommitted");
+}

@@ -24,5 +24,5 @@ mod status;
 mod supervise;
 mod table;
 mod verdict;
-mod worktrees;
 mod watch;
+mod worktrees;

@@ -276,11 +276,13 @@ async fn supervise(
 ) -> Result<i32> {
     let ui = ctx.ui;
     r.repo.check_ready(INDEX_LOCK_WAIT)?;
+    // An empty .ralph/ is nothing to git; the watcher's barriers come and go there.
+    state::create_private_dir(&r.rd.path)?;
+    let lock = Lock::acquire(&state::lock_path(r.repo.git2().path()))?;
+    let watch = supervisor::start_watching(ui, &mut r.repo, &r.rd, &r.settings)?;
     // Only the user's own uncommitted work makes a "state before run" commit; ralph's new
     // .ralph/ files otherwise ride along with the first iteration that changes something.
     let was_dirty = !r.settings.no_commit && r.repo.is_dirty()?;
-    state::create_private_dir(&r.rd.path)?;
-    let lock = Lock::acquire(&state::lock_path(r.repo.git2().path()))?;
     if let Plan::Describe(description) = &r.plan {
         let description = description.clone();
         r.plan = planning::plan_table(
@@ -352,6 +354,7 @@ async fn supervise(
     }
     let run_state = begin_run(ui, &mut r, &agent, &source, resumed, &run_id, was_dirty)?;
     let mut the_loop = make_loop(ui, r, source, agent, run_state, interrupts, options)?;
+    the_loop.watch = watch;
     the_loop.state.feedback = evidence.and_then(|e| e.feedback);
     the_loop.run().await
 }

@@ -1,0 +1,135 @@
+//! The index as git keeps it: its tree (`git write-tree`, remembered while the index file is
+//! unchanged), its conflicts (`git ls-files --unmerged`) and its gitlinks (read from that tree,
+//! remembered per subtree). ralph never parses the index itself: at 100,000 files every read
+//! costs a checksum and a parse of ten megabytes, which git does several times faster than
+//! libgit2, and git's own tree writer is the one `git commit` uses (its cache of unchanged
+//! subtrees, intent-to-add entries left out).
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+
+use git2::{ObjectType, Oid};
+
+use super::{GitError, Repo};
+
+/// What identifies one version of the index file: git replaces it (a rename of `index.lock`)
+/// at every write, so a new inode, size or change time means new content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Stamp {
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(path: &std::path::Path) -> Option<Stamp> {
+        let m = std::fs::metadata(path).ok()?;
+        Some(Stamp {
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
+}
+
+/// What ralph remembers of the index between git commands.
+#[derive(Debug, Default)]
+pub(super) struct IndexMemo {
+    /// The tree of the index file as it was at that stamp.
+    tree: Option<(Stamp, Oid)>,
+    /// Gitlink paths under each subtree walked last (relative to it), so a walk reads only the
+    /// subtrees that changed.
+    links: HashMap<Oid, Arc<Vec<Vec<u8>>>>,
+}
+
+impl Repo {
+    /// The tree the index on disk holds, written to the object database (`git write-tree`).
+    /// Unresolved conflicts are [`GitError::Conflicts`].
+    pub fn index_tree(&self) -> Result<Oid, GitError> {
+        let path = self.repo.path().join("index");
+        let before = Stamp::of(&path);
+        if let (Some(now), Some((then, tree))) = (before, self.memo().tree)
+            && now == then
+        {
+            return Ok(tree);
+        }
+        let out = self.git.output(&["write-tree"], None)?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if stderr.contains("unmerged") {
+                return Err(GitError::Conflicts);
+            }
+            return Err(GitError::Cli {
+                command: "git write-tree".into(),
+                message: stderr.trim().to_string(),
+            });
+        }
+        let hex = String::from_utf8_lossy(&out.stdout);
+        let tree = Oid::from_str(hex.trim())?;
+        // git may have written the index back (its cache of subtrees): remember the new file.
+        if let Some(stamp) = Stamp::of(&path) {
+            self.memo().tree = Some((stamp, tree));
+        }
+        Ok(tree)
+    }
+
+    /// Refuse when the index holds unresolved conflicts.
+    pub(super) fn check_conflicts(&self) -> Result<(), GitError> {
+        let out = self.git.run(&["ls-files", "--unmerged", "-z"], None)?;
+        if out.is_empty() {
+            Ok(())
+        } else {
+            Err(GitError::Conflicts)
+        }
+    }
+
+    /// The gitlinks of the index (submodules, recorded nested repositories), as repo-relative
+    /// paths: their commits change in git directories no watcher sees. Read from the index's
+    /// tree, so an intent-to-add gitlink (`git add -N`), which has no tree yet, is not among
+    /// them.
+    pub fn gitlinks(&self) -> Result<Vec<Vec<u8>>, GitError> {
+        let tree = self.index_tree()?;
+        let mut fresh = HashMap::new();
+        let links = self.links_under(tree, &mut fresh)?;
+        self.memo().links = fresh;
+        Ok(links.to_vec())
+    }
+
+    /// The gitlinks under `tree`, relative to it; `fresh` collects what the next walk may reuse.
+    fn links_under(
+        &self,
+        tree: Oid,
+        fresh: &mut HashMap<Oid, Arc<Vec<Vec<u8>>>>,
+    ) -> Result<Arc<Vec<Vec<u8>>>, GitError> {
+        let known = self.memo().links.get(&tree).cloned();
+        if let Some(links) = known.or_else(|| fresh.get(&tree).cloned()) {
+            fresh.insert(tree, Arc::clone(&links));
+            return Ok(links);
+        }
+        let mut links = Vec::new();
+        for entry in self.repo.find_tree(tree)?.iter() {
+            if entry.filemode() == 0o160_000 {
+                links.push(entry.name_bytes().to_vec());
+            } else if entry.kind() == Some(ObjectType::Tree) {
+                for sub in self.links_under(entry.id(), fresh)?.iter() {
+                    let mut path = entry.name_bytes().to_vec();
+                    path.push(b'/');
+                    path.extend_from_slice(sub);
+                    links.push(path);
+                }
+            }
+        }
+        let links = Arc::new(links);
+        fresh.insert(tree, Arc::clone(&links));
+        Ok(links)
+    }
+
+    fn memo(&self) -> std::sync::MutexGuard<'_, IndexMemo> {
+        self.index_memo
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
