@@ -36,9 +36,8 @@ pub fn main() -> i32 {
     if first.as_deref() == Some(std::ffi::OsStr::new(git::fsmonitor::HOOK_COMMAND)) {
         return git::fsmonitor::hook_main(&args.collect::<Vec<_>>());
     }
-    if first.as_deref() == Some(std::ffi::OsStr::new(agent::unix::GUARD_COMMAND)) {
-        let pgid = args.next().unwrap_or_default();
-        return agent::unix::run_guard(&pgid.to_string_lossy());
+    if first.as_deref() == Some(std::ffi::OsStr::new(agent::reaper::GUARD_COMMAND)) {
+        return agent::reaper::main(&args.collect::<Vec<_>>());
     }
     let cli = Cli::parse();
     ui::init_color(cli.color);

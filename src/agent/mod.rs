@@ -11,10 +11,12 @@ pub mod cli;
 pub mod findings;
 pub mod output;
 pub mod process;
+pub mod reaper;
 mod reset;
 pub mod signal;
 pub mod stream;
 mod text;
+pub mod tree;
 pub mod unix;
 
 mod claude;

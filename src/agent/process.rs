@@ -1,5 +1,6 @@
-//! Spawning a supervised process: its own process group, output relayed to the transcript with
-//! bounded memory, stopped with SIGTERM → grace → SIGKILL to the whole group, never hung by a
+//! Spawning a supervised process: under its guard (see `unix.rs`), output relayed to the
+//! transcript with bounded memory, stopped with SIGTERM → grace → SIGKILL to its whole tree
+//! (its group and every process it started elsewhere), never hung by a
 //! grandchild holding the pipes.
 
 use std::io::Write;
@@ -8,13 +9,12 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop, ProcessGroup};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::sleep_until;
 
 use super::Invocation;
 use super::text::keep_tail;
-use super::unix::{Group, Guard, set_parent_death_signal};
+use super::unix::{Guarded, Orders};
 use crate::signals::Interrupts;
 
 /// How long to keep reading the pipes after the process exited before calling them leaked.
@@ -53,6 +53,8 @@ pub struct Finished {
     pub killed: bool,
     /// A descendant still held stdout/stderr after the process exited.
     pub leaked_pipes: bool,
+    /// How many processes it started were still running when it ended (ended by the guard).
+    pub left_running: usize,
     /// Interrupts received while it ran (including the one that stopped it).
     pub interrupts: u32,
     pub duration: Duration,
@@ -162,8 +164,9 @@ impl RunError {
     }
 }
 
-/// Run `inv` in `cwd` as the leader of a new process group, relaying its output into
-/// `transcript`, until it exits or a limit or an interrupt stops it.
+/// Run `inv` in `cwd` under its guard (the leader of a new process group, every descendant
+/// adopted by the guard), relaying its output into `transcript`, until it exits or a limit or
+/// an interrupt stops it; then whatever it left running is ended.
 pub async fn run(
     inv: &Invocation,
     cwd: &Path,
@@ -174,17 +177,10 @@ pub async fn run(
     watchers: Watchers<'_>,
 ) -> Result<Finished, RunError> {
     let started = Instant::now();
-    let mut child = spawn(inv, cwd).map_err(RunError::Spawn)?;
-    let group = Group::from_leader(child.id().unwrap_or(0));
-    // If ralph dies, even by SIGKILL, the guard kills the group (see `unix.rs`).
-    let guard = match Guard::spawn(group) {
-        Ok(g) => Some(g),
-        Err(e) => {
-            tracing::warn!("could not start the guard process: {e}");
-            None
-        }
-    };
-    if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.stdin().take()) {
+    let mut child = spawn(inv, cwd, limits.grace)
+        .await
+        .map_err(RunError::Spawn)?;
+    if let (Some(input), Some(mut stdin)) = (inv.stdin.clone(), child.guard.stdin.take()) {
         tokio::spawn(async move {
             // An agent that exits without reading its prompt is not an error of ours.
             let _ = stdin.write_all(&input).await;
@@ -205,13 +201,10 @@ pub async fn run(
         output_bytes: 0,
     };
     let seen_interrupts = interrupts.count();
-    let mut state = State::new(group, limits, seen_interrupts);
+    let mut state = State::new(limits, seen_interrupts);
     let waited = state.supervise(&mut child, interrupts, &mut relay).await;
-    // Nothing of the group outlives the iteration: whatever it left running goes now.
-    group.kill();
-    if let Some(g) = guard {
-        g.release();
-    }
+    // Nothing it started outlives the run: the guard ends whatever is left.
+    let left_running = child.finish().await;
     let status = waited.map_err(RunError::Wait)?;
     if relay.write_error.is_none()
         && let Err(e) = relay.transcript.flush()
@@ -234,6 +227,7 @@ pub async fn run(
         stopped: state.stopped,
         killed: state.killed,
         leaked_pipes: state.leaked,
+        left_running,
         interrupts: state.interrupts_now - seen_interrupts,
         duration: started.elapsed(),
         stdout_tail: relay.tail,
@@ -241,25 +235,21 @@ pub async fn run(
     })
 }
 
-/// The program, in its own process group, stdin closed unless it carries the prompt.
-fn spawn(inv: &Invocation, cwd: &Path) -> std::io::Result<Box<dyn ChildWrapper>> {
-    let mut cmd = CommandWrap::with_new(&inv.program, |c| {
-        c.args(&inv.args)
-            .current_dir(cwd)
-            .stdin(if inv.stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+/// The program under its guard, stdin closed unless it carries the prompt.
+async fn spawn(inv: &Invocation, cwd: &Path, grace: Duration) -> std::io::Result<Guarded> {
+    Guarded::spawn(inv.program.as_ref(), &inv.args, cwd, grace, |c| {
+        c.stdin(if inv.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
         for (k, v) in &inv.env {
             c.env(k, v);
         }
-        set_parent_death_signal(c);
-    });
-    cmd.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-    cmd.spawn()
+    })
+    .await
 }
 
 /// Where each chunk of output goes: the transcript, the watchers, the echo.
@@ -356,7 +346,6 @@ impl Relay<'_, '_> {
 
 /// The timers and what happened to the process while it is supervised.
 struct State {
-    group: Group,
     grace: Duration,
     idle_timeout: Option<Duration>,
     interrupts_now: u32,
@@ -376,10 +365,9 @@ fn far() -> tokio::time::Instant {
 }
 
 impl State {
-    fn new(group: Group, limits: &Limits, interrupts_now: u32) -> State {
+    fn new(limits: &Limits, interrupts_now: u32) -> State {
         let after = |d: Option<Duration>| d.map_or_else(far, |t| tokio::time::Instant::now() + t);
         State {
-            group,
             grace: limits.grace,
             idle_timeout: limits.idle_timeout,
             interrupts_now,
@@ -402,15 +390,21 @@ impl State {
     /// not re-armed per chunk: it checks the time of the last output when it fires).
     async fn supervise(
         &mut self,
-        child: &mut Box<dyn ChildWrapper>,
+        child: &mut Guarded,
         interrupts: &mut Interrupts,
         relay: &mut Relay<'_, '_>,
     ) -> std::io::Result<std::process::ExitStatus> {
-        let mut out = child.stdout().take();
-        let mut err = child.stderr().take();
+        let mut out = child.guard.stdout.take();
+        let mut err = child.guard.stderr.take();
         let mut buf_out = Stdout::default();
         let mut buf_err = vec![0u8; READ];
-        let mut wait = child.wait();
+        let Guarded {
+            guard,
+            orders,
+            reports,
+        } = child;
+        let wait = reports.ended(guard);
+        tokio::pin!(wait);
         let timeout = sleep_until(self.deadline);
         let idle = sleep_until(self.idle_deadline);
         let kill = sleep_until(self.kill_at);
@@ -420,13 +414,13 @@ impl State {
         while running(self) || out.is_some() || err.is_some() {
             let kill_at = self.kill_at;
             tokio::select! {
-                n = interrupts.after(self.interrupts_now) => self.interrupted(n),
+                n = interrupts.after(self.interrupts_now) => self.interrupted(n, orders),
                 r = read_some(&mut out, buf_out.next()) => match r {
-                    Some(n) => self.output(relay, buf_out.read(n), false),
+                    Some(n) => self.output(relay, buf_out.read(n), false, orders),
                     None => out = None,
                 },
                 r = read_some(&mut err, &mut buf_err) => match r {
-                    Some(n) => self.output(relay, &buf_err[..n], true),
+                    Some(n) => self.output(relay, &buf_err[..n], true, orders),
                     None => err = None,
                 },
                 s = &mut wait, if running(self) => {
@@ -435,11 +429,11 @@ impl State {
                     drain.as_mut().reset(self.drain_until);
                 }
                 () = &mut timeout, if running(self) && self.stopped.is_none() => {
-                    self.stop(StopCause::Timeout);
+                    self.stop(StopCause::Timeout, orders);
                 }
                 () = &mut idle, if running(self) && self.stopped.is_none() => {
                     if tokio::time::Instant::now() >= self.idle_deadline {
-                        self.stop(StopCause::IdleTimeout);
+                        self.stop(StopCause::IdleTimeout, orders);
                     } else {
                         // Output came since it was armed: wait for the rest of the idle time.
                         idle.as_mut().reset(self.idle_deadline);
@@ -448,12 +442,12 @@ impl State {
                 () = &mut kill, if running(self) => {
                     self.killed = true;
                     self.kill_at = far();
-                    self.group.kill();
+                    orders.kill();
                 }
                 () = &mut drain, if !running(self) => {
                     // The process is gone but something it started still holds the pipes.
                     self.leaked = true;
-                    self.group.kill();
+                    orders.kill();
                     break;
                 }
             }
@@ -467,7 +461,7 @@ impl State {
             .unwrap_or_else(|| std::process::ExitStatus::from_raw(9)))
     }
 
-    fn interrupted(&mut self, count: u32) {
+    fn interrupted(&mut self, count: u32, orders: &mut Orders) {
         self.interrupts_now = count;
         if self.status.is_some() {
             return;
@@ -476,19 +470,25 @@ impl State {
             // A second interrupt (or no grace) kills at once.
             self.stopped.get_or_insert(StopCause::Interrupt);
             self.killed = true;
-            self.group.kill();
+            orders.kill();
         } else {
             self.stopped = Some(StopCause::Interrupt);
-            self.group.terminate();
+            orders.terminate();
             self.kill_at = tokio::time::Instant::now() + self.grace;
         }
     }
 
-    fn output(&mut self, relay: &mut Relay<'_, '_>, chunk: &[u8], is_stderr: bool) {
+    fn output(
+        &mut self,
+        relay: &mut Relay<'_, '_>,
+        chunk: &[u8],
+        is_stderr: bool,
+        orders: &mut Orders,
+    ) {
         if !relay.chunk(chunk, is_stderr) && self.status.is_none() {
             // What the process does can no longer be recorded: stop it now.
             self.killed = true;
-            self.group.kill();
+            orders.kill();
         }
         if let Some(t) = self.idle_timeout {
             // Only noted: the idle timer reads it when it fires (it is not re-armed per chunk).
@@ -496,20 +496,20 @@ impl State {
         }
     }
 
-    fn stop(&mut self, cause: StopCause) {
+    fn stop(&mut self, cause: StopCause, orders: &mut Orders) {
         self.stopped = Some(cause);
-        self.killed |= begin_stop(self.group, self.grace, &mut self.kill_at);
+        self.killed |= begin_stop(orders, self.grace, &mut self.kill_at);
     }
 }
 
 /// SIGTERM the group and arm the SIGKILL timer; with no grace, SIGKILL at once. Returns whether
 /// it killed.
-fn begin_stop(group: Group, grace: Duration, kill_at: &mut tokio::time::Instant) -> bool {
+fn begin_stop(orders: &mut Orders, grace: Duration, kill_at: &mut tokio::time::Instant) -> bool {
     if grace.is_zero() {
-        group.kill();
+        orders.kill();
         true
     } else {
-        group.terminate();
+        orders.terminate();
         *kill_at = tokio::time::Instant::now() + grace;
         false
     }

@@ -1,131 +1,249 @@
-//! Unix process plumbing: signals to a whole process group, the parent-death signal, and the
-//! guard process that kills the agent's group when ralph dies — even by SIGKILL.
+//! Unix process plumbing, ralph's side: a supervised command runs under its guard (`ralph
+//! __guard`, see [`super::reaper`]), and ralph stops it, and everything it started, through the
+//! guard's control pipe.
 //!
-//! Why a guard: `PR_SET_PDEATHSIG` reaches only the agent itself (and exists only on Linux); its
-//! children would survive a killed ralph. The guard is ralph's own binary (`ralph __guard PGID`)
-//! in a process group of its own (so neither the terminal's Ctrl-C nor a kill of the agent's group
-//! reaches it), ignoring SIGINT/SIGTERM/SIGHUP, blocked reading a pipe whose only write end ralph
-//! holds. When ralph closes it — at the end of every agent run, or implicitly when the kernel
-//! reaps a dead ralph — the read returns EOF and the guard SIGKILLs the whole group, then exits.
+//! Why a guard: ralph could signal the command's process group itself, but a daemon that left
+//! the group (`setsid`, a double fork) would outlive it, and nothing would be left to act if
+//! ralph died by SIGKILL. The guard is the command's parent and (on Linux) a child subreaper:
+//! it adopts every orphan of the command's tree, so it can end all of them; it lives in a
+//! process group of its own (neither the terminal's Ctrl-C nor a signal to the command's group
+//! reaches it), and the end of file of its control pipe — ralph closing it, or the kernel
+//! closing it for a dead ralph — makes it finish the tree and exit.
 
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
 
-use nix::sys::signal::{SigHandler, Signal, killpg, signal};
-use nix::unistd::Pid;
+use tokio::sync::mpsc;
 
-/// A process group led by a process ralph spawned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Group(Pid);
+use super::reaper::{GUARD_COMMAND, KILL, TERMINATE};
 
-impl Group {
-    pub fn from_leader(pid: u32) -> Group {
-        Group(Pid::from_raw(pid as i32))
-    }
-
-    pub fn id(&self) -> i32 {
-        self.0.as_raw()
-    }
-
-    /// SIGTERM to every process of the group.
-    pub fn terminate(&self) {
-        let _ = killpg(self.0, Signal::SIGTERM);
-    }
-
-    /// SIGKILL to every process of the group.
-    pub fn kill(&self) {
-        let _ = killpg(self.0, Signal::SIGKILL);
-    }
-
-    /// Whether any process (zombies included) is still in the group.
-    pub fn alive(&self) -> bool {
-        killpg(self.0, None).is_ok()
-    }
-}
-
-/// On Linux, the agent gets SIGKILL when ralph dies, even by SIGKILL.
-#[cfg(target_os = "linux")]
-pub fn set_parent_death_signal(cmd: &mut tokio::process::Command) {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe calls.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent may have died before prctl: then nobody would send the signal.
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn set_parent_death_signal(_cmd: &mut tokio::process::Command) {}
-
-/// The guard of one agent run; `release` ends it.
+/// What the guard reports.
 #[derive(Debug)]
-pub struct Guard {
-    child: Child,
+enum Report {
+    /// The command runs, with this pid (its process group's id too).
+    Pid(i32),
+    /// The command could not be started.
+    Spawn(std::io::Error),
+    /// The command ended (the guard has not reaped it yet).
+    Exit(ExitStatus),
+    /// The guard is done: this many processes besides the command were left running at the end.
+    Swept(usize),
 }
 
-/// The hidden subcommand the guard runs as.
-pub const GUARD_COMMAND: &str = "__guard";
+fn parse_report(line: &str) -> Option<Report> {
+    let (word, n) = line.trim_end().split_once(' ')?;
+    let n: i32 = n.parse().ok()?;
+    Some(match word {
+        "pid" => Report::Pid(n),
+        "spawn" => Report::Spawn(std::io::Error::from_raw_os_error(n)),
+        "exit" => Report::Exit(ExitStatus::from_raw((n & 0xff) << 8)),
+        "signal" => Report::Exit(ExitStatus::from_raw(n & 0x7f)),
+        "swept" => Report::Swept(usize::try_from(n).ok()?),
+        _ => return None,
+    })
+}
 
-impl Guard {
-    /// Start a guard for `group`. Fails only if ralph's own binary cannot be started.
-    pub fn spawn(group: Group) -> std::io::Result<Guard> {
-        use std::os::unix::process::CommandExt;
-        let exe = std::env::current_exe()?;
-        let child = Command::new(exe)
-            .arg(GUARD_COMMAND)
-            .arg(group.id().to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()?;
-        Ok(Guard { child })
+/// How ralph stops a guarded command: orders to its guard.
+#[derive(Debug)]
+pub struct Orders {
+    control: Option<std::fs::File>,
+    /// The command's process group: signalled directly if the guard is gone.
+    group: i32,
+}
+
+impl Orders {
+    /// SIGTERM to the command's group and everything it started.
+    pub fn terminate(&mut self) {
+        self.send(TERMINATE, libc::SIGTERM);
     }
 
-    /// Close the pipe (the guard kills what is left of the group) and reap the guard.
-    pub fn release(mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.wait();
+    /// SIGKILL to all of it.
+    pub fn kill(&mut self) {
+        self.send(KILL, libc::SIGKILL);
+    }
+
+    fn send(&mut self, order: u8, sig: i32) {
+        let sent = self
+            .control
+            .as_mut()
+            .is_some_and(|c| c.write_all(&[order]).is_ok());
+        if !sent && self.group > 1 {
+            // The guard is gone (killed from inside the command's tree): its group is what is
+            // left to reach.
+            // SAFETY: killpg takes a group id and a signal number.
+            unsafe { libc::killpg(self.group, sig) };
+        }
     }
 }
 
-/// The guard's body: wait for EOF on stdin, then SIGKILL the group. Returns the exit code.
-pub fn run_guard(pgid: &str) -> i32 {
-    let Ok(pgid) = pgid.parse::<i32>() else {
-        return 2;
-    };
-    if pgid <= 1 {
-        return 2;
+/// A command running under its guard.
+pub struct Guarded {
+    /// The guard process; its stdout and stderr are the command's.
+    pub guard: tokio::process::Child,
+    pub orders: Orders,
+    pub reports: Reports,
+}
+
+/// What the guard says, as it says it.
+#[derive(Debug)]
+pub struct Reports {
+    rx: mpsc::UnboundedReceiver<Report>,
+    swept: usize,
+}
+
+impl Reports {
+    /// Wait for the command to end. If the guard died without saying (killed from inside the
+    /// tree), its own status stands in.
+    pub async fn ended(
+        &mut self,
+        guard: &mut tokio::process::Child,
+    ) -> std::io::Result<ExitStatus> {
+        while let Some(r) = self.rx.recv().await {
+            match r {
+                Report::Exit(status) => return Ok(status),
+                Report::Swept(n) => self.swept = n,
+                Report::Pid(_) | Report::Spawn(_) => {}
+            }
+        }
+        guard.wait().await
     }
-    for sig in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGPIPE,
-    ] {
-        // SAFETY: ignoring a signal installs no handler code.
+}
+
+impl Guarded {
+    /// Start `program args` in `cwd` under a guard that gives it `grace` between SIGTERM and
+    /// SIGKILL when it finishes. `configure` sets up the guard's command (stdio, environment),
+    /// which the command inherits.
+    pub async fn spawn(
+        program: &std::ffi::OsStr,
+        args: &[std::ffi::OsString],
+        cwd: &Path,
+        grace: Duration,
+        configure: impl FnOnce(&mut tokio::process::Command),
+    ) -> std::io::Result<Guarded> {
+        let (control_r, control_w) = std::io::pipe()?;
+        let (report_r, report_w) = std::io::pipe()?;
+        let (cr, rw) = (control_r.as_raw_fd(), report_w.as_raw_fd());
+        let mut cmd = tokio::process::Command::new(own_exe());
+        cmd.arg(GUARD_COMMAND)
+            .arg(cr.to_string())
+            .arg(rw.to_string())
+            .arg(grace.as_millis().to_string())
+            .arg("--")
+            .arg(program)
+            .args(args)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .process_group(0);
+        configure(&mut cmd);
+        // SAFETY: the closure runs between fork and exec and only calls fcntl.
         unsafe {
-            let _ = signal(sig, SigHandler::SigIgn);
+            cmd.pre_exec(move || {
+                inherit(cr)?;
+                inherit(rw)
+            });
+        }
+        let guard = cmd.spawn()?;
+        // Only the guard holds these ends now.
+        drop((control_r, report_w));
+        let (tx, mut reports) = mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(report_r).lines() {
+                let Ok(line) = line else { break };
+                if let Some(r) = parse_report(&line)
+                    && tx.send(r).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let mut orders = Orders {
+            control: Some(std::fs::File::from(std::os::fd::OwnedFd::from(control_w))),
+            group: 0,
+        };
+        match reports.recv().await {
+            Some(Report::Pid(pid)) => orders.group = pid,
+            Some(Report::Spawn(e)) => return Err(e),
+            _ => {
+                return Err(std::io::Error::other(
+                    "the guard process ended before starting the command",
+                ));
+            }
+        }
+        Ok(Guarded {
+            guard,
+            orders,
+            reports: Reports {
+                rx: reports,
+                swept: 0,
+            },
+        })
+    }
+
+    /// The command's pid.
+    pub fn pid(&self) -> i32 {
+        self.orders.group
+    }
+
+    /// Let the guard finish: everything the command left running gets SIGTERM, and SIGKILL
+    /// after the grace; returns how many processes besides the command were still running.
+    pub async fn finish(mut self) -> usize {
+        drop(self.orders.control.take());
+        while let Some(r) = self.reports.rx.recv().await {
+            if let Report::Swept(n) = r {
+                self.reports.swept = n;
+            }
+        }
+        let _ = self.guard.wait().await;
+        self.reports.swept
+    }
+}
+
+/// Clear close-on-exec on `fd` (in the guard's child, before exec).
+fn inherit(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: fcntl on a descriptor number.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+            return Err(std::io::Error::last_os_error());
         }
     }
-    let mut stdin = std::io::stdin();
-    let mut buf = [0u8; 64];
-    loop {
-        match stdin.read(&mut buf) {
-            Ok(0) => break,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
+    Ok(())
+}
+
+/// ralph's own binary, runnable even when a new build has replaced it on disk.
+fn own_exe() -> std::path::PathBuf {
+    if cfg!(target_os = "linux") && Path::new("/proc/self/exe").exists() {
+        return "/proc/self/exe".into();
+    }
+    std::env::current_exe().unwrap_or_else(|_| "ralph".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_parse() {
+        assert!(matches!(parse_report("pid 42\n"), Some(Report::Pid(42))));
+        match parse_report("exit 3") {
+            Some(Report::Exit(s)) => assert_eq!(s.code(), Some(3)),
+            other => panic!("{other:?}"),
+        }
+        match parse_report("signal 9") {
+            Some(Report::Exit(s)) => assert_eq!(s.signal(), Some(9)),
+            other => panic!("{other:?}"),
+        }
+        match parse_report("spawn 2") {
+            Some(Report::Spawn(e)) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(parse_report("swept 2"), Some(Report::Swept(2))));
+        for bad in ["", "pid", "pid x", "what 1", "swept -1"] {
+            assert!(parse_report(bad).is_none(), "{bad}");
         }
     }
-    Group(Pid::from_raw(pgid)).kill();
-    0
 }

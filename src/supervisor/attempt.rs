@@ -214,10 +214,16 @@ impl Loop {
         }
         if f.leaked_pipes {
             self.log(&format!(
-                "Iteration {n}: a process left by the agent still held its output after it exited; killed its process group"
+                "Iteration {n}: a process left by the agent still held its output after it exited; killed"
             ))?;
             prep.notes
                 .push("A leftover process held the agent's output: killed".into());
+        }
+        if f.left_running > 0 {
+            self.log(&format!(
+                "Iteration {n}: ended {} process(es) the agent left running (daemons do not outlive an iteration)",
+                f.left_running
+            ))?;
         }
         Ok(())
     }
@@ -374,6 +380,7 @@ fn unrecorded(usage: Usage, halt: Halt) -> Attempted {
             stopped: None,
             killed: true,
             leaked_pipes: false,
+            left_running: 0,
             interrupts: 0,
             duration: std::time::Duration::ZERO,
             stdout_tail: Vec::new(),

@@ -8,6 +8,7 @@ mod completion;
 mod cpm;
 mod cpm_rollup;
 mod errors;
+mod escapes;
 mod files;
 mod git_bookkeeping;
 mod git_exact;

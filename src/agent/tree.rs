@@ -1,0 +1,183 @@
+//! A process's descendants, read from `/proc`, and signals that reach exactly the process that
+//! was seen: each one is named by its pid *and* its start time, and signalled through a pidfd
+//! opened and checked against that start time, so a pid the kernel reused is never signalled.
+//!
+//! Linux only; elsewhere there is no tree to read and [`descendants`] is empty (the guard then
+//! falls back to the agent's process group alone).
+
+/// One process as `/proc/PID/stat` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proc {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pgid: i32,
+    /// Clock ticks since boot at which it started: with the pid, its identity.
+    pub start: u64,
+    /// Exited and not yet reaped.
+    pub zombie: bool,
+}
+
+/// Parse `/proc/PID/stat`. The command name (field 2) is parenthesised and may hold spaces and
+/// parentheses itself, so the fields are counted from its last `)`.
+pub fn parse_stat(stat: &str) -> Option<Proc> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let pid = stat[..open].trim().parse().ok()?;
+    // Fields 3.. : state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+    // utime stime cutime cstime priority nice num_threads itrealvalue starttime …
+    let rest: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
+    Some(Proc {
+        pid,
+        ppid: rest.get(1)?.parse().ok()?,
+        pgid: rest.get(2)?.parse().ok()?,
+        start: rest.get(19)?.parse().ok()?,
+        zombie: matches!(*rest.first()?, "Z" | "X"),
+    })
+}
+
+#[cfg(target_os = "linux")]
+mod imp {
+    use super::{Proc, parse_stat};
+    use std::collections::HashMap;
+
+    /// One process, read now; `None` once it is gone.
+    pub fn read(pid: i32) -> Option<Proc> {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .as_deref()
+            .and_then(parse_stat)
+    }
+
+    /// Every process `/proc` shows now.
+    fn all() -> Vec<Proc> {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter_map(read)
+            .collect()
+    }
+
+    /// Every descendant of `root` alive or unreaped now, parents before their children.
+    pub fn descendants(root: i32) -> Vec<Proc> {
+        let mut children: HashMap<i32, Vec<Proc>> = HashMap::new();
+        for p in all() {
+            children.entry(p.ppid).or_default().push(p);
+        }
+        let mut found = Vec::new();
+        let mut next = vec![root];
+        while let Some(parent) = next.pop() {
+            for c in children.remove(&parent).unwrap_or_default() {
+                next.push(c.pid);
+                found.push(c);
+            }
+        }
+        found
+    }
+
+    /// Send `sig` to `p` if it is still the process that was seen (same pid, same start time).
+    /// Returns whether it was signalled.
+    pub fn signal(p: &Proc, sig: i32) -> bool {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, p.pid, 0) } as i32;
+        if fd < 0 {
+            // No pidfds (a kernel older than 5.3): check, then signal, with a window of a few
+            // instructions in which the pid could be reused.
+            return read(p.pid).is_some_and(|now| now.start == p.start)
+                // SAFETY: kill takes a pid and a signal number.
+                && unsafe { libc::kill(p.pid, sig) } == 0;
+        }
+        // The descriptor names one process for good: if the pid still shows the same start
+        // time now, the descriptor is the process that was seen.
+        let same = read(p.pid).is_some_and(|now| now.start == p.start);
+        let sent = same
+            // SAFETY: pidfd_send_signal takes the descriptor, a signal, no siginfo and no flags.
+            && unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd,
+                    sig,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                )
+            } == 0;
+        // SAFETY: fd is ours, opened above.
+        unsafe { libc::close(fd) };
+        sent
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod imp {
+    use super::Proc;
+
+    pub fn read(_pid: i32) -> Option<Proc> {
+        None
+    }
+
+    pub fn descendants(_root: i32) -> Vec<Proc> {
+        Vec::new()
+    }
+
+    pub fn signal(_p: &Proc, _sig: i32) -> bool {
+        false
+    }
+}
+
+pub use imp::{descendants, read, signal};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_with_odd_command_names_parse() {
+        let line = "4242 (a) b (c)) S 17 4242 4242 0 -1 4194560 99 0 0 0 1 2 0 0 20 0 1 0 \
+                    987654 1000 10 18446744073709551615";
+        let p = parse_stat(line).unwrap();
+        assert_eq!(
+            p,
+            Proc {
+                pid: 4242,
+                ppid: 17,
+                pgid: 4242,
+                start: 987654,
+                zombie: false
+            }
+        );
+        let z = parse_stat("7 (x) Z 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 55 0 0").unwrap();
+        assert!(z.zombie);
+        assert_eq!(z.start, 55);
+        assert!(parse_stat("").is_none());
+        assert!(parse_stat("12 (x) S").is_none());
+        assert!(parse_stat("x (y) S 1 1 1 0 0 0 0 0 0 0 0 0 0 0 0 0 1 0 5").is_none());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_child_is_a_descendant_and_is_signalled_only_as_itself() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let me = std::process::id() as i32;
+        let p = descendants(me)
+            .into_iter()
+            .find(|p| p.pid == pid)
+            .expect("the child is a descendant");
+        assert_eq!(p.ppid, me);
+        // A different start time is another process: not signalled.
+        let impostor = Proc {
+            start: p.start + 1,
+            ..p
+        };
+        assert!(!signal(&impostor, libc::SIGKILL));
+        assert!(read(pid).is_some_and(|now| !now.zombie), "still running");
+        assert!(signal(&p, libc::SIGKILL));
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        assert!(!signal(&p, libc::SIGKILL), "gone: nothing to signal");
+    }
+}

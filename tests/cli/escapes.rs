@@ -1,0 +1,219 @@
+//! Nothing the agent starts outlives its iteration (SPEC §11, issue "Nothing escapes"): daemons
+//! that left the agent's process group and session — `setsid`, a double fork — are ended at the
+//! iteration's end, when ralph is SIGKILLed, and after a timeout even when they ignore SIGTERM.
+//! Real processes; each daemon is identified by its pid and its start time, so a reused pid
+//! never passes for a survivor or a death.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// A process as the daemon recorded itself: pid, process group, session, start time.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    pid: i32,
+    pgrp: i32,
+    session: i32,
+    start: u64,
+}
+
+/// `awk` line that records the calling shell (`$$`) as a [`Seen`] into the file `$1`.
+const RECORD: &str =
+    r#"record() { awk '{print $1, $5, $6, $22}' /proc/$$/stat > "$1.tmp" && mv "$1.tmp" "$1"; }"#;
+
+/// An agent script that starts two daemons outside its process group and session — one with
+/// `setsid`, one by a double fork that also calls `setsid` — records them and itself in `dir`,
+/// then runs `then`. With `ignore_term`, the daemons ignore SIGTERM.
+fn daemon_script(dir: &Path, ignore_term: bool, then: &str) -> String {
+    let d = dir.display();
+    let trap = if ignore_term { "trap '' TERM; " } else { "" };
+    let daemon = |name: &str| {
+        format!(
+            "sh -c '{RECORD_ESC}; {trap}record {d}/{name}; while :; do sleep 1; done'",
+            RECORD_ESC = RECORD.replace('\'', r"'\''"),
+        )
+    };
+    format!(
+        "{RECORD}\nrecord {d}/agent\n\
+         setsid {a} </dev/null >/dev/null 2>&1 &\n\
+         ( setsid {b} </dev/null >/dev/null 2>&1 & )\n\
+         while [ ! -s {d}/a ] || [ ! -s {d}/b ]; do sleep 0.01; done\n{then}\n",
+        a = daemon("a"),
+        b = daemon("b"),
+    )
+}
+
+fn read_seen(path: &Path) -> Option<Seen> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let n: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    match n[..] {
+        [pid, pgrp, session, start] => Some(Seen {
+            pid: pid as i32,
+            pgrp: pgrp as i32,
+            session: session as i32,
+            start,
+        }),
+        _ => None,
+    }
+}
+
+/// The daemons and the agent, once all have recorded themselves.
+fn wait_seen(dir: &Path) -> (Seen, Vec<Seen>) {
+    let mut found = None;
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            found = (|| {
+                Some((
+                    read_seen(&dir.join("agent"))?,
+                    vec![read_seen(&dir.join("a"))?, read_seen(&dir.join("b"))?],
+                ))
+            })();
+            found.is_some()
+        }),
+        "the daemons did not start"
+    );
+    found.unwrap()
+}
+
+/// The very process that was seen is still running (same pid, same start time, not a zombie).
+fn running(s: &Seen) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/stat", s.pid))
+        .ok()
+        .and_then(|stat| {
+            let rest: Vec<String> = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .map(str::to_string)
+                .collect();
+            let start: u64 = rest.get(19)?.parse().ok()?;
+            Some(start == s.start && !matches!(rest[0].as_str(), "Z" | "X"))
+        })
+        .unwrap_or(false)
+}
+
+/// The control: the daemons really escaped the agent's process group and session, so signalling
+/// that group (all ralph did before the guard adopted orphans) could not reach them.
+#[track_caller]
+fn assert_escaped(agent: &Seen, daemons: &[Seen]) {
+    for d in daemons {
+        assert_ne!(d.pgrp, agent.pgrp, "{d:?} left the agent's group");
+        assert_ne!(d.session, agent.session, "{d:?} left the agent's session");
+        assert_eq!(d.pgrp, d.pid, "{d:?} leads a group of its own");
+    }
+}
+
+fn setup() -> (TestEnv, std::path::PathBuf) {
+    let env = TestEnv::new();
+    env.write_task(&["serve"], "");
+    env.commit_all("initial");
+    let dir = env.home.join("daemons");
+    std::fs::create_dir_all(&dir).unwrap();
+    (env, dir)
+}
+
+fn kill_all(seen: &[Seen]) {
+    for s in seen.iter().filter(|s| running(s)) {
+        // SAFETY: kill takes a pid and a signal number; the pid was checked by start time.
+        unsafe { libc::kill(s.pid, libc::SIGKILL) };
+    }
+}
+
+#[test]
+fn daemons_outlive_their_parent_without_ralph() {
+    // The premise of the promise: outside ralph, such daemons survive the agent that started
+    // them. (If this fails, the tests below prove nothing.)
+    let (env, dir) = setup();
+    let script = env.home.join("control.sh");
+    std::fs::write(&script, daemon_script(&dir, false, "exit 0")).unwrap();
+    let status = std::process::Command::new("sh")
+        .arg(&script)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (agent, daemons) = wait_seen(&dir);
+    assert_escaped(&agent, &daemons);
+    std::thread::sleep(Duration::from_millis(100));
+    let alive = daemons.iter().all(running);
+    kill_all(&daemons);
+    assert!(alive, "the daemons survived their parent: {daemons:?}");
+}
+
+#[test]
+fn daemons_left_by_the_agent_are_gone_when_the_iteration_ends() {
+    let (env, dir) = setup();
+    let sh = agent_sh(&env, "daemons", &daemon_script(&dir, false, "exit 0"));
+    let out = env.run_fake(&format!("{sh}+check"), &[]);
+    assert_exit(&out, 0);
+    let (agent, daemons) = wait_seen(&dir);
+    assert_escaped(&agent, &daemons);
+    // ralph has exited: nothing of the iteration may still run.
+    let left: Vec<_> = daemons.iter().filter(|s| running(s)).copied().collect();
+    kill_all(&daemons);
+    assert!(left.is_empty(), "survived the iteration: {left:?}");
+    let activity = env.activity();
+    let said = activity
+        .lines()
+        .find(|l| l.contains("Iteration 1: ended ") && l.contains(" the agent left running"));
+    assert!(said.is_some(), "{activity}");
+    assert_eq!(env.commits().len(), 2, "the iteration was committed");
+}
+
+#[test]
+fn daemons_are_gone_after_ralph_is_sigkilled_mid_iteration() {
+    let (env, dir) = setup();
+    let sh = agent_sh(&env, "daemons", &daemon_script(&dir, false, "sleep 300"));
+    let bg = env.spawn_fake(&format!("{sh}+check"), &["--grace", "1s"]);
+    let (agent, daemons) = wait_seen(&dir);
+    assert_escaped(&agent, &daemons);
+    assert!(daemons.iter().all(running), "running while ralph runs");
+    bg.signal(libc::SIGKILL);
+    let (code, _, _) = bg.wait(Duration::from_secs(5));
+    assert_eq!(code, None, "ralph was killed by a signal");
+    let mut all = daemons.clone();
+    all.push(agent);
+    // They get SIGTERM at once, SIGKILL after the grace.
+    let ok = wait_until(Duration::from_secs(2), || all.iter().all(|s| !running(s)));
+    kill_all(&all);
+    assert!(ok, "survived ralph's SIGKILL: {all:?}");
+}
+
+#[test]
+fn a_daemon_that_ignores_sigterm_is_gone_within_the_grace_after_a_timeout() {
+    let (env, dir) = setup();
+    let sh = agent_sh(&env, "daemons", &daemon_script(&dir, true, "sleep 300"));
+    let bg = env.spawn_fake(
+        &format!("{sh}+check"),
+        &[
+            "--timeout",
+            "300ms",
+            "--grace",
+            "300ms",
+            "--max-iterations",
+            "1",
+        ],
+    );
+    let (agent, daemons) = wait_seen(&dir);
+    let seen_at = Instant::now();
+    assert_escaped(&agent, &daemons);
+    // Gone within timeout + grace + 1 s of being seen running.
+    let limit = Duration::from_millis(300 + 300 + 1000);
+    let ok = wait_until(limit, || daemons.iter().all(|s| !running(s)));
+    let took = seen_at.elapsed();
+    kill_all(&daemons);
+    assert!(
+        ok,
+        "a TERM-ignoring daemon survived: {daemons:?} after {took:?}"
+    );
+    let (code, _, err) = bg.wait(Duration::from_secs(20));
+    assert!(code.is_some(), "ralph ended by itself: {err}");
+    assert!(
+        env.activity().contains("timed out after 0.3s"),
+        "{}",
+        env.activity()
+    );
+}
