@@ -1,5 +1,6 @@
-//! Short helper commands ralph runs itself (the copilot `--help` probe, git hooks): a deadline,
-//! the output collected, and never hung by a descendant that keeps the pipes open.
+//! Short helper commands ralph runs itself (the copilot `--help` probe; git hooks, under the
+//! guard): a deadline, the output collected, and never hung by a descendant that keeps the pipes
+//! open.
 
 use std::io::Read;
 use std::process::{Command, ExitStatus, Stdio};
@@ -22,18 +23,6 @@ pub fn run(cmd: &mut Command, deadline: Duration) -> std::io::Result<Brief> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    // One reader per pipe, so a full stderr never blocks a stdout read.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_string(&mut s);
-            }
-            let _ = tx.send(s);
-        });
-        rx
-    };
     let out = drain(
         child
             .stdout
@@ -58,15 +47,63 @@ pub fn run(cmd: &mut Command, deadline: Duration) -> std::io::Result<Brief> {
             }
         }
     };
-    // A background process may keep the pipes open: take what came, never wait long.
-    let collect = |rx: mpsc::Receiver<String>| {
-        rx.recv_timeout(Duration::from_millis(500))
-            .unwrap_or_default()
-    };
     let mut output = collect(out);
     output.push_str(&collect(err));
     Ok(Brief { status, output })
 }
+
+/// One reader per pipe, so a full stderr never blocks a stdout read.
+fn drain(pipe: Option<Box<dyn Read + Send>>) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_string(&mut s);
+        }
+        let _ = tx.send(s);
+    });
+    rx
+}
+
+/// A background process may keep the pipes open: take what came, never wait long.
+fn collect(rx: mpsc::Receiver<String>) -> String {
+    rx.recv_timeout(Duration::from_millis(500))
+        .unwrap_or_default()
+}
+
+/// As [`run`], for a command the repository gave (a git hook, which the agent could have
+/// written): under ralph's guard, so nothing it starts outlives it (see `agent/unix.rs`); at
+/// the deadline its whole tree is killed.
+pub fn run_guarded(cmd: &Command, deadline: Duration) -> std::io::Result<Brief> {
+    use crate::agent::unix::BlockingGuarded;
+    let args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
+    let cwd = cmd
+        .get_current_dir()
+        .map_or_else(|| std::path::PathBuf::from("."), |d| d.to_path_buf());
+    let mut guarded = BlockingGuarded::spawn(cmd.get_program(), &args, &cwd, GRACE, |c| {
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+    })?;
+    let out = drain(guarded.guard.stdout.take().map(|p| Box::new(p) as _));
+    let err = drain(guarded.guard.stderr.take().map(|p| Box::new(p) as _));
+    let status = guarded.ended_by(Instant::now() + deadline);
+    if status.is_none() {
+        // Past its deadline: its whole tree goes (the guard finishes without a grace).
+        guarded.orders.kill();
+    }
+    guarded.finish();
+    let mut output = collect(out);
+    output.push_str(&collect(err));
+    Ok(Brief { status, output })
+}
+
+/// What a guarded command's leftovers get between SIGTERM and SIGKILL when it ends.
+const GRACE: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {

@@ -64,7 +64,7 @@ fn run_hook(root: &Path, hook: &Path, args: &[&std::ffi::OsStr]) -> Result<(), S
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let brief = crate::brief::run(
+    let brief = crate::brief::run_guarded(
         Command::new(hook).args(args).current_dir(root),
         HOOK_TIMEOUT,
     )

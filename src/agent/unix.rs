@@ -12,7 +12,7 @@
 
 use std::io::{BufRead, Write};
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -113,6 +113,81 @@ impl Reports {
     }
 }
 
+/// The guard's command for `program args` in `cwd`, and the pipes it talks over (ralph's ends:
+/// control's write end, report's read end).
+fn guard_command(
+    program: &std::ffi::OsStr,
+    args: &[std::ffi::OsString],
+    cwd: &Path,
+    grace: Duration,
+) -> std::io::Result<(std::process::Command, Pipes)> {
+    let (control_r, control_w) = std::io::pipe()?;
+    let (report_r, report_w) = std::io::pipe()?;
+    let (cr, rw) = (control_r.as_raw_fd(), report_w.as_raw_fd());
+    let mut cmd = std::process::Command::new(own_exe());
+    cmd.arg(GUARD_COMMAND)
+        .arg(cr.to_string())
+        .arg(rw.to_string())
+        .arg(grace.as_millis().to_string())
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .process_group(0);
+    // SAFETY: the closure runs between fork and exec and only calls fcntl.
+    unsafe {
+        cmd.pre_exec(move || {
+            inherit(cr)?;
+            inherit(rw)
+        });
+    }
+    Ok((
+        cmd,
+        Pipes {
+            control_r,
+            control_w,
+            report_r,
+            report_w,
+        },
+    ))
+}
+
+struct Pipes {
+    control_r: std::io::PipeReader,
+    control_w: std::io::PipeWriter,
+    report_r: std::io::PipeReader,
+    report_w: std::io::PipeWriter,
+}
+
+impl Pipes {
+    /// The guard runs: only it holds its ends now. Returns ralph's orders and the report pipe.
+    fn spawned(self) -> (Orders, std::io::PipeReader) {
+        drop((self.control_r, self.report_w));
+        let orders = Orders {
+            control: Some(std::fs::File::from(std::os::fd::OwnedFd::from(
+                self.control_w,
+            ))),
+            group: 0,
+        };
+        (orders, self.report_r)
+    }
+}
+
+/// The first report: the command's pid, or why it could not start.
+fn started(first: Option<Report>, orders: &mut Orders) -> std::io::Result<()> {
+    match first {
+        Some(Report::Pid(pid)) => {
+            orders.group = pid;
+            Ok(())
+        }
+        Some(Report::Spawn(e)) => Err(e),
+        _ => Err(std::io::Error::other(
+            "the guard process ended before starting the command",
+        )),
+    }
+}
+
 impl Guarded {
     /// Start `program args` in `cwd` under a guard that gives it `grace` between SIGTERM and
     /// SIGKILL when it finishes. `configure` sets up the guard's command (stdio, environment),
@@ -124,31 +199,11 @@ impl Guarded {
         grace: Duration,
         configure: impl FnOnce(&mut tokio::process::Command),
     ) -> std::io::Result<Guarded> {
-        let (control_r, control_w) = std::io::pipe()?;
-        let (report_r, report_w) = std::io::pipe()?;
-        let (cr, rw) = (control_r.as_raw_fd(), report_w.as_raw_fd());
-        let mut cmd = tokio::process::Command::new(own_exe());
-        cmd.arg(GUARD_COMMAND)
-            .arg(cr.to_string())
-            .arg(rw.to_string())
-            .arg(grace.as_millis().to_string())
-            .arg("--")
-            .arg(program)
-            .args(args)
-            .current_dir(cwd)
-            .stdin(Stdio::null())
-            .process_group(0);
+        let (cmd, pipes) = guard_command(program, args, cwd, grace)?;
+        let mut cmd = tokio::process::Command::from(cmd);
         configure(&mut cmd);
-        // SAFETY: the closure runs between fork and exec and only calls fcntl.
-        unsafe {
-            cmd.pre_exec(move || {
-                inherit(cr)?;
-                inherit(rw)
-            });
-        }
         let guard = cmd.spawn()?;
-        // Only the guard holds these ends now.
-        drop((control_r, report_w));
+        let (mut orders, report_r) = pipes.spawned();
         let (tx, mut reports) = mpsc::unbounded_channel();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(report_r).lines() {
@@ -160,19 +215,7 @@ impl Guarded {
                 }
             }
         });
-        let mut orders = Orders {
-            control: Some(std::fs::File::from(std::os::fd::OwnedFd::from(control_w))),
-            group: 0,
-        };
-        match reports.recv().await {
-            Some(Report::Pid(pid)) => orders.group = pid,
-            Some(Report::Spawn(e)) => return Err(e),
-            _ => {
-                return Err(std::io::Error::other(
-                    "the guard process ended before starting the command",
-                ));
-            }
-        }
+        started(reports.recv().await, &mut orders)?;
         Ok(Guarded {
             guard,
             orders,
@@ -181,11 +224,6 @@ impl Guarded {
                 swept: 0,
             },
         })
-    }
-
-    /// The command's pid.
-    pub fn pid(&self) -> i32 {
-        self.orders.group
     }
 
     /// Let the guard finish: everything the command left running gets SIGTERM, and SIGKILL
@@ -199,6 +237,99 @@ impl Guarded {
         }
         let _ = self.guard.wait().await;
         self.reports.swept
+    }
+}
+
+/// A command under its guard, for blocking code (git hooks): the same guard, read without a
+/// runtime.
+pub struct BlockingGuarded {
+    pub guard: std::process::Child,
+    pub orders: Orders,
+    reports: std::io::BufReader<std::io::PipeReader>,
+}
+
+impl BlockingGuarded {
+    /// As [`Guarded::spawn`]: `configure` sets up stdio and the environment.
+    pub fn spawn(
+        program: &std::ffi::OsStr,
+        args: &[std::ffi::OsString],
+        cwd: &Path,
+        grace: Duration,
+        configure: impl FnOnce(&mut std::process::Command),
+    ) -> std::io::Result<BlockingGuarded> {
+        let (mut cmd, pipes) = guard_command(program, args, cwd, grace)?;
+        configure(&mut cmd);
+        let guard = cmd.spawn()?;
+        let (mut orders, report_r) = pipes.spawned();
+        let mut reports = std::io::BufReader::new(report_r);
+        started(next_report(&mut reports, None), &mut orders)?;
+        Ok(BlockingGuarded {
+            guard,
+            orders,
+            reports,
+        })
+    }
+
+    /// Wait until the command ends or `deadline` passes (`None`: it still runs).
+    pub fn ended_by(&mut self, deadline: std::time::Instant) -> Option<ExitStatus> {
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            match next_report(&mut self.reports, Some(left)) {
+                Some(Report::Exit(status)) => return Some(status),
+                Some(_) => {}
+                None if std::time::Instant::now() >= deadline => return None,
+                // The guard is gone without saying: its own status stands in.
+                None => return self.guard.wait().ok(),
+            }
+        }
+    }
+
+    /// As [`Guarded::finish`].
+    pub fn finish(mut self) -> usize {
+        drop(self.orders.control.take());
+        let mut swept = 0;
+        while let Some(r) = next_report(&mut self.reports, None) {
+            if let Report::Swept(n) = r {
+                swept = n;
+            }
+        }
+        let _ = self.guard.wait();
+        swept
+    }
+}
+
+/// The next report line, waiting at most `timeout` for it (`None` on end of file or timeout).
+fn next_report(
+    reports: &mut std::io::BufReader<std::io::PipeReader>,
+    timeout: Option<Duration>,
+) -> Option<Report> {
+    loop {
+        if reports.buffer().is_empty()
+            && let Some(t) = timeout
+        {
+            let mut fd = libc::pollfd {
+                fd: reports.get_ref().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = t.as_millis().clamp(1, i32::MAX as u128) as i32;
+            // SAFETY: poll on one live pollfd.
+            if unsafe { libc::poll(&mut fd, 1, ms) } <= 0 {
+                return None;
+            }
+        }
+        let mut line = String::new();
+        match reports.read_line(&mut line) {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {
+                if let Some(r) = parse_report(&line) {
+                    return Some(r);
+                }
+            }
+        }
     }
 }
 

@@ -217,3 +217,26 @@ fn a_daemon_that_ignores_sigterm_is_gone_within_the_grace_after_a_timeout() {
         env.activity()
     );
 }
+
+#[test]
+fn a_daemon_started_by_a_git_hook_is_gone_after_the_commit() {
+    // The hook is the repository's (an agent could have written it): ralph runs it under the
+    // same guard as the agent.
+    use std::os::unix::fs::PermissionsExt;
+    let (env, dir) = setup();
+    let hook = env.repo.join(".git/hooks/pre-commit");
+    std::fs::create_dir_all(hook.parent().unwrap()).unwrap();
+    std::fs::write(
+        &hook,
+        format!("#!/bin/sh\n{}", daemon_script(&dir, true, "exit 0")),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = env.run_fake("check", &[]);
+    assert_exit(&out, 0);
+    let (hook_seen, daemons) = wait_seen(&dir);
+    assert_escaped(&hook_seen, &daemons);
+    let left: Vec<_> = daemons.iter().filter(|s| running(s)).copied().collect();
+    kill_all(&daemons);
+    assert!(left.is_empty(), "survived the hook: {left:?}");
+}
