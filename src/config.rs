@@ -531,6 +531,54 @@ mod tests {
     }
 
     #[test]
+    fn a_repository_layer_turns_the_sandbox_on_and_tightens_it_never_the_reverse() {
+        let repo = |text: &str| Source {
+            name: ".ralph/config.toml".into(),
+            layer: Layer::parse_toml(Path::new("c.toml"), text).unwrap(),
+            from_repo: true,
+        };
+        let user = |text: &str| {
+            src(
+                "user.toml",
+                Layer::parse_toml(Path::new("u"), text).unwrap(),
+            )
+        };
+        assert_eq!(merge(&[]).unwrap().sandbox, None);
+        let on = merge(&[repo("sandbox = true")]).unwrap().sandbox.unwrap();
+        assert_eq!(on.net, crate::sandbox::Net::Host);
+        let s = merge(&[repo("sandbox = false"), user("sandbox = true")]).unwrap();
+        assert!(s.sandbox.is_some(), "a repository cannot turn it off");
+        let s = merge(&[
+            repo("sandbox_net = \"host\""),
+            user("sandbox = true\nsandbox_net = \"none\""),
+        ])
+        .unwrap();
+        assert_eq!(s.sandbox.unwrap().net, crate::sandbox::Net::None);
+        let e = merge(&[repo("sandbox = true\nsandbox_writable = [\"/\"]")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(".ralph/config.toml") && e.contains("sandbox_writable"),
+            "{e}"
+        );
+        let s = merge(&[user(
+            "sandbox = true\nsandbox_writable = [\"/srv/cache\"]\nsandbox_hidden = [\"/srv/keys\"]",
+        )])
+        .unwrap();
+        let c = s.sandbox.unwrap();
+        assert_eq!(c.writable, vec![PathBuf::from("/srv/cache")]);
+        assert_eq!(c.hidden, vec![PathBuf::from("/srv/keys")]);
+        let e = merge(&[user("sandbox = true\nsandbox_hidden = [\"keys\"]")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("user.toml") && e.contains("`keys`"), "{e}");
+        let e = Layer::parse_toml(Path::new("c.toml"), "sandbox_net = \"lan\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("c.toml:1"), "{e}");
+    }
+
+    #[test]
     fn limit_backoff_is_at_least_a_second() {
         let zero = Layer {
             limit_backoff: Some("0s".into()),
