@@ -294,6 +294,15 @@ pub struct RunOptions {
     #[arg(long, value_name = "NAME")]
     pub worktree: Option<String>,
 
+    /// Run every agent attempt (and the repository's own hooks and commands) under bubblewrap:
+    /// read-only file system but the repository, /tmp and the agent's state; secrets hidden.
+    #[arg(long, env = "RALPH_SANDBOX")]
+    pub sandbox: bool,
+
+    /// The sandbox's network: `host` (default; the agent needs its model API) or `none`.
+    #[arg(long, env = "RALPH_SANDBOX_NET", value_enum, value_name = "NET")]
+    pub sandbox_net: Option<crate::sandbox::Net>,
+
     /// With --worktree: once the loop completed, merge its branch into the branch it started
     /// from (config `merge = true`); exit 11 when it cannot.
     #[arg(long, requires = "worktree")]

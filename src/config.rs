@@ -46,6 +46,15 @@ pub struct Layer {
     pub hooks: Option<HookLayer>,
     /// A worktree loop merges back when it completed (`--merge`).
     pub merge: Option<bool>,
+    /// Every agent attempt under bubblewrap (`--sandbox`); a repository layer can turn it on,
+    /// never off.
+    pub sandbox: Option<bool>,
+    /// `host` (default) or `none` (`--sandbox-net`); `none` from any layer wins.
+    pub sandbox_net: Option<crate::sandbox::Net>,
+    /// Paths the sandbox leaves writable (the user's own layers only).
+    pub sandbox_writable: Option<Vec<String>>,
+    /// Paths the sandbox hides, besides `~/.ssh`, `~/.aws`, …
+    pub sandbox_hidden: Option<Vec<String>>,
 }
 
 /// `[hooks]` of a config file (SPEC §10): a shell command per event, run with the event's JSON
@@ -144,6 +153,11 @@ pub struct Settings {
     pub no_verify: bool,
     /// Untracked files over this size stay out of ralph's commits.
     pub max_file_size: u64,
+    /// `--sandbox`: how the sandbox is configured (`None`: off).
+    pub sandbox: Option<crate::sandbox::Config>,
+    /// The sandbox resolved for the run's repository and agent (set once the repository is
+    /// known; `commands/run`).
+    pub sandboxed: Option<std::sync::Arc<crate::sandbox::Sandbox>>,
 }
 
 impl Layer {
@@ -170,6 +184,10 @@ impl Layer {
             max_file_size: None,
             hooks: None,
             merge: None,
+            sandbox: o.sandbox.then_some(true),
+            sandbox_net: o.sandbox_net,
+            sandbox_writable: None,
+            sandbox_hidden: None,
         }
     }
 
@@ -194,6 +212,10 @@ impl Layer {
             max_file_size: None,
             hooks: None,
             merge: None,
+            sandbox: None,
+            sandbox_net: None,
+            sandbox_writable: None,
+            sandbox_hidden: None,
         }
     }
 
@@ -359,7 +381,61 @@ pub fn merge(layers: &[Source]) -> Result<Settings> {
                     .with_hint("write sizes like `50MiB`, `200MB` or `1GiB`")
             })?,
         },
+        sandbox: merge_sandbox(layers)?,
+        sandboxed: None,
     })
+}
+
+/// The sandbox's settings. Deliberately not by precedence: a repository layer (which the agent
+/// can write) can turn the sandbox on, hide more and take the network away, never the reverse;
+/// `sandbox_writable` is taken from the user's own layers only.
+fn merge_sandbox(layers: &[Source]) -> Result<Option<crate::sandbox::Config>> {
+    use crate::sandbox::{Config, Net, parse_path};
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let home = home.as_deref().filter(|h| !h.as_os_str().is_empty());
+    let mut config = Config::default();
+    for s in layers {
+        if s.layer.sandbox_net == Some(Net::None) {
+            config.net = Net::None;
+        }
+        for entry in s.layer.sandbox_hidden.iter().flatten() {
+            config
+                .hidden
+                .push(parse_path(&s.name, "sandbox_hidden", entry, home)?);
+        }
+        let Some(writable) = &s.layer.sandbox_writable else {
+            continue;
+        };
+        if s.from_repo {
+            return Err(Error::user(format!(
+                "{}: `sandbox_writable` is not taken from the repository (the agent can write it)",
+                s.name
+            ))
+            .with_hint("set it in ~/.config/ralph/config.toml"));
+        }
+        for entry in writable {
+            config
+                .writable
+                .push(parse_path(&s.name, "sandbox_writable", entry, home)?);
+        }
+    }
+    let on = layers.iter().any(|s| s.layer.sandbox == Some(true)) || config.net == Net::None;
+    Ok(on.then_some(config))
+}
+
+impl Settings {
+    /// `inv` as ralph runs it: inside the run's sandbox when there is one and `inv` is an agent
+    /// or runs on the repository's say (`on_repos_say`); otherwise as it is (SPEC §4).
+    pub fn confine(
+        &self,
+        inv: crate::agent::Invocation,
+        on_repos_say: bool,
+    ) -> crate::agent::Invocation {
+        match &self.sandboxed {
+            Some(s) if on_repos_say => s.wrap(inv),
+            _ => inv,
+        }
+    }
 }
 
 /// Whether the highest layer setting a value (as `has` tells) is the repository's.
@@ -452,6 +528,54 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("p.toml:2") && e.contains("on_merge"), "{e}");
+    }
+
+    #[test]
+    fn a_repository_layer_turns_the_sandbox_on_and_tightens_it_never_the_reverse() {
+        let repo = |text: &str| Source {
+            name: ".ralph/config.toml".into(),
+            layer: Layer::parse_toml(Path::new("c.toml"), text).unwrap(),
+            from_repo: true,
+        };
+        let user = |text: &str| {
+            src(
+                "user.toml",
+                Layer::parse_toml(Path::new("u"), text).unwrap(),
+            )
+        };
+        assert_eq!(merge(&[]).unwrap().sandbox, None);
+        let on = merge(&[repo("sandbox = true")]).unwrap().sandbox.unwrap();
+        assert_eq!(on.net, crate::sandbox::Net::Host);
+        let s = merge(&[repo("sandbox = false"), user("sandbox = true")]).unwrap();
+        assert!(s.sandbox.is_some(), "a repository cannot turn it off");
+        let s = merge(&[
+            repo("sandbox_net = \"host\""),
+            user("sandbox = true\nsandbox_net = \"none\""),
+        ])
+        .unwrap();
+        assert_eq!(s.sandbox.unwrap().net, crate::sandbox::Net::None);
+        let e = merge(&[repo("sandbox = true\nsandbox_writable = [\"/\"]")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(".ralph/config.toml") && e.contains("sandbox_writable"),
+            "{e}"
+        );
+        let s = merge(&[user(
+            "sandbox = true\nsandbox_writable = [\"/srv/cache\"]\nsandbox_hidden = [\"/srv/keys\"]",
+        )])
+        .unwrap();
+        let c = s.sandbox.unwrap();
+        assert_eq!(c.writable, vec![PathBuf::from("/srv/cache")]);
+        assert_eq!(c.hidden, vec![PathBuf::from("/srv/keys")]);
+        let e = merge(&[user("sandbox = true\nsandbox_hidden = [\"keys\"]")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("user.toml") && e.contains("`keys`"), "{e}");
+        let e = Layer::parse_toml(Path::new("c.toml"), "sandbox_net = \"lan\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("c.toml:1"), "{e}");
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::sandbox::Sandbox;
+
 /// How long a hook may run before it is killed (and counts as failed).
 const HOOK_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -33,10 +35,18 @@ fn executable(p: &Path) -> bool {
 
 /// Run `pre-commit`, then `commit-msg` on the message (through `$GIT_DIR/COMMIT_EDITMSG`).
 /// Returns the message as the hook left it, or what the failing hook said.
-pub fn run(root: &Path, hooks: &Path, git_dir: &Path, message: &str) -> Result<String, String> {
+///
+/// Under `--sandbox` (`sandbox`) they run in the sandbox: the agent can have written them.
+pub fn run(
+    root: &Path,
+    hooks: &Path,
+    git_dir: &Path,
+    message: &str,
+    sandbox: Option<&Sandbox>,
+) -> Result<String, String> {
     let pre = hooks.join("pre-commit");
     if executable(&pre) {
-        run_hook(root, &pre, &[])?;
+        run_hook(root, &pre, &[], sandbox)?;
     }
     let msg_hook = hooks.join("commit-msg");
     if !executable(&msg_hook) {
@@ -44,7 +54,7 @@ pub fn run(root: &Path, hooks: &Path, git_dir: &Path, message: &str) -> Result<S
     }
     let file = git_dir.join("COMMIT_EDITMSG");
     std::fs::write(&file, message).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    run_hook(root, &msg_hook, &[file.as_os_str()])?;
+    run_hook(root, &msg_hook, &[file.as_os_str()], sandbox)?;
     let edited = std::fs::read_to_string(&file)
         .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let cleaned: String = edited
@@ -59,16 +69,26 @@ pub fn run(root: &Path, hooks: &Path, git_dir: &Path, message: &str) -> Result<S
     Ok(cleaned)
 }
 
-fn run_hook(root: &Path, hook: &Path, args: &[&std::ffi::OsStr]) -> Result<(), String> {
+fn run_hook(
+    root: &Path,
+    hook: &Path,
+    args: &[&std::ffi::OsStr],
+    sandbox: Option<&Sandbox>,
+) -> Result<(), String> {
     let name = hook
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let brief = crate::brief::run_guarded(
-        Command::new(hook).args(args).current_dir(root),
-        HOOK_TIMEOUT,
-    )
-    .map_err(|e| format!("cannot run the {name} hook: {e}"))?;
+    let mut cmd = match sandbox {
+        Some(s) => s.command(hook, args),
+        None => {
+            let mut cmd = Command::new(hook);
+            cmd.args(args);
+            cmd
+        }
+    };
+    let brief = crate::brief::run_guarded(cmd.current_dir(root), HOOK_TIMEOUT)
+        .map_err(|e| format!("cannot run the {name} hook: {e}"))?;
     let (status, output) = (brief.status, brief.output);
     let tail: String = output
         .lines()

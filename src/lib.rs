@@ -14,6 +14,7 @@ pub mod hooks;
 pub mod live;
 pub mod loops;
 pub mod markdown;
+pub mod sandbox;
 pub mod signals;
 pub mod state;
 pub mod supervisor;

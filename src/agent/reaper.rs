@@ -38,11 +38,18 @@ const KILL_WAIT: Duration = Duration::from_secs(5);
 /// SIGKILL reached its parent is adopted a moment later).
 const KILL_REPEAT: Duration = Duration::from_millis(10);
 
-/// The guard's arguments: `CONTROL_FD REPORT_FD GRACE_MS -- PROGRAM ARGS…`.
+/// The option that spares the command itself from SIGTERM (see [`Args::spare_leader`]).
+pub const SPARE_LEADER: &str = "spare-leader";
+
+/// The guard's arguments: `CONTROL_FD REPORT_FD GRACE_MS [spare-leader] -- PROGRAM ARGS…`.
 struct Args {
     control: RawFd,
     report: RawFd,
     grace: Duration,
+    /// The command is a wrapper that does not pass SIGTERM on and dies of it, taking what it
+    /// runs down at once (bubblewrap: its PID namespace ends with it): SIGTERM goes to what it
+    /// runs, so that gets its grace; SIGKILL still goes to all.
+    spare_leader: bool,
     program: OsString,
     args: Vec<OsString>,
 }
@@ -54,22 +61,27 @@ fn parse(args: &[OsString]) -> Option<Args> {
             .and_then(|n| RawFd::try_from(n).ok())
             .filter(|n| *n > 2)
     };
-    if args.get(3).map(OsString::as_os_str) != Some(OsStr::new("--")) {
+    let spare_leader = args.get(3).map(OsString::as_os_str) == Some(OsStr::new(SPARE_LEADER));
+    let dashes = 3 + usize::from(spare_leader);
+    if args.get(dashes).map(OsString::as_os_str) != Some(OsStr::new("--")) {
         return None;
     }
     Some(Args {
         control: fd(0)?,
         report: fd(1)?,
         grace: Duration::from_millis(num(2)?),
-        program: args.get(4)?.clone(),
-        args: args[5..].to_vec(),
+        spare_leader,
+        program: args.get(dashes + 1)?.clone(),
+        args: args[dashes + 2..].to_vec(),
     })
 }
 
 /// The guard's body; returns its exit code.
 pub fn main(args: &[OsString]) -> i32 {
     let Some(a) = parse(args) else {
-        eprintln!("ralph {GUARD_COMMAND}: CONTROL_FD REPORT_FD GRACE_MS -- PROGRAM [ARGS...]");
+        eprintln!(
+            "ralph {GUARD_COMMAND}: CONTROL_FD REPORT_FD GRACE_MS [{SPARE_LEADER}] -- PROGRAM [ARGS...]"
+        );
         return 2;
     };
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
@@ -109,6 +121,7 @@ pub fn main(args: &[OsString]) -> i32 {
         agent_reaped: false,
         report: a.report,
         grace: a.grace,
+        spare_leader: a.spare_leader,
         control: Some(a.control),
         wake,
         end: None,
@@ -242,6 +255,7 @@ struct Guard {
     agent_reaped: bool,
     report: RawFd,
     grace: Duration,
+    spare_leader: bool,
     /// `None` once ralph closed it (or died).
     control: Option<RawFd>,
     wake: Wake,
@@ -401,13 +415,14 @@ impl Guard {
 
     /// `sig` to the command's group and to every descendant.
     fn signal_all(&mut self, sig: i32) {
-        if !self.agent_reaped {
+        let whole_group = !(self.spare_leader && sig == libc::SIGTERM);
+        if !self.agent_reaped && whole_group {
             // The unreaped leader keeps the group id from being reused.
             // SAFETY: killpg takes a group id and a signal number.
             unsafe { libc::killpg(self.agent, sig) };
         }
         for p in self.living() {
-            if p.pid == self.agent || p.pgid == self.agent {
+            if p.pid == self.agent || (whole_group && p.pgid == self.agent) {
                 continue;
             }
             if p.ppid == self.me {
@@ -447,6 +462,13 @@ mod tests {
     #[test]
     fn arguments_parse_and_bad_ones_are_refused() {
         let a = parse(&os(&["5", "6", "1500", "--", "sh", "-c", "x"])).unwrap();
+        assert!(!a.spare_leader);
+        let b = parse(&os(&["5", "6", "0", SPARE_LEADER, "--", "bwrap", "x"])).unwrap();
+        assert!(b.spare_leader);
+        assert_eq!(
+            (b.program.as_os_str(), &b.args[..]),
+            (OsStr::new("bwrap"), &os(&["x"])[..])
+        );
         assert_eq!((a.control, a.report), (5, 6));
         assert_eq!(a.grace, Duration::from_millis(1500));
         assert_eq!(a.program, "sh");
@@ -456,6 +478,7 @@ mod tests {
             &["5", "6", "x", "--", "sh"],
             &["1", "6", "0", "--", "sh"],
             &["5", "6", "0", "--"],
+            &["5", "6", "0", "spare", "--", "sh"],
             &[],
         ] {
             assert!(parse(&os(bad)).is_none(), "{bad:?}");

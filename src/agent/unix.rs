@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::reaper::{GUARD_COMMAND, KILL, TERMINATE};
+use super::reaper::{GUARD_COMMAND, KILL, SPARE_LEADER, TERMINATE};
 
 /// What the guard reports.
 #[derive(Debug)]
@@ -128,8 +128,11 @@ fn guard_command(
     cmd.arg(GUARD_COMMAND)
         .arg(cr.to_string())
         .arg(rw.to_string())
-        .arg(grace.as_millis().to_string())
-        .arg("--")
+        .arg(grace.as_millis().to_string());
+    if forwards_no_sigterm(program) {
+        cmd.arg(SPARE_LEADER);
+    }
+    cmd.arg("--")
         .arg(program)
         .args(args)
         .current_dir(cwd)
@@ -331,6 +334,12 @@ fn next_report(
             }
         }
     }
+}
+
+/// bubblewrap dies of SIGTERM without passing it on, and its PID namespace — everything it runs
+/// — dies with it: stopping gracefully means SIGTERM to what it runs, not to it.
+fn forwards_no_sigterm(program: &std::ffi::OsStr) -> bool {
+    Path::new(program).file_name() == Some(std::ffi::OsStr::new("bwrap"))
 }
 
 /// Clear close-on-exec on `fd` (in the guard's child, before exec).

@@ -33,6 +33,11 @@ pub struct GitCli {
     git_dir: PathBuf,
     work_tree: PathBuf,
     pub monitor: Option<Monitor>,
+    /// Under `--sandbox`: the common git directory, pinned. ralph's commands then run no hook
+    /// (`post-index-change`…), no file-system monitor but ralph's, do not look inside
+    /// submodules (whose configuration the agent can write), and ignore a `commondir` the
+    /// agent may have added (see ARCHITECTURE.md, "The sandbox").
+    pub sandboxed: Option<PathBuf>,
 }
 
 impl GitCli {
@@ -41,6 +46,7 @@ impl GitCli {
             git_dir: git_dir.to_path_buf(),
             work_tree: work_tree.to_path_buf(),
             monitor: None,
+            sandboxed: None,
         }
     }
 
@@ -50,6 +56,17 @@ impl GitCli {
             .arg(&self.git_dir)
             .arg("--work-tree")
             .arg(&self.work_tree);
+        // Reading the configuration runs nothing, and must show the repository's own values.
+        if let Some(common) = self.sandboxed.as_ref().filter(|_| args[0] != "config") {
+            for c in [
+                "core.hooksPath=/dev/null",
+                "core.fsmonitor=false",
+                "diff.ignoreSubmodules=dirty",
+            ] {
+                cmd.arg("-c").arg(c);
+            }
+            cmd.env("GIT_COMMON_DIR", common);
+        }
         if let Some(m) = &self.monitor {
             // The untracked cache lets git skip the directories the monitor says are
             // unchanged; both apply to ralph's own git commands only.
@@ -63,6 +80,9 @@ impl GitCli {
         cmd.env("LC_ALL", "C").env_remove("LANGUAGE");
         for var in ["GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX"] {
             cmd.env_remove(var);
+        }
+        if self.sandboxed.is_none() {
+            cmd.env_remove("GIT_COMMON_DIR");
         }
         cmd
     }

@@ -320,6 +320,12 @@ impl Repo {
         self.git.monitor = monitor;
     }
 
+    /// Under `--sandbox`: ralph's git commands on the pinned common git directory, without the
+    /// repository's hooks, monitors and submodules (`GitCli::sandboxed`).
+    pub fn sandbox_git(&mut self, common_dir: &Path) {
+        self.git.sandboxed = Some(common_dir.to_path_buf());
+    }
+
     /// Bytes `git status --porcelain` (v1) prints, with the user's configuration.
     pub fn porcelain(&self) -> Result<Vec<u8>, GitError> {
         self.git.run(&["status", "--porcelain"], None)

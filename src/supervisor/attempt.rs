@@ -102,8 +102,9 @@ impl Loop {
         if let Some(w) = &self.watch {
             w.begin_agent();
         }
+        let inv = self.settings.confine(prep.inv.clone(), true);
         let run = process::run(
-            &prep.inv,
+            &inv,
             &root,
             &mut prep.transcript,
             &limits,

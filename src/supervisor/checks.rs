@@ -120,7 +120,7 @@ pub async fn run_agent_once(
         .map_err(|e| Error::file("create", &transcript_path, e))?;
     let check = Check {
         what: format!("{name}: a {} run", agent.name),
-        inv: agent.invocation(prompt, &prompt_file)?,
+        inv: settings.confine(agent.invocation(prompt, &prompt_file)?, true),
         echo: Echo::None,
         limits: Limits {
             timeout: settings.timeout,

@@ -63,8 +63,9 @@ fn hooks(repo: &Repo, settings: &Settings) -> Option<Box<crate::git::HookRunner>
     }
     let hooks_dir = crate::hooks::hooks_dir(repo);
     let git_dir = repo.git2().path().to_path_buf();
+    let sandbox = settings.sandboxed.clone();
     Some(Box::new(move |root: &std::path::Path, msg: &str| {
-        crate::hooks::run(root, &hooks_dir, &git_dir, msg)
+        crate::hooks::run(root, &hooks_dir, &git_dir, msg, sandbox.as_deref())
     }))
 }
 

@@ -31,7 +31,7 @@ impl Loop {
             let Some(hook) = self.settings.hooks.for_event(&name).cloned() else {
                 continue;
             };
-            let outcome = self.run_hook(&name, &hook.cmd, &obj).await;
+            let outcome = self.run_hook(&name, &hook, &obj).await;
             if let Err(why) = outcome {
                 let line = format!("hook for `{name}` {why}: {}", hook.cmd);
                 self.ui.warn(&line);
@@ -41,7 +41,13 @@ impl Loop {
     }
 
     /// One hook run; `Err` says how it failed.
-    async fn run_hook(&mut self, name: &str, cmd: &str, obj: &Value) -> Result<(), String> {
+    async fn run_hook(
+        &mut self,
+        name: &str,
+        hook: &crate::config::Command,
+        obj: &Value,
+    ) -> Result<(), String> {
+        let cmd = hook.cmd.as_str();
         let dir = self.rd.run_dir(&self.state.run_id);
         state::create_private_dir(&dir).map_err(|e| format!("could not run ({e})"))?;
         let path = dir.join("hooks.log");
@@ -50,7 +56,8 @@ impl Loop {
             .append(true)
             .open(&path)
             .map_err(|e| format!("could not run ({e})"))?;
-        let mut inv = shell(cmd);
+        // A hook from `.ralph/config.toml` may be the agent's: in the sandbox (SPEC §4).
+        let mut inv = self.settings.confine(shell(cmd), hook.from_repo);
         inv.stdin = Some(format!("{obj}\n").into_bytes());
         let mut env = self.ralph_env(self.state.iteration);
         env.push(("RALPH_EVENT".into(), name.to_string()));

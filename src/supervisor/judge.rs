@@ -122,7 +122,7 @@ impl Loop {
         };
         let check = Check {
             what: format!("review of task {k}: a fresh {} run", self.agent.name),
-            inv,
+            inv: self.settings.confine(inv, true),
             echo: Echo::None,
             limits: self.agent_limits(),
         };

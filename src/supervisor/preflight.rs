@@ -43,14 +43,22 @@ pub async fn fresh_evidence(
         grace: settings.grace,
     };
     let checks = [
-        ("test command", &settings.test_command),
-        ("verdict command", &settings.verdict_command),
+        (
+            "test command",
+            &settings.test_command,
+            settings.test_command_from_repo,
+        ),
+        (
+            "verdict command",
+            &settings.verdict_command,
+            settings.verdict_command_from_repo,
+        ),
     ];
-    for (what, cmd) in checks {
+    for (what, cmd, from_repo) in checks {
         let Some(cmd) = cmd else { continue };
         let check = Check {
             what: format!("{what}: {cmd}"),
-            inv: shell(cmd),
+            inv: settings.confine(shell(cmd), from_repo),
             echo: Echo::None,
             limits,
         };

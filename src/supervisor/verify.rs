@@ -90,7 +90,9 @@ impl Loop {
         };
         let check = Check {
             what: format!("test command: {cmd}"),
-            inv: shell(&cmd),
+            inv: self
+                .settings
+                .confine(shell(&cmd), self.settings.test_command_from_repo),
             echo: self.echo(),
             limits: self.check_limits(),
         };

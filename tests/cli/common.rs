@@ -30,7 +30,21 @@ pub fn fake_agent() -> PathBuf {
 
 impl TestEnv {
     pub fn new() -> TestEnv {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Self::in_dir(tempfile::tempdir().expect("tempdir"))
+    }
+
+    /// A test environment outside `/tmp` (under the target directory): for tests of
+    /// `--sandbox`, whose private `/tmp` would hide a HOME or repository there anyway.
+    pub fn outside_tmp() -> TestEnv {
+        Self::in_dir(tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir"))
+    }
+
+    /// The directory holding `home`, `repo` and the agent log.
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
+    fn in_dir(dir: tempfile::TempDir) -> TestEnv {
         let home = dir.path().join("home");
         let repo = dir.path().join("repo");
         let log = dir.path().join("agent-log");

@@ -136,7 +136,12 @@ fn not_a_git_repository() {
 fn agent_not_found_has_install_hint() {
     let env = TestEnv::new();
     env.write_task(&["a"], "");
-    let out = env.ralph(&["run", "--agent", "claude"]);
+    // A PATH without any claude the developer may have installed (git is in /usr/bin).
+    let out = env.ralph_with_limit(
+        &["run", "--agent", "claude"],
+        &[("PATH", "/usr/bin:/bin")],
+        std::time::Duration::from_secs(30),
+    );
     assert_exit(&out, 1);
     let err = stderr(&out);
     assert!(

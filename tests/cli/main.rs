@@ -21,6 +21,7 @@ mod limits_wait;
 mod observe;
 mod real_agents;
 mod run;
+mod sandbox;
 mod status;
 mod supervise;
 mod table;

@@ -12,7 +12,7 @@ fn repo_root() -> PathBuf {
 }
 
 /// The CLI's path when installed, else `None` after saying the test is skipped.
-fn installed(cli: &str) -> Option<PathBuf> {
+pub(crate) fn installed(cli: &str) -> Option<PathBuf> {
     let bin = std::env::var_os("AGENT_CLIS_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join(".cache/agent-clis/bin"));
@@ -29,7 +29,7 @@ fn installed(cli: &str) -> Option<PathBuf> {
 }
 
 /// Run `ralph ARGS` in the test repository with the stand-in server up for `cli`.
-fn with_standin(
+pub(crate) fn with_standin(
     env: &TestEnv,
     cli: &str,
     scenario: Option<&str>,
@@ -67,7 +67,7 @@ fn requests(env: &TestEnv, cli: &str) -> Vec<serde_json::Value> {
 }
 
 /// `ralph run --agent CLI --yes --timeout 120s EXTRA...`: the preset, unattended, bounded.
-fn run_args<'a>(cli: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn run_args<'a>(cli: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["run", "--agent", cli, "--yes", "--timeout", "120s"];
     args.extend_from_slice(extra);
     args

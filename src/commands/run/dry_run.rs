@@ -66,7 +66,7 @@ fn dry_run_report(
         feedback: None,
     })?;
     let prompt_file = rd.run_dir("RUN_ID").join("iter-001.prompt.md");
-    let inv = agent.invocation(&first, &prompt_file)?;
+    let inv = settings.confine(agent.invocation(&first, &prompt_file)?, true);
     ui.plain("ralph run --dry-run: nothing is spawned or written");
     ui.plain(&format!("mode: {}", plan.mode()));
     describe_target(ui, plan, source);
@@ -162,6 +162,15 @@ fn describe_settings(ui: Ui, source: &Source, settings: &Settings) {
     ));
     if let Some((display, _)) = source.verdict_invocation(settings) {
         ui.plain(&format!("verdict command: {display}"));
+    }
+    if let Some(s) = &settings.sandbox {
+        ui.plain(&format!(
+            "sandbox: bubblewrap, network {}; the agent, and the repository's own hooks and commands, run in it",
+            match s.net {
+                crate::sandbox::Net::Host => "kept",
+                crate::sandbox::Net::None => "none",
+            }
+        ));
     }
     if let Some(p) = &settings.completion_promise {
         ui.plain(&format!("completion promise: <promise>{p}</promise>"));

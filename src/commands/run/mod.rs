@@ -106,11 +106,15 @@ fn start(
     how: Continuation,
 ) -> Result<i32> {
     let ui = ctx.ui;
-    let r = resolve(ctx, targets, options, how)?;
+    let mut r = resolve(ctx, targets, options, how)?;
     if let Some(code) = end_at_once(ui, &r)? {
         return Ok(code);
     }
-    let agent = Agent::resolve(&r.settings.agent, !dry_run)?;
+    // The probe runs the installed CLI outside, and under --sandbox the CLI may have been
+    // changed in its own (writable) state: no probe then.
+    let probe = !dry_run && r.settings.sandbox.is_none();
+    let agent = Agent::resolve(&r.settings.agent, probe)?;
+    sandbox(&mut r, &agent, dry_run)?;
     let rollup = resolve_rollup(ui, &r.plan, options)?;
     if dry_run {
         return dry_run::report(ctx, &r, options, rollup, &agent);
@@ -120,6 +124,30 @@ fn start(
         .build()
         .map_err(|e| Error::io("failed to start the async runtime", e))?;
     runtime.block_on(supervise(ctx, r, options, how, agent, rollup))
+}
+
+/// `--sandbox`: resolve the sandbox for this repository and agent (refusing without a usable
+/// bwrap), and pin ralph's own git commands (SPEC §4).
+fn sandbox(r: &mut Resolved, agent: &Agent, dry_run: bool) -> Result<()> {
+    let Some(config) = &r.settings.sandbox else {
+        return Ok(());
+    };
+    if !dry_run {
+        // `.ralph/` exists before the sandbox, so that it is pinned there.
+        state::create_private_dir(&r.rd.path)?;
+    }
+    let plain = |p: &Path| p.components().collect::<PathBuf>();
+    let paths = crate::sandbox::RepoPaths {
+        work_tree: r.root.clone(),
+        git_dir: plain(r.repo.git2().path()),
+        common_dir: plain(r.repo.git2().commondir()),
+    };
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let home = home.filter(|h| h.is_absolute());
+    let sandbox = crate::sandbox::Sandbox::new(config, paths, &agent.name, home.as_deref())?;
+    r.repo.sandbox_git(&sandbox.repo.common_dir);
+    r.settings.sandboxed = Some(std::sync::Arc::new(sandbox));
+    Ok(())
 }
 
 /// Find the repository, the recorded run, the plan and the settings.

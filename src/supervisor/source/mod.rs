@@ -214,15 +214,20 @@ impl Source {
 
     /// The command whose exit code decides: the CPM roll-up, else the configured one.
     pub fn verdict_invocation(&self, settings: &Settings) -> Option<(String, Invocation)> {
+        // The roll-up script may sit in the agent's own state (`~/.claude/plugins`): it runs in
+        // the sandbox, as the repository's own commands do.
         if let Source::Cpm(c) = self
-            && let Some(inv) = c.rollup_invocation()
+            && let Some((display, inv)) = c.rollup_invocation()
         {
-            return Some(inv);
+            return Some((display, settings.confine(inv, true)));
         }
-        settings
-            .verdict_command
-            .as_ref()
-            .map(|c| (c.clone(), super::checks::shell(c)))
+        settings.verdict_command.as_ref().map(|c| {
+            let inv = super::checks::shell(c);
+            (
+                c.clone(),
+                settings.confine(inv, settings.verdict_command_from_repo),
+            )
+        })
     }
 
     /// Classify a verdict run; CPM reads its records the roll-up's way. Exit 4 ("nothing
