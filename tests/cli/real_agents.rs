@@ -36,10 +36,34 @@ pub(crate) fn with_standin(
     extra: &[&str],
     ralph_args: &[&str],
 ) -> std::process::Output {
+    with_standin_as(env, None, cli, scenario, extra, ralph_args)
+}
+
+/// [`with_standin`], as the user `uid` when given (the environment must be theirs).
+pub(crate) fn with_standin_as(
+    env: &TestEnv,
+    uid: Option<u32>,
+    cli: &str,
+    scenario: Option<&str>,
+    extra: &[&str],
+    ralph_args: &[&str],
+) -> std::process::Output {
     let work = env.home.join(format!("standin-{cli}"));
     std::fs::create_dir_all(&work).unwrap();
+    if let Some(uid) = uid {
+        std::os::unix::fs::chown(&work, Some(uid), Some(uid)).unwrap();
+    }
     let script = repo_root().join("testing/standin/with-standin.sh");
-    let mut cmd = env.command("bash");
+    let mut cmd = match uid {
+        None => env.command("bash"),
+        Some(uid) => {
+            let mut cmd = env.command("setpriv");
+            cmd.arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={uid}"))
+                .args(["--clear-groups", "bash"]);
+            cmd
+        }
+    };
     cmd.arg(&script).args(["--cli", cli, "--work"]).arg(&work);
     if let Some(s) = scenario {
         let path = work.join("scenario.json");

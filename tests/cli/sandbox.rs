@@ -327,12 +327,23 @@ fn which(tool: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("{tool} not on PATH"))
 }
 
-/// The real Claude Code CLI, two iterations against the stand-in server, in the sandbox.
-fn claude_two_iterations(env: &TestEnv) -> std::process::Output {
+/// The real Claude Code CLI, two iterations against the stand-in server, in the sandbox, as
+/// `uid` when given.
+fn claude_two_iterations(env: &TestEnv, uid: Option<u32>) -> std::process::Output {
     env.write_task(&["first box", "second box"], "");
     env.commit_all("initial");
-    crate::real_agents::with_standin(
+    if let Some(uid) = uid {
+        // The whole environment (home, repository, logs) becomes the user's.
+        let status = std::process::Command::new("chown")
+            .args(["-R", &format!("{uid}:{uid}")])
+            .arg(env.dir())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    crate::real_agents::with_standin_as(
         env,
+        uid,
         "claude",
         None,
         &[],
@@ -362,8 +373,38 @@ fn claude_completes_two_iterations_in_the_sandbox() {
         return;
     }
     let env = TestEnv::outside_tmp();
-    let out = claude_two_iterations(&env);
+    let out = claude_two_iterations(&env, None);
     assert_two_iterations(&env, &out);
+}
+
+#[test]
+fn claude_completes_two_iterations_in_the_sandbox_as_a_normal_user() {
+    if crate::real_agents::installed("claude").is_none() || !bwrap_works() {
+        return;
+    }
+    if !is_root() {
+        // Already a normal user: the test above is this one.
+        eprintln!("skipping: not root, so the sandbox test above already ran as a normal user");
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let probe = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["bwrap", "--ro-bind", "/", "/", "true"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!(
+            "skipping: this machine lets no normal user make namespaces (bwrap as uid 65534 fails)"
+        );
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    let out = claude_two_iterations(&env, Some(NOBODY));
+    assert_two_iterations(&env, &out);
+    // It ran as that user: the commits' files are theirs.
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(env.repo.join(".ralph/state.json")).unwrap();
+    assert_eq!(meta.uid(), NOBODY);
 }
 
 /// An agent that says so in the repository when SIGTERM reaches it, then exits.
