@@ -1,7 +1,13 @@
 //! Staging exactly as `git add -A` (SPEC §8): `git status` (through the file monitor when one
 //! runs) names what changed; those paths, less what the commit guard keeps out and what git
-//! refuses, go to `git add -A` as literal pathspecs. git applies its own rules — ignore files at
-//! every level, sparse checkouts, clean filters, autocrlf, gitlinks — so the index is git's.
+//! refuses, are staged by git. When every one of them is a file (or a deleted or tracked
+//! gitlink path) and no sparse checkout is on, `git update-index --add --remove --replace` takes
+//! exactly those paths — git's own code for hashing a path (clean filters, autocrlf, modes,
+//! gitlinks) without `git add`'s matching of every index entry against every pathspec, which at
+//! 100,000 files costs more than the staging itself; untracked directories were expanded by
+//! `git ls-files --others --exclude-standard`, so the ignore rules are git's. Otherwise (a nested
+//! repository to record, a sparse checkout, an ancestor replaced by a file) the paths go to
+//! `git add -A` as literal pathspecs.
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
@@ -42,10 +48,14 @@ pub(super) fn parse_status(out: &[u8]) -> Vec<Entry> {
         .collect()
 }
 
-/// What goes to `git add`.
+/// What goes to `git add` (or `git update-index`).
 #[derive(Default)]
 struct AddPlan {
     include: Vec<String>,
+    /// Every path to stage, one by one (for `git update-index`).
+    files: Vec<String>,
+    /// Something only `git add` does as `git add -A` would (see the module's doc).
+    needs_add: bool,
     /// The status paths behind `include` (before any ancestor replaced them).
     worked: Vec<String>,
     exclude: Vec<String>,
@@ -93,12 +103,17 @@ impl Repo {
         if entries.iter().any(Entry::unmerged) {
             return Err(GitError::Conflicts);
         }
-        let mut plan = AddPlan::default();
+        let mut plan = AddPlan {
+            needs_add: self.sparse(),
+            ..AddPlan::default()
+        };
         for e in entries {
             self.plan_entry(&e, exclude, &mut plan)?;
         }
-        if !plan.include.is_empty() {
+        if plan.needs_add && !plan.include.is_empty() {
             self.add(&plan)?;
+        } else if !plan.files.is_empty() {
+            self.update_index(&plan.files)?;
         }
         let tree = self.index_tree()?;
         Ok(Staged {
@@ -121,13 +136,19 @@ impl Repo {
         }
         let path = e.path.trim_end_matches('/');
         let abs = self.root.join(path);
+        // A name that is not UTF-8 was read lossily: only a pathspec can stand for it.
+        plan.needs_add |= path.contains(char::REPLACEMENT_CHARACTER);
         if let Some(why) = refused(&abs) {
             plan.leave_out(path, why);
             return Ok(());
         }
         if !e.untracked() {
             plan.worked.push(e.path.clone());
-            plan.include.push(self.reachable(path));
+            let reachable = self.reachable(path);
+            // An ancestor replaced by a file, or a tracked file by a directory: `git add`.
+            plan.needs_add |= reachable != path || (e.x == b'D' || e.y == b'D') && abs.is_dir();
+            plan.include.push(reachable);
+            plan.files.push(path.to_string());
             return Ok(());
         }
         if e.path.ends_with('/') {
@@ -139,9 +160,19 @@ impl Repo {
             None => {
                 plan.worked.push(e.path.clone());
                 plan.include.push(path.to_string());
+                plan.files.push(path.to_string());
             }
         }
         Ok(())
+    }
+
+    /// A sparse checkout (or a sparse index): `git add` knows which paths it must leave alone.
+    fn sparse(&self) -> bool {
+        ["core.sparseCheckout", "index.sparse"].iter().any(|k| {
+            self.config_value(k).is_some_and(|v| {
+                matches!(v.to_ascii_lowercase().as_str(), "true" | "yes" | "on" | "1")
+            })
+        })
     }
 
     /// A pathspec git can follow to `path`: when an ancestor directory was replaced by a symlink
@@ -190,8 +221,9 @@ impl Repo {
                 self.plan_nested_repo(rel, plan)?;
                 continue;
             }
-            if let Some(why) = refused(&abs).or_else(|| exclude(rel, &abs)) {
-                plan.leave_out(rel, why);
+            match refused(&abs).or_else(|| exclude(rel, &abs)) {
+                Some(why) => plan.leave_out(rel, why),
+                None => plan.files.push(rel.to_string()),
             }
         }
         plan.include.push(dir.to_string());
@@ -206,6 +238,7 @@ impl Repo {
             .is_some_and(|r| r.head().and_then(|h| h.peel_to_commit()).is_ok());
         if has_commit {
             plan.include.push(dir.to_string());
+            plan.needs_add = true;
         } else {
             plan.leave_out(
                 dir,
@@ -236,6 +269,24 @@ impl Repo {
         let args = ["add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"];
         let out = self.git.output(&args, Some(&specs))?;
         added(&args, &out)
+    }
+
+    /// Stage exactly `files` (paths from the root; missing ones are removed from the index).
+    fn update_index(&self, files: &[String]) -> Result<(), GitError> {
+        let mut list: Vec<u8> = Vec::new();
+        for f in files {
+            list.extend_from_slice(f.as_bytes());
+            list.push(0);
+        }
+        let args = [
+            "update-index",
+            "--add",
+            "--remove",
+            "--replace",
+            "-z",
+            "--stdin",
+        ];
+        self.git.run(&args, Some(&list)).map(drop)
     }
 
     /// `git add -A` of one directory's files (ralph's bookkeeping after the status block was
