@@ -191,8 +191,11 @@ pub fn all(repo: &Repo) -> Result<Vec<Entry>> {
         let Ok(wt) = main.find_worktree(&name) else {
             continue;
         };
-        if wt.path().is_dir() {
-            out.push(entry(&name, wt.path())?);
+        // A worktree another loop is still creating (no `.git` file yet) is not a loop yet.
+        if wt.path().is_dir()
+            && let Ok(e) = entry(&name, wt.path())
+        {
+            out.push(e);
         }
     }
     Ok(out)

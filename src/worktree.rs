@@ -54,6 +54,9 @@ pub fn open_or_create(repo: &Repo, name: &str) -> Result<Worktree> {
     let common = repo.git2().commondir().to_path_buf();
     let path = common.join(DIR).join(name);
     let branch = format!("ralph/{name}");
+    // `git worktree add` reads every other worktree's files (is the branch checked out there?)
+    // and fails on one another add is still writing: creations and removals take turns.
+    let _lock = worktrees_lock(repo)?;
     if let Ok(wt) = repo.git2().find_worktree(name)
         && wt.path().is_dir()
     {
@@ -153,7 +156,7 @@ pub fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
         ))
         .with_hint(format!("merge `{}` by hand", wt.branch)));
     };
-    let _lock = merge_lock(repo)?;
+    let _lock = worktrees_lock(repo)?;
     let target = checked_out_at(repo, &base)?;
     if let Some(tree) = &target
         && Repo::discover(tree)?.is_dirty_tracked()?
@@ -222,9 +225,10 @@ fn completed(loop_repo: &Repo, name: &str) -> Result<()> {
     }
 }
 
-/// One merge at a time across loops: a lock in the common git directory, waited for.
-fn merge_lock(repo: &Repo) -> Result<std::fs::File> {
-    let path = repo.git2().commondir().join("ralph-merge.lock");
+/// One merge, worktree creation or removal at a time across loops: a lock in the common git
+/// directory, waited for (held by an open file, so a killed holder releases it).
+fn worktrees_lock(repo: &Repo) -> Result<std::fs::File> {
+    let path = repo.git2().commondir().join("ralph-worktrees.lock");
     let f = OpenOptions::new()
         .create(true)
         .truncate(false)
