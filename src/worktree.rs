@@ -6,6 +6,7 @@
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result, exit};
 use crate::git::{GitError, Repo};
@@ -225,8 +226,13 @@ fn completed(loop_repo: &Repo, name: &str) -> Result<()> {
     }
 }
 
+/// How long a loop waits for another's merge, worktree creation or removal (each takes seconds
+/// at most; a holder that never lets go is a process that should not be trusted to).
+const WORKTREES_LOCK_WAIT: Duration = Duration::from_secs(300);
+
 /// One merge, worktree creation or removal at a time across loops: a lock in the common git
-/// directory, waited for (held by an open file, so a killed holder releases it).
+/// directory, waited for up to [`WORKTREES_LOCK_WAIT`] (held by an open file, so a killed holder
+/// releases it; never waited on forever).
 fn worktrees_lock(repo: &Repo) -> Result<std::fs::File> {
     let path = repo.git2().commondir().join("ralph-worktrees.lock");
     let f = OpenOptions::new()
@@ -235,8 +241,24 @@ fn worktrees_lock(repo: &Repo) -> Result<std::fs::File> {
         .write(true)
         .open(&path)
         .map_err(|e| Error::file("open", &path, e))?;
-    f.lock().map_err(|e| Error::file("lock", &path, e))?;
-    Ok(f)
+    let deadline = Instant::now() + WORKTREES_LOCK_WAIT;
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(f),
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::file("lock", &path, e)),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::user(format!(
+                    "{} is still locked after {}s: another ralph is merging or creating a worktree",
+                    path.display(),
+                    WORKTREES_LOCK_WAIT.as_secs()
+                ))
+                .with_hint("`ralph status --all` lists the loops; `fuser` names the holder"));
+            }
+        }
+    }
 }
 
 /// The work tree that has `branch` checked out, if any.
