@@ -332,12 +332,16 @@ impl Repo {
     }
 
     /// `git status --porcelain | cksum` without its trailing newline, e.g. `4294967295 0`.
-    ///
-    /// Taken after the iteration's commands have written the index, so this status leaves it
-    /// alone (`--no-optional-locks`): its refreshed stat data would only repeat theirs, and at
-    /// 100,000 files writing the index back costs more than the status itself. The output is the
-    /// same with or without the option.
     pub fn fingerprint(&self) -> Result<String, GitError> {
+        Ok(cksum(&self.porcelain()?))
+    }
+
+    /// [`Self::fingerprint`] right after ralph staged (its status, update-index and write-tree
+    /// have just written the index): this status leaves the index alone (`--no-optional-locks`),
+    /// as its write-back would only repeat theirs and at 100,000 files costs more than the
+    /// status itself. Where nothing staged this iteration (`--no-commit`), [`Self::fingerprint`]
+    /// must be the one that writes the refreshed stat data back. The output is the same.
+    pub fn fingerprint_after_staging(&self) -> Result<String, GitError> {
         let out = self
             .git
             .run(&["--no-optional-locks", "status", "--porcelain"], None)?;

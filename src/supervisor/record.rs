@@ -75,7 +75,11 @@ impl Loop {
             // A commit may have recorded a new submodule or nested repository.
             w.set_always(self.repo.gitlinks()?);
         }
-        let fingerprint = self.repo.fingerprint()?;
+        let fingerprint = if self.settings.no_commit {
+            self.repo.fingerprint()?
+        } else {
+            self.repo.fingerprint_after_staging()?
+        };
         let exit = match ending {
             Ok(Verified {
                 verdict: Some(v), ..

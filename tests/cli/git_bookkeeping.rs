@@ -101,3 +101,62 @@ fn git_clean_by_the_agent_does_not_let_a_second_supervisor_in() {
         "the first run, interrupted, ends as usual\n--- stdout ---\n{first_out}\n--- stderr ---\n{first_err}"
     );
 }
+
+/// SPEC §12: the stat data git refreshes goes back into the index, so a repository whose files
+/// were all touched (a copy, a restore, a formatter) is re-hashed once, not at every iteration.
+/// `git diff-files` compares stat data only (it never refreshes), so it lists every entry whose
+/// stat data in the index is stale. Every tracked file's times are set to a day in the past
+/// (contents unchanged, and no entry can be racily clean); the control shows git sees them all
+/// stale, then two iterations of ralph — committing, and with `--no-commit` — must leave none.
+///
+/// Fails when no status of the iteration writes the index back (the fingerprint's status under
+/// `--no-optional-locks` where nothing was staged: with `--no-commit` every entry stays stale).
+#[test]
+fn refreshed_stat_data_is_written_back_once() {
+    for no_commit in [false, true] {
+        let env = TestEnv::new();
+        env.write_task(&["never checked by the agent"], "");
+        for i in 0..300 {
+            env.write(&format!("src/d{}/f{i}.txt", i % 7), &format!("file {i}\n"));
+        }
+        env.commit_all("initial");
+        let touched = env
+            .command("sh")
+            .args([
+                "-c",
+                "git ls-files -z | xargs -0 touch -d 2020-01-01T00:00:00",
+            ])
+            .current_dir(&env.repo)
+            .status()
+            .unwrap();
+        assert!(touched.success());
+        let stale = |env: &TestEnv| -> Vec<String> {
+            env.git(&["diff-files", "--name-only"])
+                .lines()
+                .map(str::to_string)
+                .collect()
+        };
+        let before = stale(&env);
+        assert!(
+            before.len() > 300,
+            "control: every entry should be stat-dirty, git lists {}",
+            before.len()
+        );
+        let mut args = vec!["--max-iterations", "2", "--stuck-threshold", "99"];
+        if no_commit {
+            args.push("--no-commit");
+        }
+        let out = env.run_fake("churn", &args);
+        assert_exit(&out, 3);
+        let left: Vec<String> = stale(&env)
+            .into_iter()
+            .filter(|p| p.starts_with("src/"))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "no_commit={no_commit}: {} entries still stat-dirty after the run, e.g. {:?}",
+            left.len(),
+            &left[..left.len().min(5)]
+        );
+    }
+}
