@@ -712,3 +712,75 @@ fn a_nested_repository_moved_in_a_later_iteration_is_recorded() {
     let status = git_in(&env, &env.repo, &["status", "--porcelain"]);
     assert_eq!(status, "", "nothing left uncommitted");
 }
+
+/// Over many iterations, not one: the fingerprint of every ITER record is the one git prints
+/// for the tree that iteration left. The agent itself is the oracle — each iteration starts by
+/// recording `git --no-optional-locks status --porcelain | cksum` (a status of its own, without
+/// ralph's monitor, that writes nothing), then makes its change: a new untracked directory with
+/// files, a file added to an existing directory, one modified, one deleted, and (in the sparse
+/// case) a new directory outside the cone. This holds the watcher, the untracked cache and the
+/// statuses that do not write the index back to git's answer from one iteration to the next, in
+/// a plain repository and in a sparse checkout.
+#[test]
+fn every_iterations_fingerprint_is_gits_over_many_iterations() {
+    for sparse in [false, true] {
+        let env = TestEnv::new();
+        env.write_task(&["never checked by the agent"], "");
+        shell(
+            &env,
+            &env.repo,
+            "mkdir -p in/a in/b out && for i in 1 2 3 4 5 6 7 8; do echo $i > in/a/f$i; \
+             echo $i > in/b/g$i; echo $i > out/o$i; done",
+        );
+        env.commit_all("initial");
+        if sparse {
+            shell(&env, &env.repo, "git sparse-checkout set in .ralph");
+        }
+        let oracle = env.home.join("oracle.log");
+        let script = agent_sh(
+            &env,
+            "many",
+            &format!(
+                "git --no-optional-locks status --porcelain | cksum >> '{o}'\n\
+                 k=$RALPH_ITERATION\n\
+                 mkdir -p in/new$k/deep && echo x > in/new$k/x && echo y > in/new$k/deep/y\n\
+                 echo $k > in/a/added$k\n\
+                 echo more >> in/b/g1\n\
+                 rm -f in/a/f$k\n\
+                 mkdir -p outside$k && echo z > outside$k/z",
+                o = oracle.display()
+            ),
+        );
+        let out = env.run_fake(
+            &script,
+            &["--max-iterations", "6", "--stuck-threshold", "99"],
+        );
+        assert_exit(&out, 3);
+        let mut seen: Vec<String> = std::fs::read_to_string(&oracle)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        seen.push(env.porcelain_cksum());
+        let records: Vec<String> = env
+            .iter_records()
+            .iter()
+            .filter_map(|r| r.rsplit(" | ").next().map(str::to_string))
+            .collect();
+        assert_eq!(records.len(), 6, "{:?}", env.iter_records());
+        for (k, fingerprint) in records.iter().enumerate() {
+            assert_eq!(
+                fingerprint,
+                &seen[k + 1],
+                "sparse={sparse}: ITER {} fingerprint {fingerprint}, git's {} (git's status now: {:?})",
+                k + 1,
+                seen[k + 1],
+                env.git(&["status", "--porcelain"])
+            );
+        }
+        // In the sparse checkout the directories outside the cone stay untracked, so the
+        // fingerprints there are not the clean tree's: the comparison is not a trivial one.
+        let clean = seen[1..].iter().all(|s| s == "4294967295 0");
+        assert_eq!(clean, !sparse, "sparse={sparse}: {seen:?}");
+    }
+}
