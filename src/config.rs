@@ -160,6 +160,44 @@ pub struct Settings {
     pub sandboxed: Option<std::sync::Arc<crate::sandbox::Sandbox>>,
 }
 
+impl Settings {
+    /// The agent and checks to record for a resume ([`crate::state::Pinned`]).
+    pub fn pinned(&self) -> crate::state::Pinned {
+        let (agent, agent_cmd) = match &self.agent {
+            AgentChoice::Preset(p) => (Some(p.clone()), None),
+            AgentChoice::Template(t) => (None, Some(t.clone())),
+        };
+        crate::state::Pinned {
+            agent,
+            agent_cmd,
+            test_command: self.test_command.clone(),
+            test_command_from_repo: self.test_command_from_repo,
+            verdict_command: self.verdict_command.clone(),
+            verdict_command_from_repo: self.verdict_command_from_repo,
+        }
+    }
+
+    /// Resuming: the recorded run's agent and checks, except where the resume's own flags
+    /// (`now`) name one.
+    pub fn keep_pinned(&mut self, pinned: &crate::state::Pinned, now: &Layer) {
+        if now.agent.is_none() && now.agent_cmd.is_none() {
+            match (&pinned.agent, &pinned.agent_cmd) {
+                (_, Some(t)) => self.agent = AgentChoice::Template(t.clone()),
+                (Some(p), None) => self.agent = AgentChoice::Preset(p.clone()),
+                (None, None) => {}
+            }
+        }
+        if now.test_command.is_none() {
+            self.test_command.clone_from(&pinned.test_command);
+            self.test_command_from_repo = pinned.test_command_from_repo;
+        }
+        if now.verdict_command.is_none() {
+            self.verdict_command.clone_from(&pinned.verdict_command);
+            self.verdict_command_from_repo = pinned.verdict_command_from_repo;
+        }
+    }
+}
+
 impl Layer {
     /// The layer given on the command line or through `RALPH_*` variables (clap merges those two).
     pub fn from_options(o: &RunOptions) -> Layer {

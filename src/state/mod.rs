@@ -19,7 +19,7 @@ pub use logs::{
     tail_lines,
 };
 pub use progress::{status_block, with_status_block, without_status_block};
-pub use run_state::{HaltReason, Mode, RunState, SCHEMA_VERSION, valid_run_id};
+pub use run_state::{HaltReason, Mode, Pinned, RunState, SCHEMA_VERSION, valid_run_id};
 
 pub const DIR: &str = ".ralph";
 

@@ -171,6 +171,31 @@ pub struct RunState {
     /// Criteria the agent annotated when it checked them (`baseline → as written`), for review.
     #[serde(default)]
     pub annotations: Vec<String>,
+    /// What the run was started with that a resume keeps (SPEC §2.3: the same run), unless a
+    /// flag of the resume says otherwise. `None` in a state from an older ralph.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<Pinned>,
+}
+
+/// The agent and the checks a run was started with. A resume takes them from here, not from
+/// today's files: a task file the agent edited (`test_command: "true"`) or a flag not repeated
+/// (`--test-command`, `--agent-cmd`) must not change what judges the run it continues.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pinned {
+    /// A preset's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// A custom command template (`--agent-cmd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_cmd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_command: Option<String>,
+    #[serde(default)]
+    pub test_command_from_repo: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict_command: Option<String>,
+    #[serde(default)]
+    pub verdict_command_from_repo: bool,
 }
 
 impl RunState {

@@ -351,3 +351,99 @@ exit 1"#,
         .collect();
     assert_eq!(numbers, ["ITER 1", "ITER 2"], "{recs:?}");
 }
+
+// --- Resume continues the same run: its baseline, its agent, its checks ---
+
+/// SPEC §2.3/§5.3: a run halted as tampered (the agent deleted an unchecked criterion and
+/// checked the rest) is not "already complete" when resumed: the resume holds the file to the
+/// run's baseline and halts as tampered again at once (exit 8), naming the criterion, spawning
+/// nothing. Bug caught: `resume` saw every remaining box checked and answered "already
+/// complete", exit 0.
+#[test]
+fn resume_after_a_tamper_halt_is_tampered_again_not_complete() {
+    let env = TestEnv::new();
+    env.write_task(&["alpha", "beta"], "");
+    env.commit_all("initial");
+    let tamper = agent_sh(
+        &env,
+        "tamper",
+        "sed -i '/- \\[ \\] beta/d; s/- \\[ \\] alpha/- [x] alpha/' RALPH_TASK.md",
+    );
+    let out = fake(&env, "run", &tamper, &["--max-iterations", "3"]);
+    assert_exit(&out, 8);
+    let ran = env.iter_records().len();
+    let out = fake(&env, "resume", "check", &["--max-iterations", "5"]);
+    assert_exit(&out, 8);
+    let text = said(&out);
+    assert!(!text.contains("already complete"), "{text}");
+    assert!(text.contains("beta"), "names the criterion: {text}");
+    assert_eq!(env.iter_records().len(), ran, "nothing ran");
+    assert!(!env.agent_ran(2), "no agent was spawned");
+    let st = status_json(&env);
+    assert_eq!(st["halt_reason"], "tampered", "{st}");
+}
+
+/// SPEC §2.3: a resume keeps the run's test command given as a flag. The run's tests
+/// (`--test-command false`) fail with every box checked (exit 3); `ralph resume` without the
+/// flag must not answer "already complete": the tests still fail, so it runs and halts at max
+/// iterations again. Bug caught: resume forgot the flag and reported complete, exit 0.
+#[test]
+fn resume_keeps_the_runs_test_command_flag() {
+    let env = TestEnv::new();
+    env.write_task(&["only criterion"], "");
+    env.commit_all("initial");
+    let out = fake(
+        &env,
+        "run",
+        "check",
+        &["--max-iterations", "1", "--test-command", "false"],
+    );
+    assert_exit(&out, 3);
+    // Without the run's own record of its flag, this resume would see no check at all.
+    let out = fake(&env, "resume", "idle", &["--max-iterations", "2"]);
+    let text = said(&out);
+    assert!(!text.contains("already complete"), "{text}");
+    assert_exit(&out, 3);
+}
+
+/// SPEC §2.3: a resume keeps the test command the run started with, not the one the agent wrote
+/// into the task file's frontmatter since. The agent replaces `test_command: "false"` with
+/// `"true"` and checks the box; the run holds it (exit 3, its own command still fails); the
+/// resume must too. Bug caught: resume read the edited frontmatter and reported complete.
+#[test]
+fn resume_ignores_a_test_command_the_agent_wrote_into_the_task_file() {
+    let env = TestEnv::new();
+    env.write_task(&["only criterion"], "test_command: \"false\"\n");
+    env.commit_all("initial");
+    let edit = agent_sh(
+        &env,
+        "edit",
+        "sed -i 's/test_command: \"false\"/test_command: \"true\"/; s/- \\[ \\]/- [x]/' RALPH_TASK.md",
+    );
+    let out = fake(&env, "run", &edit, &["--max-iterations", "1"]);
+    assert_exit(&out, 3);
+    assert!(env.read("RALPH_TASK.md").contains("test_command: \"true\""));
+    let out = fake(&env, "resume", "idle", &["--max-iterations", "2"]);
+    let text = said(&out);
+    assert!(!text.contains("already complete"), "{text}");
+    assert_exit(&out, 3);
+}
+
+/// SPEC §2.3: `ralph resume` after a run with a custom agent runs that agent again, as the hint
+/// it printed (`ralph resume --max-iterations N`) promises. Bug caught: the resume fell back to
+/// the default preset (`copilot`) and failed, "agent `copilot` not found".
+#[test]
+fn resume_keeps_the_runs_agent() {
+    let env = TestEnv::new();
+    env.write_task(&["a", "b"], "");
+    env.commit_all("initial");
+    let out = fake(&env, "run", "check", &["--max-iterations", "1"]);
+    assert_exit(&out, 3);
+    let out = env.ralph_with_limit(
+        &["resume", "--yes", "--max-iterations", "3"],
+        &[("FAKE_AGENT_SCRIPT", "check")],
+        Duration::from_secs(30),
+    );
+    assert_exit(&out, 0);
+    assert!(env.agent_ran(2), "the run's own agent ran iteration 2");
+}

@@ -200,10 +200,12 @@ fn the_repositorys_hooks_commands_and_git_config_run_in_the_sandbox_this_run_and
         }
         let out = run_script(&env, &script, &args, &no_watch);
         assert_exit(&out, 3);
-        // The next run reads the `.ralph/config.toml` the agent wrote.
+        // The next run reads the `.ralph/config.toml` the agent wrote (a new run: a resume
+        // keeps the test command its run started with).
         let agent = format!("sh '{}'", script.display());
         let mut resume = vec![
-            "resume",
+            "run",
+            "--reset",
             "--agent-cmd",
             agent.as_str(),
             "--yes",

@@ -118,6 +118,9 @@ impl Begin<'_> {
             self.record_killed_iteration(&p)?;
         }
         p.running = true;
+        // What this resume runs with (its own flags may have changed a check) is what the next
+        // resume keeps.
+        p.pinned = Some(self.settings.pinned());
         p.pid = std::process::id();
         p.halt_reason = None;
         p.exit_code = None;
@@ -262,6 +265,7 @@ impl Begin<'_> {
             },
             feedback: None,
             annotations: Vec::new(),
+            pinned: Some(self.settings.pinned()),
         }
     }
 

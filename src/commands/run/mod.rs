@@ -195,6 +195,12 @@ fn resolve(
         // CPM's skills are Claude Code slash commands.
         settings.agent = AgentChoice::Preset("claude".into());
     }
+    // A resume continues the same run: its agent and checks, not today's files' (SPEC §2.3).
+    if how == Continuation::Resume
+        && let Some(pinned) = prior.as_ref().and_then(|p| p.pinned.as_ref())
+    {
+        settings.keep_pinned(pinned, &layers[0].layer);
+    }
     let written_max = layers.iter().skip(1).find_map(|s| s.layer.max_iterations);
     Ok(Resolved {
         repo,
@@ -248,7 +254,8 @@ fn end_at_once(ui: Ui, r: &Resolved) -> Result<Option<i32>> {
         Plan::Checklist { doc, rel, .. }
             if doc.checklist.remaining().next().is_none()
                 && r.settings.test_command.is_none()
-                && r.settings.verdict_command.is_none() =>
+                && r.settings.verdict_command.is_none()
+                && gone_from_baseline(r.prior.as_ref(), &doc.checklist).is_empty() =>
         {
             let (done, total) = (doc.checklist.done(), doc.checklist.total());
             ui.success(&format!(
@@ -351,6 +358,9 @@ async fn supervise(
             checked: p.baseline_checked.clone(),
         };
     }
+    if let Some(code) = halt_if_tampered(ui, &r, resumed.as_ref(), &source)? {
+        return Ok(code);
+    }
     if let Some(p) = &resumed {
         r.settings.max_iterations = begin::resumed_max_iterations(p, options, r.written_max);
     }
@@ -385,6 +395,62 @@ async fn supervise(
     the_loop.watch = watch;
     the_loop.state.feedback = evidence.and_then(|e| e.feedback);
     the_loop.run().await
+}
+
+/// The criteria an unfinished earlier run started with that the task file no longer has: such
+/// a file is not "already complete" (SPEC §5.3), whether the run is resumed or asked about.
+fn gone_from_baseline(
+    prior: Option<&RunState>,
+    now: &crate::task::checklist::Checklist,
+) -> Vec<String> {
+    let Some(p) = prior.filter(|p| p.halt_reason != Some(HaltReason::Complete)) else {
+        return Vec::new();
+    };
+    let baseline = Baseline {
+        unchecked: p.baseline.clone(),
+        checked: p.baseline_checked.clone(),
+    };
+    crate::task::integrity::review(&baseline, now).tampered
+}
+
+/// A resumed checklist run whose task file lost criteria of its baseline (while ralph was down,
+/// or in the iteration that halted it as tampered) halts as tampered again at once (exit 8),
+/// spawning nothing, and says which.
+fn halt_if_tampered(
+    ui: Ui,
+    r: &Resolved,
+    resumed: Option<&RunState>,
+    source: &Source,
+) -> Result<Option<i32>> {
+    let (Some(p), Source::Checklist(c)) = (resumed, source) else {
+        return Ok(None);
+    };
+    let gone = crate::task::integrity::review(&c.baseline, &c.previous).tampered;
+    if gone.is_empty() {
+        return Ok(None);
+    }
+    ui.alert("## ⛔ RALPH Loop — Criteria tampered");
+    ui.plain(&format!(
+        "{} no longer has {} of the criteria run {} started with:",
+        source.task_file(),
+        gone.len(),
+        p.run_id
+    ));
+    for g in &gone {
+        ui.plain(&format!("  - [ ] {g}"));
+    }
+    ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes. Restore them (see git log -p) and resume, or start over with ralph run --reset.");
+    let mut p = p.clone();
+    p.running = false;
+    p.halt_reason = Some(HaltReason::Tampered);
+    p.exit_code = Some(exit::TAMPERED);
+    p.save(&r.rd.state_file())?;
+    ui.event(
+        "halted",
+        serde_json::json!({"reason": HaltReason::Tampered, "exit_code": exit::TAMPERED,
+            "iteration": p.iteration, "done": c.previous.done(), "total": c.previous.total()}),
+    );
+    Ok(Some(exit::TAMPERED))
 }
 
 /// `ralph run` was told "resume" at the prompt: start over as `ralph resume`.
