@@ -137,7 +137,7 @@ fn writer(dir: &Path, cell: &Cell) {
 
 fn write(dir: &Path, line: &str) {
     let tmp = dir.join(TMP);
-    let done = std::fs::write(&tmp, format!("{line}\n"))
+    let done = crate::files::write_own(&tmp, format!("{line}\n").as_bytes())
         .and_then(|()| std::fs::rename(&tmp, dir.join(FILE)));
     if let Err(e) = done {
         tracing::debug!("could not write {}: {e}", dir.join(FILE).display());

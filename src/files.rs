@@ -5,6 +5,10 @@
 //! replace it with a FIFO (an open for reading would block forever), link it to `/dev/zero` (a
 //! read would never end) or grow it without bound. [`read_text`] opens without blocking, checks
 //! what the open file really is, and reads at most the limit.
+//!
+//! ralph's own files (its logs, transcripts, prompts, lock, barriers) live where the agent can
+//! write too, and ralph writes them from outside any sandbox: [`open_own`] and [`own_dir`]
+//! never write through a symlink the agent planted there, nor into a FIFO.
 
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -168,8 +172,155 @@ pub fn is_regular(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file())
 }
 
+/// Open one of ralph's own files for writing, never through a symlink (`O_NOFOLLOW`) and never
+/// blocking on a FIFO (`O_NONBLOCK`). A symlink found at `path` is the agent's: the link itself
+/// is removed (what it points to is left alone) and the file created afresh. Anything else that
+/// is not a regular file there (a directory, a FIFO, a socket) is moved aside to
+/// `NAME.displaced-PID` and the file created afresh, so ralph's own records go on. `append`:
+/// add to the end; else start empty. The file's parent must be a real directory ([`own_dir`]).
+pub fn open_own(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
+    let open = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+    };
+    match open() {
+        Ok(f) if f.metadata()?.is_file() => return Ok(f),
+        Ok(_) => {}
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            std::fs::remove_file(path)?;
+            return open();
+        }
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR | libc::ENXIO)) => {}
+        Err(e) => return Err(e),
+    }
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(format!(".displaced-{}", std::process::id()));
+    std::fs::rename(path, &aside)?;
+    open()
+}
+
+/// Write one of ralph's own files whole, through [`open_own`].
+pub fn write_own(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    open_own(path, false)?.write_all(bytes)
+}
+
+/// Make `dir` (one of ralph's own directories, mode 0700) a real directory, never one reached
+/// through a symlink: every component from `.ralph` down to `dir` that is a symlink the agent
+/// planted is replaced by a directory (the link removed, what it points to left alone); a
+/// component that is a file is an error. Directories above `.ralph` are the repository's and
+/// are created as they are (a directory outside `.ralph` is only created, never replaced).
+pub fn own_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let owned: Vec<&Path> = {
+        let chain: Vec<&Path> = dir.ancestors().collect();
+        match chain
+            .iter()
+            .position(|p| matches!(p.file_name().and_then(|n| n.to_str()), Some(".ralph")))
+        {
+            Some(i) => chain[..=i].to_vec(),
+            None => {
+                return std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir);
+            }
+        }
+    };
+    if let Some(top) = owned.last().and_then(|t| t.parent())
+        && !top.as_os_str().is_empty()
+    {
+        std::fs::DirBuilder::new().recursive(true).create(top)?;
+    }
+    for d in owned.iter().rev() {
+        match std::fs::symlink_metadata(d) {
+            Ok(m) if m.is_dir() => {}
+            Ok(m) if m.file_type().is_symlink() => {
+                std::fs::remove_file(d)?;
+                std::fs::DirBuilder::new().mode(0o700).create(d)?;
+            }
+            Ok(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!("{} is not a directory", d.display()),
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::DirBuilder::new().mode(0o700).create(d)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn open_own_never_writes_through_a_symlink_and_moves_odd_files_aside() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let own = dir.path().join("own.log");
+        std::os::unix::fs::symlink(&victim, &own).unwrap();
+        open_own(&own, true).unwrap().write_all(b"mine\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        assert_eq!(std::fs::read_to_string(&own).unwrap(), "mine\n");
+        assert!(std::fs::symlink_metadata(&own).unwrap().is_file());
+        // A directory and a FIFO at the path are moved aside, never waited on.
+        let d = dir.path().join("d.log");
+        std::fs::create_dir(&d).unwrap();
+        write_own(&d, b"x").unwrap();
+        assert_eq!(std::fs::read(&d).unwrap(), b"x");
+        let f = dir.path().join("f.log");
+        let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        write_own(&f, b"y").unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"y");
+        let aside = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".displaced-"))
+            .count();
+        assert_eq!(aside, 2);
+    }
+
+    #[test]
+    fn own_dir_replaces_a_linked_ralph_dir_and_leaves_other_links_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        std::os::unix::fs::symlink(&outside, repo.join(".ralph")).unwrap();
+        own_dir(&repo.join(".ralph/runs/r1")).unwrap();
+        assert!(
+            std::fs::symlink_metadata(repo.join(".ralph"))
+                .unwrap()
+                .is_dir()
+        );
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        // Outside `.ralph` a linked directory is the repository's: used, never replaced.
+        std::os::unix::fs::symlink(&outside, repo.join("docs")).unwrap();
+        own_dir(&repo.join("docs/plans")).unwrap();
+        assert!(
+            std::fs::symlink_metadata(repo.join("docs"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert!(outside.join("plans").is_dir());
+    }
+
     use super::*;
 
     #[test]

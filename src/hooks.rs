@@ -53,7 +53,8 @@ pub fn run(
         return Ok(message.to_string());
     }
     let file = git_dir.join("COMMIT_EDITMSG");
-    std::fs::write(&file, message).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    crate::files::write_own(&file, message.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
     run_hook(root, &msg_hook, &[file.as_os_str()], sandbox)?;
     let edited = std::fs::read_to_string(&file)
         .map_err(|e| format!("cannot read {}: {e}", file.display()))?;

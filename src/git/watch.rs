@@ -139,7 +139,7 @@ impl Watch {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
             + 1;
         let file = self.ralph_dir.join(format!("{BARRIER_PREFIX}{n}"));
-        if std::fs::write(&file, b"").is_err() {
+        if crate::files::write_own(&file, b"").is_err() {
             self.mark_everything();
             return;
         }

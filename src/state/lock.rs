@@ -2,7 +2,7 @@
 //! holder dies, in the work tree's git directory (`$GIT_DIR/ralph.lock`; a linked worktree has
 //! its own), where an agent's `git clean -xfd` or `rm -rf .ralph` cannot remove it.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::path::Path;
 
@@ -21,13 +21,9 @@ pub struct Lock {
 
 impl Lock {
     pub fn acquire(path: &Path) -> Result<Lock> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| Error::file("open", path, e))?;
+        // Never through a symlink the agent planted in the git directory (SPEC §4).
+        let mut file =
+            crate::files::open_own(path, true).map_err(|e| Error::file("open", path, e))?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {

@@ -1,7 +1,7 @@
 //! The append-only logs (SPEC §5.4, §7): one write per record, never glued to a torn last line,
 //! and tails read in bounded time and memory whatever the last line holds; the `ITER` record.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -19,12 +19,7 @@ const TAIL_WINDOW_MAX: u64 = 256 * 1024;
 /// A log whose last line was torn (a crash mid-write left no newline) gets the newline first, so
 /// the new record starts on its own line.
 pub fn append_line(path: &Path, line: &str) -> Result<()> {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .read(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| Error::file("open", path, e))?;
+    let mut f = crate::files::open_own(path, true).map_err(|e| Error::file("open", path, e))?;
     let len = f
         .metadata()
         .map_err(|e| Error::file("read", path, e))?

@@ -90,7 +90,8 @@ impl RalphDir {
         create_private_dir(&self.path)?;
         let ignore = self.path.join(".gitignore");
         if !ignore.exists() {
-            std::fs::write(&ignore, GITIGNORE).map_err(|e| Error::file("write", &ignore, e))?;
+            crate::files::write_own(&ignore, GITIGNORE.as_bytes())
+                .map_err(|e| Error::file("write", &ignore, e))?;
         }
         Ok(())
     }
@@ -134,12 +135,7 @@ impl RalphDir {
 
 /// `mkdir -p` with mode 0700 for the last component (transcripts can hold secrets).
 pub fn create_private_dir(path: &Path) -> Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
-        .map_err(|e| Error::file("create directory", path, e))
+    crate::files::own_dir(path).map_err(|e| Error::file("create directory", path, e))
 }
 
 pub fn now_rfc3339() -> String {
@@ -156,6 +152,10 @@ pub fn initial_progress(total: usize) -> String {
 /// Write a file atomically: temp file in the same directory, fsync, rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
+    if dir.file_name().is_some_and(|n| n == DIR) {
+        // `.ralph` itself may have become the agent's symlink since ralph last looked.
+        crate::files::own_dir(dir).map_err(|e| Error::file("create directory", dir, e))?;
+    }
     let mut tmp = tempfile::Builder::new()
         .prefix(".tmp-")
         .tempfile_in(dir)

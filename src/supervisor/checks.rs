@@ -114,9 +114,10 @@ pub async fn run_agent_once(
 ) -> Result<(Option<Finished>, std::path::PathBuf)> {
     crate::state::create_private_dir(dir)?;
     let prompt_file = dir.join(format!("{name}.prompt.md"));
-    std::fs::write(&prompt_file, prompt).map_err(|e| Error::file("write", &prompt_file, e))?;
+    crate::files::write_own(&prompt_file, prompt.as_bytes())
+        .map_err(|e| Error::file("write", &prompt_file, e))?;
     let transcript_path = dir.join(format!("{name}.log"));
-    let mut transcript = std::fs::File::create(&transcript_path)
+    let mut transcript = crate::files::open_own(&transcript_path, false)
         .map_err(|e| Error::file("create", &transcript_path, e))?;
     let check = Check {
         what: format!("{name}: a {} run", agent.name),

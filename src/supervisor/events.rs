@@ -51,11 +51,8 @@ impl Loop {
         let dir = self.rd.run_dir(&self.state.run_id);
         state::create_private_dir(&dir).map_err(|e| format!("could not run ({e})"))?;
         let path = dir.join("hooks.log");
-        let mut transcript = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| format!("could not run ({e})"))?;
+        let mut transcript =
+            crate::files::open_own(&path, true).map_err(|e| format!("could not run ({e})"))?;
         // A hook from `.ralph/config.toml` may be the agent's: in the sandbox (SPEC §4).
         let mut inv = self.settings.confine(shell(cmd), hook.from_repo);
         inv.stdin = Some(format!("{obj}\n").into_bytes());

@@ -110,7 +110,8 @@ impl Loop {
         };
         let run_dir = self.rd.run_dir(&self.state.run_id);
         let prompt_file = run_dir.join(format!("iter-{:03}.review.prompt.md", prep.n));
-        std::fs::write(&prompt_file, &prompt).map_err(|e| Error::file("write", &prompt_file, e))?;
+        crate::files::write_own(&prompt_file, prompt.as_bytes())
+            .map_err(|e| Error::file("write", &prompt_file, e))?;
         let mut inv = self.agent.invocation(&prompt, &prompt_file)?;
         inv.env.extend(self.ralph_env(prep.n));
         let mut observer = Observer::new(format_for(&self.agent.name), chrono::Utc::now());

@@ -32,10 +32,7 @@ pub async fn fresh_evidence(
     transcript_path: &Path,
     interrupts: &mut Interrupts,
 ) -> Result<Option<Evidence>> {
-    let mut transcript = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(transcript_path)
+    let mut transcript = crate::files::open_own(transcript_path, true)
         .map_err(|e| Error::file("create", transcript_path, e))?;
     let limits = Limits {
         timeout: Some(settings.check_timeout),
@@ -109,7 +106,7 @@ impl Loop {
         state::create_private_dir(&run_dir)?;
         let path = run_dir.join(format!("preflight-{:03}.log", self.counters.iteration + 1));
         let mut transcript =
-            std::fs::File::create(&path).map_err(|e| Error::file("create", &path, e))?;
+            crate::files::open_own(&path, false).map_err(|e| Error::file("create", &path, e))?;
         let env = self.ralph_env(self.counters.iteration);
         let check = Check {
             what: format!("roll-up: {display}"),

@@ -45,12 +45,10 @@ impl Loop {
         let run_dir = self.rd.run_dir(&self.state.run_id);
         state::create_private_dir(&run_dir)?;
         let prompt_file = run_dir.join(format!("iter-{n:03}.prompt.md"));
-        std::fs::write(&prompt_file, &prompt).map_err(|e| Error::file("write", &prompt_file, e))?;
+        crate::files::write_own(&prompt_file, prompt.as_bytes())
+            .map_err(|e| Error::file("write", &prompt_file, e))?;
         let transcript_path = run_dir.join(format!("iter-{n:03}.log"));
-        let transcript = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&transcript_path)
+        let transcript = crate::files::open_own(&transcript_path, true)
             .map_err(|e| Error::file("create", &transcript_path, e))?;
         let mut inv = self.agent.invocation(&prompt, &prompt_file)?;
         inv.env.extend(self.ralph_env(n));

@@ -152,7 +152,8 @@ fn a_transcript_that_cannot_be_written_is_named_as_such() {
     let env = setup();
     let out = env.run_fake("check", &["--max-iterations", "1"]);
     assert_exit(&out, 3);
-    // The next iteration's transcript is /dev/full: every write fails with ENOSPC.
+    // The next iteration's transcript is as long as the file-size limit ralph runs under:
+    // every write to it fails, as on a full disk.
     let runs = env.repo.join(".ralph/runs");
     let run_dir = std::fs::read_dir(&runs)
         .unwrap()
@@ -160,9 +161,10 @@ fn a_transcript_that_cannot_be_written_is_named_as_such() {
         .expect("a run directory")
         .unwrap()
         .path();
-    std::os::unix::fs::symlink("/dev/full", run_dir.join("iter-002.log")).unwrap();
+    const LIMIT: u64 = 4 << 20;
+    std::fs::write(run_dir.join("iter-002.log"), vec![b'.'; LIMIT as usize]).unwrap();
     let agent = format!("'{}'", fake_agent().display());
-    let out = env.ralph_with_limit(
+    let out = env.ralph_with_fsize_limit(
         &[
             "resume",
             "--agent-cmd",
@@ -172,12 +174,12 @@ fn a_transcript_that_cannot_be_written_is_named_as_such() {
             "2",
         ],
         &[("FAKE_AGENT_SCRIPT", "check")],
-        Duration::from_secs(60),
+        LIMIT,
     );
     assert_exit(&out, 1);
     let err = stderr(&out);
     assert!(err.contains("failed to write the transcript"), "{err}");
-    assert!(err.contains("No space left on device"), "{err}");
+    assert!(err.contains("File too large"), "{err}");
     assert!(!err.contains("spawn"), "{err}");
     // The iteration still closes: recorded, and the run halted with an error.
     let recs = env.iter_records();

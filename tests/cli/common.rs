@@ -165,6 +165,29 @@ impl TestEnv {
         run_with_limit(cmd, limit)
     }
 
+    /// Run ralph (bounded) with a file-size limit of `bytes` (`prlimit --fsize`) and SIGXFSZ
+    /// ignored: a write past the limit fails with "File too large", as a full disk makes a write
+    /// fail, without one. A file made exactly `bytes` long beforehand can no longer grow.
+    pub fn ralph_with_fsize_limit(
+        &self,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+        bytes: u64,
+    ) -> Output {
+        let mut cmd = self.command("sh");
+        cmd.current_dir(&self.repo)
+            .arg("-c")
+            .arg(format!(
+                "trap '' XFSZ; exec prlimit --fsize={bytes}:{bytes} \"$0\" \"$@\""
+            ))
+            .arg(env!("CARGO_BIN_EXE_ralph"))
+            .args(args);
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        run_with_limit(cmd, Duration::from_secs(60))
+    }
+
     pub fn ralph(&self, args: &[&str]) -> Output {
         self.ralph_with_limit(args, &[], Duration::from_secs(60))
     }

@@ -428,10 +428,13 @@ exit 0
 
 // --- Case 23: a transcript that cannot be written ---
 
-/// Promise (SPEC §9 errors name the cause): when the transcript cannot be written (disk full),
-/// the error says so — it names the transcript (or the write) and "No space left on device" —
-/// and does not claim the agent failed to spawn. The transcript of iteration 2 is made a
-/// symlink to `/dev/full` before `resume`. Bug caught: "failed to spawn agent `…`".
+/// Promise (SPEC §9 errors name the cause): when the transcript cannot be written (a full disk,
+/// a quota), the error says so — it names the transcript (or the write) and the system's reason
+/// — and does not claim the agent failed to spawn. The transcript of iteration 2 is made as
+/// long as the file-size limit ralph runs under, so no write to it can succeed ("File too
+/// large", as "No space left on device" on a full disk; a symlink to `/dev/full` no longer
+/// does it: ralph never writes through a link at its own files). Bug caught: "failed to spawn
+/// agent `…`".
 #[test]
 fn a_full_disk_for_the_transcript_is_not_a_spawn_failure() {
     let env = one_iteration_run();
@@ -442,12 +445,27 @@ fn a_full_disk_for_the_transcript_is_not_a_spawn_failure() {
         .join(".ralph/runs")
         .join(run_id)
         .join("iter-002.log");
-    std::os::unix::fs::symlink("/dev/full", &transcript).unwrap();
-    let out = fake(&env, "resume", "check", &["--max-iterations", "2"]);
+    const LIMIT: u64 = 4 << 20;
+    std::fs::write(&transcript, vec![b'.'; LIMIT as usize]).unwrap();
+    let agent = fake_agent_cmd();
+    let out = env.ralph_with_fsize_limit(
+        &[
+            "resume",
+            "--agent-cmd",
+            &agent,
+            "--yes",
+            "--grace",
+            "1s",
+            "--max-iterations",
+            "2",
+        ],
+        &[("FAKE_AGENT_SCRIPT", "check")],
+        LIMIT,
+    );
     assert_exit(&out, 1);
     let err = stderr(&out);
     assert!(!err.contains("failed to spawn"), "{err}");
-    assert!(err.contains("No space left on device"), "{err}");
+    assert!(err.contains("File too large"), "{err}");
     assert!(
         err.contains("iter-002.log") || err.contains("transcript") || err.contains("write"),
         "{err}"

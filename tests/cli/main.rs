@@ -19,6 +19,7 @@ mod integrity;
 mod limits;
 mod limits_wait;
 mod observe;
+mod own_files;
 mod real_agents;
 mod run;
 mod sandbox;
