@@ -157,6 +157,22 @@ pub fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
         ))
         .with_hint(format!("merge `{}` by hand", wt.branch)));
     };
+    // The loop's work is on its branch only while its worktree has that branch checked out: an
+    // agent that switched branches left its commits elsewhere, and merging `ralph/NAME` would
+    // report a merge of nothing.
+    let on = current_branch(&loop_repo);
+    if on.as_deref() != Some(wt.branch.strip_prefix("refs/heads/").unwrap_or(&wt.branch)) {
+        ui.alert(&format!(
+            "not merged: the worktree of loop `{name}` ({}) is on {}, not `{}`: its last commits are not on the loop's branch",
+            wt.path.display(),
+            on.map_or_else(|| "a detached HEAD".to_string(), |b| format!("branch `{b}`")),
+            wt.branch
+        ));
+        ui.plain(
+            "The branch and the worktree stay as they are: merge by hand what should be merged.",
+        );
+        return Ok(exit::NOT_MERGED);
+    }
     let _lock = worktrees_lock(repo)?;
     let target = checked_out_at(repo, &base)?;
     if let Some(tree) = &target
@@ -372,6 +388,27 @@ fn merge_ref(repo: &Repo, base: &str, branch: &str, ui: Ui) -> Result<()> {
 
 /// A merged loop's worktree is removed (its branch stays); its `.ralph/` runtime files (logs,
 /// transcripts, state) are kept under `$GIT_COMMON_DIR/ralph/merged/NAME-RUN`.
+/// The ignored files and directories of a loop's worktree (as `git status --ignored` names
+/// them), ralph's own `.ralph/` runtime files aside.
+fn ignored_files(loop_repo: &Repo) -> Result<Vec<String>> {
+    let out = loop_repo.cli().run(
+        &[
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--ignored",
+            "--untracked-files=normal",
+        ],
+        None,
+    )?;
+    Ok(out
+        .split(|&b| b == 0)
+        .filter_map(|e| e.strip_prefix(b"!! "))
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .filter(|p| !p.starts_with(".ralph/"))
+        .collect())
+}
+
 fn retire(repo: &Repo, wt: &Worktree, loop_repo: &Repo, ui: Ui) -> Result<()> {
     let rd = RalphDir::new(loop_repo.root());
     let run = RunState::load(&rd.state_file())
@@ -388,6 +425,17 @@ fn retire(repo: &Repo, wt: &Worktree, loop_repo: &Repo, ui: Ui) -> Result<()> {
         let _ = std::fs::rename(rd.path.join(name), keep.join(name));
     }
     let path = wt.path.to_string_lossy().into_owned();
+    // `git worktree remove` deletes ignored files (build outputs, a `.env`) without a word;
+    // ralph never deletes: a worktree holding any stays.
+    let ignored = ignored_files(loop_repo)?;
+    if !ignored.is_empty() {
+        ui.warn(&format!(
+            "kept the worktree {path}: it holds ignored files ralph does not delete ({}{}); remove it with `git worktree remove --force {path}`",
+            ignored.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+            if ignored.len() > 3 { ", …" } else { "" }
+        ));
+        return Ok(());
+    }
     let out = repo.cli().output(&["worktree", "remove", &path], None)?;
     if out.status.success() {
         ui.note(&format!(

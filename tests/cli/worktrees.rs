@@ -285,3 +285,73 @@ fn a_base_branch_checked_out_nowhere_gets_its_ref_moved() {
         "a merge commit: {parents}"
     );
 }
+
+/// A loop's agent that switches its worktree to another branch leaves its commits there, not
+/// on `ralph/NAME`: the merge is refused (exit 11, naming the branch), main is unchanged, and
+/// the worktree stays. Bug caught: ralph merged the untouched `ralph/NAME`, said "merged",
+/// exit 0, and removed the worktree, the work on no branch anyone would look at.
+#[test]
+fn a_loop_whose_agent_switched_branches_is_not_merged() {
+    let env = TestEnv::new();
+    env.write("A.md", &task(&["a1"]));
+    env.commit_all("task");
+    let main_before = env.git(&["rev-parse", "main"]);
+    let script = agent_sh(
+        &env,
+        "switch",
+        "git checkout -q -b elsewhere\necho work > w.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"",
+    );
+    let (code, out, err) = start_loop(&env, "sw", "A.md", &script).wait(Duration::from_secs(60));
+    assert_eq!(code, Some(11), "{out}\n{err}");
+    let said = format!("{out}{err}");
+    assert!(said.contains("elsewhere"), "{said}");
+    assert_eq!(env.git(&["rev-parse", "main"]), main_before);
+    assert!(!env.repo.join("w.txt").exists());
+    let wts = env.git(&["worktree", "list"]);
+    assert!(
+        wts.contains("ralph/worktrees/sw"),
+        "the worktree stays: {wts}"
+    );
+}
+
+/// Merging a loop whose worktree holds ignored files (a build output, a `.env`): the merge goes
+/// in, and the worktree stays with them — `git worktree remove` would delete them silently, and
+/// ralph never deletes. The control: a loop leaving no ignored file has its worktree removed.
+#[test]
+fn a_merged_loop_with_ignored_files_keeps_its_worktree() {
+    let env = TestEnv::new();
+    env.write("A.md", &task(&["a1"]));
+    env.write("B.md", &task(&["b1"]));
+    env.write(".gitignore", "build/\n.env\n");
+    env.commit_all("tasks");
+    let messy = agent_sh(
+        &env,
+        "messy",
+        "echo SECRET=1 > .env\nmkdir -p build && echo out > build/out\necho a > a.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"",
+    );
+    let clean = agent_sh(
+        &env,
+        "clean",
+        "echo b > b.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"",
+    );
+    let (code, out, err) = start_loop(&env, "messy", "A.md", &messy).wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_eq!(env.read("a.txt"), "a\n", "merged");
+    let common = env.repo.join(".git/ralph/worktrees");
+    assert_eq!(
+        std::fs::read_to_string(common.join("messy/.env")).unwrap(),
+        "SECRET=1\n"
+    );
+    assert!(common.join("messy/build/out").is_file());
+    assert!(
+        format!("{out}{err}").contains("ignored files"),
+        "{out}{err}"
+    );
+    let (code, out, err) = start_loop(&env, "clean", "B.md", &clean).wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_eq!(env.read("b.txt"), "b\n");
+    assert!(
+        !common.join("clean").exists(),
+        "the control's worktree is removed"
+    );
+}
