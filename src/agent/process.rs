@@ -204,7 +204,7 @@ pub async fn run(
     let mut state = State::new(limits, seen_interrupts);
     let waited = state.supervise(&mut child, interrupts, &mut relay).await;
     // Nothing it started outlives the run: the guard ends whatever is left.
-    let left_running = child.finish().await;
+    let left_running = child.finish(limits.grace).await;
     let status = waited.map_err(RunError::Wait)?;
     if relay.write_error.is_none()
         && let Err(e) = relay.transcript.flush()
@@ -440,9 +440,13 @@ impl State {
                     }
                 }
                 () = &mut kill, if running(self) => {
-                    self.killed = true;
-                    self.kill_at = far();
-                    orders.kill();
+                    if orders.kill_sent {
+                        // The guard did not carry SIGKILL out (stopped by what it guards).
+                        orders.kill_guard();
+                        self.kill_at = far();
+                    } else {
+                        self.kill_now(orders);
+                    }
                 }
                 () = &mut drain, if !running(self) => {
                     // The process is gone but something it started still holds the pipes.
@@ -469,8 +473,7 @@ impl State {
         if self.stopped.is_some() || self.grace.is_zero() {
             // A second interrupt (or no grace) kills at once.
             self.stopped.get_or_insert(StopCause::Interrupt);
-            self.killed = true;
-            orders.kill();
+            self.kill_now(orders);
         } else {
             self.stopped = Some(StopCause::Interrupt);
             orders.terminate();
@@ -487,8 +490,7 @@ impl State {
     ) {
         if !relay.chunk(chunk, is_stderr) && self.status.is_none() {
             // What the process does can no longer be recorded: stop it now.
-            self.killed = true;
-            orders.kill();
+            self.kill_now(orders);
         }
         if let Some(t) = self.idle_timeout {
             // Only noted: the idle timer reads it when it fires (it is not re-armed per chunk).
@@ -498,21 +500,25 @@ impl State {
 
     fn stop(&mut self, cause: StopCause, orders: &mut Orders) {
         self.stopped = Some(cause);
-        self.killed |= begin_stop(orders, self.grace, &mut self.kill_at);
+        if self.grace.is_zero() {
+            self.kill_now(orders);
+        } else {
+            begin_stop(orders, self.grace, &mut self.kill_at);
+        }
+    }
+
+    /// SIGKILL now, and the guard itself if it has not carried that out [`LAST_RESORT`] later.
+    fn kill_now(&mut self, orders: &mut Orders) {
+        self.killed = true;
+        orders.kill();
+        self.kill_at = tokio::time::Instant::now() + crate::agent::unix::LAST_RESORT;
     }
 }
 
-/// SIGTERM the group and arm the SIGKILL timer; with no grace, SIGKILL at once. Returns whether
-/// it killed.
-fn begin_stop(orders: &mut Orders, grace: Duration, kill_at: &mut tokio::time::Instant) -> bool {
-    if grace.is_zero() {
-        orders.kill();
-        true
-    } else {
-        orders.terminate();
-        *kill_at = tokio::time::Instant::now() + grace;
-        false
-    }
+/// SIGTERM the group and arm the SIGKILL timer.
+fn begin_stop(orders: &mut Orders, grace: Duration, kill_at: &mut tokio::time::Instant) {
+    orders.terminate();
+    *kill_at = tokio::time::Instant::now() + grace;
 }
 
 /// Read from an optional pipe; pending forever once it is closed, `None` at end of file.

@@ -47,12 +47,21 @@ fn parse_report(line: &str) -> Option<Report> {
     })
 }
 
+/// How long after SIGKILL was ordered ralph waits for the guard to carry it out before it kills
+/// the guard itself.
+pub const LAST_RESORT: Duration = Duration::from_secs(2);
+
 /// How ralph stops a guarded command: orders to its guard.
 #[derive(Debug)]
 pub struct Orders {
     control: Option<std::fs::File>,
     /// The command's process group: signalled directly if the guard is gone.
     group: i32,
+    /// The guard itself (ralph's child, so its pid cannot be reused before ralph reaps it): a
+    /// command can stop it (`kill -STOP $PPID`); every order continues it first.
+    guard: i32,
+    /// SIGKILL was ordered.
+    pub kill_sent: bool,
 }
 
 impl Orders {
@@ -63,10 +72,31 @@ impl Orders {
 
     /// SIGKILL to all of it.
     pub fn kill(&mut self) {
+        self.kill_sent = true;
         self.send(KILL, libc::SIGKILL);
     }
 
+    /// The last resort when the guard does not carry out SIGKILL (stopped again and again by
+    /// what it guards): SIGKILL to the guard itself. The command dies with it (its parent-death
+    /// signal); what the guard had adopted is left to init — better than a supervisor that
+    /// never stops.
+    pub fn kill_guard(&mut self) {
+        if self.guard > 1 {
+            // SAFETY: kill takes a pid (our own unreaped child) and a signal number.
+            unsafe { libc::kill(self.guard, libc::SIGKILL) };
+        }
+    }
+
+    /// Continue a guard the command stopped.
+    pub fn wake(&self) {
+        if self.guard > 1 {
+            // SAFETY: as in kill_guard.
+            unsafe { libc::kill(self.guard, libc::SIGCONT) };
+        }
+    }
+
     fn send(&mut self, order: u8, sig: i32) {
+        self.wake();
         let sent = self
             .control
             .as_mut()
@@ -172,6 +202,8 @@ impl Pipes {
                 self.control_w,
             ))),
             group: 0,
+            guard: 0,
+            kill_sent: false,
         };
         (orders, self.report_r)
     }
@@ -207,6 +239,7 @@ impl Guarded {
         configure(&mut cmd);
         let guard = cmd.spawn()?;
         let (mut orders, report_r) = pipes.spawned();
+        orders.guard = guard.id().map_or(0, |p| p as i32);
         let (tx, mut reports) = mpsc::unbounded_channel();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(report_r).lines() {
@@ -231,12 +264,23 @@ impl Guarded {
 
     /// Let the guard finish: everything the command left running gets SIGTERM, and SIGKILL
     /// after the grace; returns how many processes besides the command were still running.
-    pub async fn finish(mut self) -> usize {
+    pub async fn finish(mut self, grace: Duration) -> usize {
+        self.orders.wake();
         drop(self.orders.control.take());
-        while let Some(r) = self.reports.rx.recv().await {
-            if let Report::Swept(n) = r {
-                self.reports.swept = n;
+        // The sweep takes the grace at most; a guard stopped again by what it guards gets
+        // continued, then killed, so the end of an iteration never waits forever.
+        let sweep = async {
+            while let Some(r) = self.reports.rx.recv().await {
+                if let Report::Swept(n) = r {
+                    self.reports.swept = n;
+                }
             }
+        };
+        if tokio::time::timeout(grace + LAST_RESORT, sweep)
+            .await
+            .is_err()
+        {
+            self.orders.kill_guard();
         }
         let _ = self.guard.wait().await;
         self.reports.swept
@@ -264,6 +308,7 @@ impl BlockingGuarded {
         configure(&mut cmd);
         let guard = cmd.spawn()?;
         let (mut orders, report_r) = pipes.spawned();
+        orders.guard = guard.id() as i32;
         let mut reports = std::io::BufReader::new(report_r);
         started(next_report(&mut reports, None), &mut orders)?;
         Ok(BlockingGuarded {
@@ -292,6 +337,7 @@ impl BlockingGuarded {
 
     /// As [`Guarded::finish`].
     pub fn finish(mut self) -> usize {
+        self.orders.wake();
         drop(self.orders.control.take());
         let mut swept = 0;
         while let Some(r) = next_report(&mut self.reports, None) {

@@ -240,3 +240,58 @@ fn a_daemon_started_by_a_git_hook_is_gone_after_the_commit() {
     kill_all(&daemons);
     assert!(left.is_empty(), "survived the hook: {left:?}");
 }
+
+/// An agent that stops its own guard (`kill -STOP` on it) and ignores SIGTERM cannot make ralph
+/// wait forever: every order to the guard continues it first, and a guard that still does not
+/// carry out SIGKILL is killed itself. The agent (found by pid and start time) is gone and ralph
+/// has ended, well within timeout + grace + ralph's last resort. Bug caught: ralph waited on the
+/// stopped guard for ever, deaf to its timeout and to Ctrl-C.
+#[test]
+fn an_agent_that_stops_its_guard_is_still_stopped() {
+    let (env, dir) = setup();
+    let d = dir.display();
+    let sh = agent_sh(
+        &env,
+        "stopper",
+        &format!(
+            "trap '' TERM INT HUP\n\
+             p=$$\n\
+             while ! tr '\\0' ' ' < /proc/$p/cmdline | grep -q __guard; do p=$(awk '{{print $4}}' /proc/$p/stat); done\n\
+             kill -STOP $p\n\
+             echo \"$$ $(ps -o pgid= -p $$) $(ps -o sid= -p $$) $(awk '{{print $22}}' /proc/$$/stat)\" > {d}/agent.tmp && mv {d}/agent.tmp {d}/agent\n\
+             while :; do sleep 0.05; done"
+        ),
+    );
+    let started = Instant::now();
+    let out = env.ralph_with_limit(
+        &[
+            "run",
+            "--agent-cmd",
+            &fake_agent_cmd(),
+            "--yes",
+            "--timeout",
+            "500ms",
+            "--grace",
+            "300ms",
+            "--max-iterations",
+            "1",
+        ],
+        &[("FAKE_AGENT_SCRIPT", sh.as_str())],
+        Duration::from_secs(30),
+    );
+    let took = started.elapsed();
+    let agent = read_seen(&dir.join("agent")).expect("the agent recorded itself");
+    let gone = wait_until(Duration::from_secs(2), || !running(&agent));
+    kill_all(&[agent]);
+    assert!(
+        took < Duration::from_secs(10),
+        "ralph took {took:?} (limit 30 s): {}",
+        stderr(&out)
+    );
+    assert!(
+        out.status.code().is_some(),
+        "ralph ended by itself: {}",
+        stderr(&out)
+    );
+    assert!(gone, "the agent that stopped its guard survived");
+}
