@@ -217,6 +217,7 @@ fn main() {
                 let _ = std::fs::write("PRD.md", prd);
                 let _ = std::fs::write("PROGRESS.md", progress);
             }
+            "hop" => hop(arg),
             "rmrf" => {
                 let _ = std::fs::remove_dir_all(arg);
             }
@@ -351,4 +352,56 @@ fn delete_first_unchecked(task: &str) {
         })
         .collect();
     let _ = std::fs::write(task, out);
+}
+
+/// `hop:FILE:N`: a fast fork-and-exit chain of N links outside the agent (every third calls
+/// `setsid`), as a process hopping pids to outrun a supervisor's `/proc` walks; the last link
+/// ignores SIGTERM and SIGHUP, records `pid pgrp session start` into FILE and sleeps. The agent
+/// goes on 200 ms after starting it.
+fn hop(arg: &str) {
+    let (file, n) = arg.rsplit_once(':').unwrap_or((arg, "20000"));
+    let n: u32 = n.parse().unwrap_or(20000);
+    let _ = std::io::stdout().flush();
+    // SAFETY: the fake agent is single-threaded here; the children only fork, exit, call
+    // setsid and signal, and the last one writes a file and sleeps.
+    unsafe {
+        if libc::fork() != 0 {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            return;
+        }
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        let mut i = 0;
+        while i < n {
+            let p = libc::fork();
+            if p < 0 {
+                libc::usleep(1000);
+                continue;
+            }
+            if p > 0 {
+                libc::_exit(0);
+            }
+            if i % 3 == 0 {
+                libc::setsid();
+            }
+            i += 1;
+        }
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let rest: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r.split_whitespace().collect())
+            .unwrap_or_default();
+        let line = format!(
+            "{} {} {} {}\n",
+            libc::getpid(),
+            rest.get(2).unwrap_or(&"0"),
+            rest.get(3).unwrap_or(&"0"),
+            rest.get(19).unwrap_or(&"0")
+        );
+        let tmp = format!("{file}.tmp");
+        let _ = std::fs::write(&tmp, line);
+        let _ = std::fs::rename(&tmp, file);
+        libc::sleep(300);
+        libc::_exit(0);
+    }
 }
