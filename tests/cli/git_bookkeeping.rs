@@ -160,3 +160,57 @@ fn refreshed_stat_data_is_written_back_once() {
         );
     }
 }
+
+/// SPEC §7/§11: one supervisor per work tree, even when the agent deletes the lock file itself
+/// (`.git/ralph.lock` is in the git directory, which the agent can write). The agent removes the
+/// lock and starts a second supervisor (`ralph resume`) inside the iteration: it is refused (exit 1,
+/// naming the live supervisor's pid) and the first goes on to complete. Bug caught: the second
+/// ralph took a new lock and ran beside the first, recording the first one's live iteration as
+/// interrupted and interleaving commits.
+#[test]
+fn deleting_the_lock_file_does_not_let_a_second_supervisor_in() {
+    let env = TestEnv::new();
+    env.write_task(&["only"], "");
+    env.commit_all("initial");
+    let nested = env.home.join("nested.out");
+    let script = agent_sh(
+        &env,
+        "nest",
+        &format!(
+            "rm -f .git/ralph.lock\n\
+             set +e\n\
+             FAKE_AGENT_SCRIPT=check '{ralph}' resume --yes --agent-cmd \"$RALPH_SELF_AGENT\" --max-iterations 1 > '{out}' 2>&1\n\
+             echo \"exit $?\" >> '{out}'\n\
+             set -e\n\
+             sed -i 's/- \\[ \\] only/- [x] only/' RALPH_TASK.md",
+            ralph = env!("CARGO_BIN_EXE_ralph"),
+            out = nested.display()
+        ),
+    );
+    let agent = fake_agent_cmd();
+    let out = env.ralph_with_limit(
+        &[
+            "run",
+            "--agent-cmd",
+            &agent,
+            "--yes",
+            "--max-iterations",
+            "2",
+        ],
+        &[
+            ("FAKE_AGENT_SCRIPT", script.as_str()),
+            ("RALPH_SELF_AGENT", agent.as_str()),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_exit(&out, 0);
+    let said = std::fs::read_to_string(&nested).unwrap();
+    assert!(said.contains("exit 1"), "{said}");
+    assert!(said.contains("already supervising"), "{said}");
+    let records = env.iter_records();
+    assert_eq!(
+        records.len(),
+        1,
+        "only the first supervisor recorded: {records:?}"
+    );
+}

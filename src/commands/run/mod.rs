@@ -11,6 +11,7 @@ mod dry_run;
 mod plan;
 mod planning;
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -314,6 +315,7 @@ async fn supervise(
     // An empty .ralph/ is nothing to git; the watcher's barriers come and go there.
     state::create_private_dir(&r.rd.path)?;
     let lock = Lock::acquire(&state::lock_path(r.repo.git2().path()))?;
+    refuse_a_live_supervisor(r.prior.as_ref(), &r.root)?;
     let watch = supervisor::start_watching(ui, &mut r.repo, &r.rd, &r.settings)?;
     // Only the user's own uncommitted work makes a "state before run" commit; ralph's new
     // .ralph/ files otherwise ride along with the first iteration that changes something.
@@ -451,6 +453,32 @@ fn halt_if_tampered(
             "iteration": p.iteration, "done": c.previous.done(), "total": c.previous.total()}),
     );
     Ok(Some(exit::TAMPERED))
+}
+
+/// The lock lives in the git directory, which the agent can write: a lock file it deleted lets
+/// `flock` succeed beside the supervisor that still runs. `state.json` names that supervisor;
+/// while its process lives — a ralph, working in this work tree — a second one is refused.
+fn refuse_a_live_supervisor(prior: Option<&RunState>, root: &Path) -> Result<()> {
+    let Some(p) = prior.filter(|p| p.running && p.pid != std::process::id()) else {
+        return Ok(());
+    };
+    let proc_dir = PathBuf::from(format!("/proc/{}", p.pid));
+    let is_ralph = std::fs::read(proc_dir.join("cmdline")).is_ok_and(|c| {
+        c.split(|&b| b == 0).next().is_some_and(|argv0| {
+            Path::new(std::ffi::OsStr::from_bytes(argv0))
+                .file_name()
+                .is_some_and(|n| n == "ralph")
+        })
+    });
+    let here = std::fs::read_link(proc_dir.join("cwd")).is_ok_and(|cwd| cwd.starts_with(root));
+    if is_ralph && here {
+        return Err(Error::user(format!(
+            "ralph (pid {}) is already supervising this repository (run {}), though its lock file was removed",
+            p.pid, p.run_id
+        ))
+        .with_hint("wait for it, or stop it; `ralph status` shows what it is doing"));
+    }
+    Ok(())
 }
 
 /// `ralph run` was told "resume" at the prompt: start over as `ralph resume`.
