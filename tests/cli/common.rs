@@ -654,3 +654,15 @@ pub fn make_twin(env: &TestEnv) -> PathBuf {
     );
     twin
 }
+
+/// Whether bubblewrap can make its namespaces here (for `--sandbox` tests); says why it skips.
+pub fn bwrap_works() -> bool {
+    let ok = std::process::Command::new("bwrap")
+        .args(["--ro-bind", "/", "/", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: bubblewrap (`bwrap`) is not installed or cannot make namespaces here");
+    }
+    ok
+}

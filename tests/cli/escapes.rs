@@ -304,12 +304,7 @@ fn an_agent_that_stops_its_guard_is_still_stopped() {
 /// it: nothing left, by pid and start time. Skipped (with a message) where bwrap cannot run.
 #[test]
 fn a_fast_pid_hopping_chain_escapes_only_without_the_sandbox() {
-    let ok = std::process::Command::new("bwrap")
-        .args(["--ro-bind", "/", "/", "true"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipping: bubblewrap (`bwrap`) is not installed or cannot make namespaces here");
+    if !bwrap_works() {
         return;
     }
     for sandboxed in [false, true] {

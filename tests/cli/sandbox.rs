@@ -12,17 +12,6 @@ use std::time::Duration;
 use crate::common::*;
 
 /// Whether bwrap works here; else the test says why it is skipped.
-fn bwrap_works() -> bool {
-    let ok = std::process::Command::new("bwrap")
-        .args(["--ro-bind", "/", "/", "true"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipping: bubblewrap (`bwrap`) is not installed or cannot make namespaces here");
-    }
-    ok
-}
-
 fn is_root() -> bool {
     std::process::Command::new("id")
         .arg("-u")
