@@ -355,3 +355,21 @@ fn a_merged_loop_with_ignored_files_keeps_its_worktree() {
         "the control's worktree is removed"
     );
 }
+
+/// `run --worktree NAME TASK --merge` on a task that is already complete ends at once, exit 0,
+/// with nothing to merge. Bug caught: "already complete" followed by "error: loop is not
+/// complete (never ran)", exit 1.
+#[test]
+fn an_already_complete_task_in_a_worktree_has_nothing_to_merge() {
+    let env = TestEnv::new();
+    env.write(
+        "A.md",
+        "---\ntask: t\n---\n## Success Criteria\n- [x] done already\n",
+    );
+    env.commit_all("done");
+    let (code, out, err) = start_loop(&env, "z", "A.md", "check").wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let said = format!("{out}{err}");
+    assert!(said.contains("already complete"), "{said}");
+    assert!(!said.contains("error"), "{said}");
+}

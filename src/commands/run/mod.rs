@@ -82,6 +82,12 @@ fn in_worktree(
         .find_map(|s| s.layer.merge)
         .unwrap_or(false);
     if code == exit::COMPLETE && (options.merge || configured) && !dry_run {
+        // A task already complete ends at once, before any state: the loop made nothing to merge.
+        if RunState::load(&RalphDir::new(&wt.path).state_file())?.is_none() {
+            ctx.ui
+                .note(&format!("loop `{name}` ran no iteration: nothing to merge"));
+            return Ok(code);
+        }
         return crate::worktree::merge(&repo, name, ctx.ui);
     }
     Ok(code)
