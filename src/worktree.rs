@@ -171,7 +171,7 @@ pub fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
         ui.plain(
             "The branch and the worktree stay as they are: merge by hand what should be merged.",
         );
-        return Ok(exit::NOT_MERGED);
+        return not_merged(&loop_repo);
     }
     let _lock = worktrees_lock(repo)?;
     let target = checked_out_at(repo, &base)?;
@@ -182,7 +182,7 @@ pub fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
             "not merged: the work tree of `{base}` ({}) has uncommitted changes",
             tree.display()
         ));
-        return Ok(exit::NOT_MERGED);
+        return not_merged(&loop_repo);
     }
     let conflicts = conflicts(repo, &base, &wt.branch)?;
     if !conflicts.is_empty() {
@@ -200,7 +200,7 @@ pub fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
             wt.branch,
             wt.path.display()
         ));
-        return Ok(exit::NOT_MERGED);
+        return not_merged(&loop_repo);
     }
     match &target {
         Some(tree) => merge_in(&Repo::discover(tree)?, &wt.branch, ui)?,
@@ -208,6 +208,17 @@ pub fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
     }
     retire(repo, &wt, &loop_repo, ui)?;
     Ok(exit::COMPLETE)
+}
+
+/// A merge that did not go in: the loop stays complete, and its recorded exit code says 11, so
+/// `status --all` tells this loop from one that merged (SPEC §13).
+fn not_merged(loop_repo: &Repo) -> Result<i32> {
+    let file = RalphDir::new(loop_repo.root()).state_file();
+    if let Some(mut st) = RunState::load(&file)? {
+        st.exit_code = Some(exit::NOT_MERGED);
+        st.save(&file)?;
+    }
+    Ok(exit::NOT_MERGED)
 }
 
 /// The loop's worktree, by name.

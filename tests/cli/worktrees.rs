@@ -181,6 +181,10 @@ fn a_conflicting_second_loop_exits_eleven_and_changes_nothing() {
         .cloned()
         .expect("the losing loop's worktree stays");
     assert_eq!(second["halt_reason"], "complete");
+    assert_eq!(
+        second["exit_code"], 11,
+        "the loop is complete, its merge did not go in: {second}"
+    );
     // Merging it by hand later says the same and still changes nothing.
     let out = env.ralph(&["merge", loser]);
     assert_exit(&out, 11);
