@@ -145,6 +145,9 @@ pub struct RunState {
     /// The criteria already checked at the start (normalised), so twins stay distinct.
     #[serde(default)]
     pub baseline_checked: Vec<String>,
+    /// Unchecked task items outside the criteria section at the start (normalised).
+    #[serde(default)]
+    pub baseline_outside: Vec<String>,
     pub last_keys: Vec<IterKey>,
     #[serde(default)]
     pub verdict_failures: u32,

@@ -40,6 +40,10 @@ pub struct Checklist {
     pub criteria: Vec<Criterion>,
     /// Which part of the document they came from.
     pub scope: Scope,
+    /// The unchecked task items outside that section (none for [`Scope::WholeDocument`]),
+    /// normalised: a criterion moved out of the section (a second criteria heading above it
+    /// with checked copies) is still there, unchecked.
+    pub unchecked_outside: Vec<String>,
 }
 
 impl Checklist {
@@ -158,10 +162,13 @@ pub(super) fn scan(body: &str, first_line: usize) -> Scan {
         None => (0..body.len(), Scope::WholeDocument),
     };
 
-    let criteria = md
+    let (inside, outside): (Vec<_>, Vec<_>) = md
         .items
         .into_iter()
-        .filter(|item| !item.quoted && range.contains(&item.at))
+        .filter(|item| !item.quoted)
+        .partition(|item| range.contains(&item.at));
+    let criteria = inside
+        .into_iter()
         .filter_map(|item| {
             Some(Criterion {
                 checked: item.task?,
@@ -170,9 +177,18 @@ pub(super) fn scan(body: &str, first_line: usize) -> Scan {
             })
         })
         .collect();
+    let unchecked_outside = outside
+        .into_iter()
+        .filter(|item| item.task == Some(false))
+        .map(|item| normalize(&item.text))
+        .collect();
 
     Scan {
-        checklist: Checklist { criteria, scope },
+        checklist: Checklist {
+            criteria,
+            scope,
+            unchecked_outside,
+        },
         headings,
     }
 }

@@ -20,6 +20,8 @@ pub struct Baseline {
     /// Already checked at the start: they may go (they are done), but they still take their
     /// own match, so a twin of an unchecked criterion cannot stand in for it.
     pub checked: Vec<String>,
+    /// Unchecked task items outside the criteria section at the start.
+    pub unchecked_outside: Vec<String>,
 }
 
 impl Baseline {
@@ -33,6 +35,7 @@ impl Baseline {
                 b.unchecked.push(t);
             }
         }
+        b.unchecked_outside.clone_from(&list.unchecked_outside);
         b
     }
 }
@@ -118,6 +121,40 @@ pub fn review(baseline: &Baseline, current: &Checklist) -> Review {
         })
         .map(|(_, t)| t.clone())
         .collect();
+    out.tampered.extend(moved_out(baseline, current));
+    out
+}
+
+/// Unchecked criteria of the baseline now standing, unchecked, outside the criteria section
+/// more often than they did at the start: the section was moved away from them (a new criteria
+/// heading above, with checked copies). Each is named once per extra occurrence.
+fn moved_out(baseline: &Baseline, current: &Checklist) -> Vec<String> {
+    fn count(list: &[String]) -> HashMap<&str, usize> {
+        let mut m: HashMap<&str, usize> = HashMap::new();
+        for t in list {
+            *m.entry(t.as_str()).or_default() += 1;
+        }
+        m
+    }
+    let (was, now) = (
+        count(&baseline.unchecked_outside),
+        count(&current.unchecked_outside),
+    );
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for t in &baseline.unchecked {
+        if !seen.insert(t.as_str()) {
+            continue;
+        }
+        let extra = now
+            .get(t.as_str())
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(was.get(t.as_str()).copied().unwrap_or(0));
+        for _ in 0..extra {
+            out.push(format!("{t} (left unchecked outside the criteria section)"));
+        }
+    }
     out
 }
 

@@ -556,3 +556,39 @@ fn a_table_with_only_blocked_tasks_left_ends_partial_without_spawning() {
     assert_exit(&out, 9);
     assert!(!env.agent_ran(1), "nothing is spawned");
 }
+
+/// Promise: a second criteria heading put above the original, holding checked copies of the
+/// criteria, is tampering (exit 8): the criteria ralph started with are still in the file,
+/// unchecked, only outside the section ralph now reads. Bug caught: ralph read the new section
+/// (the first criteria heading), found every baseline text checked, and ended "complete".
+#[test]
+fn a_new_criteria_section_above_the_original_is_tampering() {
+    let env = checklist(&["- [ ] alpha", "- [ ] beta"]);
+    let script = agent_sh(
+        &env,
+        "section",
+        "sed -i 's/^## Success Criteria$/## Success Criteria (v2)\\n- [x] alpha\\n- [x] beta\\n\\n## Success Criteria/' RALPH_TASK.md",
+    );
+    let out = env.run_fake(&script, &["--max-iterations", "3"]);
+    assert_exit(&out, 8);
+    let text = said(&out);
+    assert!(text.contains("outside the criteria section"), "{text}");
+    assert!(
+        env.read("RALPH_TASK.md")
+            .contains("## Success Criteria (v2)")
+    );
+}
+
+/// The control for the rule above: a task file that already has the same text as an unchecked
+/// item outside its criteria section when the run starts (a to-do list under Notes) completes
+/// honestly once the criterion itself is checked.
+#[test]
+fn an_unchecked_twin_outside_the_section_from_the_start_is_no_tampering() {
+    let env = TestEnv::new();
+    let mut text = task_text(&["- [ ] alpha"]);
+    text.push_str("\n## Notes\n- [ ] alpha\n");
+    env.write("RALPH_TASK.md", &text);
+    env.commit_all("initial");
+    let out = env.run_fake("check", &["--max-iterations", "3"]);
+    assert_exit(&out, 0);
+}

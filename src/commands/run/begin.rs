@@ -246,6 +246,7 @@ impl Begin<'_> {
             no_progress_streak: 0,
             baseline: baseline.unchecked,
             baseline_checked: baseline.checked,
+            baseline_outside: baseline.unchecked_outside,
             last_keys: Vec::new(),
             verdict_failures: 0,
             seen_figures: Vec::new(),

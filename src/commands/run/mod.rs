@@ -364,6 +364,7 @@ async fn supervise(
         c.baseline = Baseline {
             unchecked: p.baseline.clone(),
             checked: p.baseline_checked.clone(),
+            unchecked_outside: p.baseline_outside.clone(),
         };
     }
     if let Some(code) = halt_if_tampered(ui, &r, resumed.as_ref(), &source)? {
@@ -417,6 +418,7 @@ fn gone_from_baseline(
     let baseline = Baseline {
         unchecked: p.baseline.clone(),
         checked: p.baseline_checked.clone(),
+        unchecked_outside: p.baseline_outside.clone(),
     };
     crate::task::integrity::review(&baseline, now).tampered
 }

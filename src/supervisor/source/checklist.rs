@@ -89,6 +89,7 @@ fn empty() -> Checklist {
     Checklist {
         criteria: Vec::new(),
         scope: crate::task::checklist::Scope::WholeDocument,
+        unchecked_outside: Vec::new(),
     }
 }
 
