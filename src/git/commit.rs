@@ -93,6 +93,7 @@ impl Repo {
         // A hook may have staged more (a formatter, say): commit the index as it is now.
         let tree = self.repo.find_tree(self.index_tree()?)?;
         let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+        self.unlink_planted_reflogs();
         let oid = self
             .repo
             .commit(Some("HEAD"), &author, &committer, &message, &tree, &parents)?;
@@ -102,5 +103,36 @@ impl Repo {
             used_fallback_identity: identity.used_fallback,
         });
         Ok(report)
+    }
+
+    /// libgit2 appends to the reflogs of HEAD and of the branch through whatever is at their
+    /// paths, and the git directory is the agent's to write (also under `--sandbox`): a reflog,
+    /// or a directory on its way, that is a symlink is the agent's — the link goes (never what
+    /// it points to) and the reflog starts afresh, so ralph's commit subject (whose words can be
+    /// the agent's) never lands in a file outside the repository.
+    fn unlink_planted_reflogs(&self) {
+        let mut logs = vec![(self.repo.path().to_path_buf(), "logs/HEAD".to_string())];
+        if let Ok(head) = self.repo.find_reference("HEAD")
+            && let Ok(Some(target)) = head.symbolic_target()
+        {
+            logs.push((
+                self.repo.commondir().to_path_buf(),
+                format!("logs/{target}"),
+            ));
+        }
+        for (base, rel) in logs {
+            let mut p = base;
+            for part in rel.split('/') {
+                p.push(part);
+                match std::fs::symlink_metadata(&p) {
+                    Ok(m) if m.file_type().is_symlink() => {
+                        let _ = std::fs::remove_file(&p);
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        }
     }
 }

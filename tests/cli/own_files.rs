@@ -43,6 +43,8 @@ fn symlinks_planted_at_ralphs_own_files_carry_none_of_its_writes() {
         "lock",
         "commit-msg",
         "gitignore",
+        "reflog-head",
+        "reflog-branch",
     ];
     for n in names {
         std::fs::write(victims.join(n), INTACT).unwrap();
@@ -76,6 +78,8 @@ fn symlinks_planted_at_ralphs_own_files_carry_none_of_its_writes() {
              ln -sfn '{v}/iter-log' $r/iter-002.log\n\
              ln -sfn '{v}/lock' .git/ralph.lock\n\
              ln -sfn '{v}/commit-msg' .git/COMMIT_EDITMSG\n\
+             ln -sfn '{v}/reflog-head' .git/logs/HEAD\n\
+             ln -sfn '{v}/reflog-branch' .git/logs/$(git symbolic-ref HEAD)\n\
              sed -i 's/- \\[ \\] first/- [x] first/' RALPH_TASK.md\n\
              else\n\
              echo 'touch PWNED # the agent speaks'\n\
