@@ -178,7 +178,8 @@ impl Settings {
     }
 
     /// Resuming: the recorded run's agent and checks, except where the resume's own flags
-    /// (`now`) name one.
+    /// (`now`) name one. A command taken from `state.json` counts as the repository's: the agent
+    /// can write that file, so under `--sandbox` it runs in the sandbox (SPEC §4).
     pub fn keep_pinned(&mut self, pinned: &crate::state::Pinned, now: &Layer) {
         if now.agent.is_none() && now.agent_cmd.is_none() {
             match (&pinned.agent, &pinned.agent_cmd) {
@@ -189,11 +190,11 @@ impl Settings {
         }
         if now.test_command.is_none() {
             self.test_command.clone_from(&pinned.test_command);
-            self.test_command_from_repo = pinned.test_command_from_repo;
+            self.test_command_from_repo = pinned.test_command.is_some();
         }
         if now.verdict_command.is_none() {
             self.verdict_command.clone_from(&pinned.verdict_command);
-            self.verdict_command_from_repo = pinned.verdict_command_from_repo;
+            self.verdict_command_from_repo = pinned.verdict_command.is_some();
         }
     }
 }
@@ -727,5 +728,32 @@ mod tests {
         assert_eq!(l.max_iterations, Some(4));
         assert_eq!(l.grace.as_deref(), Some("2s"));
         assert_eq!(l.no_commit, Some(true));
+    }
+
+    #[test]
+    fn commands_kept_from_state_json_count_as_the_repositorys() {
+        // state.json is in the agent's reach: what a resume takes from it runs confined.
+        let mut s = merge(&[]).unwrap();
+        let pinned = crate::state::Pinned {
+            agent_cmd: Some("my-agent {prompt}".into()),
+            test_command: Some("make test".into()),
+            test_command_from_repo: false,
+            verdict_command: Some("bin/verdict".into()),
+            ..Default::default()
+        };
+        s.keep_pinned(&pinned, &Layer::default());
+        assert_eq!(s.agent, AgentChoice::Template("my-agent {prompt}".into()));
+        assert_eq!(s.test_command.as_deref(), Some("make test"));
+        assert!(s.test_command_from_repo && s.verdict_command_from_repo);
+        // A flag of the resume itself wins, and is the user's.
+        let mut s = merge(&[]).unwrap();
+        let now = Layer {
+            test_command: Some("cargo test".into()),
+            ..Layer::default()
+        };
+        s.test_command = Some("cargo test".into());
+        s.keep_pinned(&pinned, &now);
+        assert_eq!(s.test_command.as_deref(), Some("cargo test"));
+        assert!(!s.test_command_from_repo);
     }
 }

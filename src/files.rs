@@ -11,7 +11,7 @@
 //! never write through a symlink the agent planted there, nor into a FIFO.
 
 use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// The most any Markdown or config file ralph reads may hold.
@@ -191,7 +191,9 @@ pub fn open_own(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
             .open(path)
     };
     match open() {
-        Ok(f) if f.metadata()?.is_file() => return Ok(f),
+        // A second name for the file (a hard link the agent made to a file elsewhere) is not
+        // ralph's own file: moved aside like anything else that is not.
+        Ok(f) if f.metadata().is_ok_and(|m| m.is_file() && m.nlink() == 1) => return Ok(f),
         Ok(_) => {}
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             std::fs::remove_file(path)?;
@@ -292,6 +294,19 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().contains(".displaced-"))
             .count();
         assert_eq!(aside, 2);
+    }
+
+    #[test]
+    fn open_own_never_appends_to_a_hard_link_to_another_file() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let own = dir.path().join("own.log");
+        std::fs::hard_link(&victim, &own).unwrap();
+        open_own(&own, true).unwrap().write_all(b"mine\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        assert_eq!(std::fs::read_to_string(&own).unwrap(), "mine\n");
     }
 
     #[test]
