@@ -249,7 +249,7 @@ impl RunState {
             ))
             .with_hint("delete the file to forget the last run"));
         }
-        Ok(Some(state))
+        Ok(Some(ralphs_own(path, state)))
     }
 
     pub fn save(&mut self, path: &Path) -> Result<()> {
@@ -258,8 +258,59 @@ impl RunState {
         let mut text =
             serde_json::to_string_pretty(self).map_err(|e| Error::user(e.to_string()))?;
         text.push('\n');
-        super::write_atomic(path, text.as_bytes())
+        super::write_atomic(path, text.as_bytes())?;
+        if let Some(copy) = own_copy_path(path) {
+            // Best effort: without a writable state directory the file is all there is.
+            let _ = copy
+                .parent()
+                .map(std::fs::create_dir_all)
+                .transpose()
+                .and_then(|_| std::fs::write(&copy, text.as_bytes()));
+        }
+        Ok(())
     }
+}
+
+/// ralph's own copy of a work tree's `state.json`, where the agent cannot write it under
+/// `--sandbox` (the home directory is read-only there): `$XDG_STATE_HOME/ralph/` (else
+/// `~/.local/state/ralph/`), one file per state file's absolute path.
+fn own_copy_path(state_file: &Path) -> Option<std::path::PathBuf> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| std::path::PathBuf::from(h).join(".local/state"))
+        })?;
+    let abs = std::path::absolute(state_file).ok()?;
+    // FNV-1a: a stable name for the path (std's hasher may change between Rust versions).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in abs.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    Some(base.join("ralph").join(format!("state-{h:016x}.json")))
+}
+
+/// `.ralph/state.json` is in the agent's reach; ralph's own copy, where the agent cannot write
+/// under `--sandbox`, is what it wrote last. For the same run, the copy wins where the two
+/// differ (the agent rewrote the file while ralph could not overwrite it again: ralph was
+/// killed mid-iteration) — its baseline, its pinned checks, its supervisor's pid.
+fn ralphs_own(path: &Path, state: RunState) -> RunState {
+    let Some(copy) = own_copy_path(path)
+        .and_then(|p| crate::files::read_text(&p).ok())
+        .and_then(|t| serde_json::from_str::<RunState>(&t).ok())
+    else {
+        return state;
+    };
+    if copy.run_id == state.run_id && copy != state && valid_run_id(&copy.run_id) {
+        tracing::warn!(
+            "{} was changed since ralph wrote it: using ralph's own copy",
+            path.display()
+        );
+        return copy;
+    }
+    state
 }
 
 /// A relative path that stays below its base (no `..`, not absolute).

@@ -447,3 +447,51 @@ fn resume_keeps_the_runs_agent() {
     assert_exit(&out, 0);
     assert!(env.agent_ran(2), "the run's own agent ran iteration 2");
 }
+
+/// `.ralph/state.json` is in the agent's reach, and a ralph killed mid-iteration cannot write it
+/// again: a resume then goes by ralph's own copy (outside the repository), not by what the agent
+/// wrote. The agent deletes a criterion, checks the other, rewrites `state.json` (baseline
+/// without the deleted criterion, the run's test command `true`) and hangs; ralph is SIGKILLed;
+/// the resume halts as tampered (exit 8), never "already complete". Bug caught: the resume took
+/// the edited file at its word and answered "already complete", exit 0.
+#[test]
+fn a_resume_after_ralph_was_killed_ignores_the_agents_edit_of_state_json() {
+    let env = TestEnv::new();
+    env.write_task(&["alpha", "beta"], "");
+    env.commit_all("initial");
+    let marker = env.home.join("edited");
+    let script = agent_sh(
+        &env,
+        "rewrite",
+        &format!(
+            "sed -i '/- \\[ \\] beta/d; s/- \\[ \\] alpha/- [x] alpha/' RALPH_TASK.md\n\
+             python3 - <<'PY'\n\
+import json\n\
+p='.ralph/state.json'\n\
+s=json.load(open(p))\n\
+s['baseline']=['alpha']\n\
+s['total']=1\n\
+s['pinned']['test_command']='true'\n\
+json.dump(s,open(p,'w'))\n\
+PY\n\
+             touch '{m}'\n\
+             sleep 30",
+            m = marker.display()
+        ),
+    );
+    let bg = env.spawn_fake(
+        &script,
+        &["--max-iterations", "3", "--test-command", "false"],
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || marker.exists()),
+        "the agent never edited state.json"
+    );
+    bg.signal(libc::SIGKILL);
+    let _ = bg.wait(Duration::from_secs(20));
+    let out = fake(&env, "resume", "idle", &["--max-iterations", "3"]);
+    let text = said(&out);
+    assert!(!text.contains("already complete"), "{text}");
+    assert_exit(&out, 8);
+    assert!(text.contains("beta"), "{text}");
+}
