@@ -28,11 +28,16 @@ pub struct Worktree {
     pub base: Option<String>,
 }
 
-/// A worktree name is one plain path component: letters, digits, `.`, `_`, `-`.
+/// A worktree name is one plain path component: letters, digits, `.`, `_`, `-`, starting with
+/// a letter or digit, and a name git takes for a branch (`ralph/NAME`: no `..`, not ending in
+/// `.` or `.lock`).
 pub fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
-        && !name.starts_with(['.', '-'])
+        && !name.starts_with(['.', '-', '_'])
+        && !name.ends_with('.')
+        && !name.ends_with(".lock")
+        && !name.contains("..")
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
@@ -40,7 +45,7 @@ pub fn check_name(name: &str) -> Result<()> {
         return Ok(());
     }
     Err(Error::usage(format!(
-        "`{name}` is not a worktree name: use letters, digits, `.`, `_` and `-`"
+        "`{name}` is not a worktree name: start with a letter or digit, then letters, digits, `.`, `_` and `-` (no `..`, not ending in `.` or `.lock`)"
     )))
 }
 
@@ -461,4 +466,21 @@ fn retire(repo: &Repo, wt: &Worktree, loop_repo: &Repo, ui: Ui) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_name;
+
+    #[test]
+    fn names_git_refuses_for_a_branch_are_refused_first() {
+        for ok in ["auth", "a-b", "v1.2", "x_y", "9lives"] {
+            assert!(check_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "", ".x", "-x", "_x", "x.", "x.lock", "a..b", "a/b", "a b", "é",
+        ] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -57,11 +57,12 @@ pub(super) fn unescape_cell(cell: &str) -> String {
         .replace("<br>", "\n")
 }
 
-/// Escape text for a cell: `|` → `\|`, newlines → `<br>`.
+/// Escape text for a cell: `|` → `\|`, newlines → `<br>`; spaces at either end go, line breaks
+/// stay (a cell holding only `<br>` reads back as it was written).
 pub(super) fn escape_cell(text: &str) -> String {
-    text.trim()
-        .replace("\r\n", "\n")
+    text.replace("\r\n", "\n")
         .replace('\r', "\n")
+        .trim_matches([' ', '\t'])
         .replace('|', "\\|")
         .replace('\n', "<br>")
 }
