@@ -171,9 +171,7 @@ impl Settings {
             agent,
             agent_cmd,
             test_command: self.test_command.clone(),
-            test_command_from_repo: self.test_command_from_repo,
             verdict_command: self.verdict_command.clone(),
-            verdict_command_from_repo: self.verdict_command_from_repo,
         }
     }
 
@@ -737,7 +735,6 @@ mod tests {
         let pinned = crate::state::Pinned {
             agent_cmd: Some("my-agent {prompt}".into()),
             test_command: Some("make test".into()),
-            test_command_from_repo: false,
             verdict_command: Some("bin/verdict".into()),
             ..Default::default()
         };

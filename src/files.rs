@@ -265,6 +265,8 @@ pub fn own_dir(dir: &Path) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn open_own_never_writes_through_a_symlink_and_moves_odd_files_aside() {
         use std::io::Write;
@@ -335,8 +337,6 @@ mod tests {
         );
         assert!(outside.join("plans").is_dir());
     }
-
-    use super::*;
 
     #[test]
     fn regular_files_and_symlinks_to_them_are_read() {

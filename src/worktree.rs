@@ -166,7 +166,7 @@ pub fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
     // agent that switched branches left its commits elsewhere, and merging `ralph/NAME` would
     // report a merge of nothing.
     let on = current_branch(&loop_repo);
-    if on.as_deref() != Some(wt.branch.strip_prefix("refs/heads/").unwrap_or(&wt.branch)) {
+    if on.as_deref() != Some(wt.branch.as_str()) {
         ui.alert(&format!(
             "not merged: the worktree of loop `{name}` ({}) is on {}, not `{}`: its last commits are not on the loop's branch",
             wt.path.display(),
@@ -402,8 +402,6 @@ fn merge_ref(repo: &Repo, base: &str, branch: &str, ui: Ui) -> Result<()> {
     Ok(())
 }
 
-/// A merged loop's worktree is removed (its branch stays); its `.ralph/` runtime files (logs,
-/// transcripts, state) are kept under `$GIT_COMMON_DIR/ralph/merged/NAME-RUN`.
 /// The ignored files and directories of a loop's worktree (as `git status --ignored` names
 /// them), ralph's own `.ralph/` runtime files aside.
 fn ignored_files(loop_repo: &Repo) -> Result<Vec<String>> {
@@ -425,7 +423,21 @@ fn ignored_files(loop_repo: &Repo) -> Result<Vec<String>> {
         .collect())
 }
 
+/// A merged loop's worktree is removed (its branch stays); its `.ralph/` runtime files (logs,
+/// transcripts, state) are kept under `$GIT_COMMON_DIR/ralph/merged/NAME-RUN`. A worktree that
+/// holds ignored files stays as it is, state and logs included: `git worktree remove` would
+/// delete those files without a word, and ralph never deletes.
 fn retire(repo: &Repo, wt: &Worktree, loop_repo: &Repo, ui: Ui) -> Result<()> {
+    let path = wt.path.to_string_lossy().into_owned();
+    let ignored = ignored_files(loop_repo)?;
+    if !ignored.is_empty() {
+        ui.warn(&format!(
+            "kept the worktree {path}: it holds ignored files ralph does not delete ({}{}); remove it with `git worktree remove --force {path}`",
+            ignored.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+            if ignored.len() > 3 { ", …" } else { "" }
+        ));
+        return Ok(());
+    }
     let rd = RalphDir::new(loop_repo.root());
     let run = RunState::load(&rd.state_file())
         .ok()
@@ -439,18 +451,6 @@ fn retire(repo: &Repo, wt: &Worktree, loop_repo: &Repo, ui: Ui) -> Result<()> {
     let _ = std::fs::create_dir_all(&keep);
     for name in ["activity.log", "iterations.log", "state.json", "runs"] {
         let _ = std::fs::rename(rd.path.join(name), keep.join(name));
-    }
-    let path = wt.path.to_string_lossy().into_owned();
-    // `git worktree remove` deletes ignored files (build outputs, a `.env`) without a word;
-    // ralph never deletes: a worktree holding any stays.
-    let ignored = ignored_files(loop_repo)?;
-    if !ignored.is_empty() {
-        ui.warn(&format!(
-            "kept the worktree {path}: it holds ignored files ralph does not delete ({}{}); remove it with `git worktree remove --force {path}`",
-            ignored.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
-            if ignored.len() > 3 { ", …" } else { "" }
-        ));
-        return Ok(());
     }
     let out = repo.cli().output(&["worktree", "remove", &path], None)?;
     if out.status.success() {

@@ -204,7 +204,7 @@ pub async fn run(
     let mut state = State::new(limits, seen_interrupts);
     let waited = state.supervise(&mut child, interrupts, &mut relay).await;
     // Nothing it started outlives the run: the guard ends whatever is left.
-    let left_running = child.finish(limits.grace).await;
+    let left_running = child.finish().await;
     let status = waited.map_err(RunError::Wait)?;
     if relay.write_error.is_none()
         && let Err(e) = relay.transcript.flush()
@@ -402,6 +402,7 @@ impl State {
             guard,
             orders,
             reports,
+            ..
         } = child;
         let wait = reports.ended(guard);
         tokio::pin!(wait);
@@ -476,8 +477,7 @@ impl State {
             self.kill_now(orders);
         } else {
             self.stopped = Some(StopCause::Interrupt);
-            orders.terminate();
-            self.kill_at = tokio::time::Instant::now() + self.grace;
+            begin_stop(orders, self.grace, &mut self.kill_at);
         }
     }
 

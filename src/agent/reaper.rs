@@ -275,12 +275,7 @@ impl Guard {
                 None => None,
                 Some(kill_at) => {
                     let living = self.living();
-                    // A /proc walk is no snapshot: a process whose parent died while it was
-                    // read can be missed (a fast fork-and-exit chain). The kernel's own list of
-                    // the guard's children — every orphan comes to it — settles whether
-                    // anything is left.
-                    let strays = self.other_children();
-                    if living.is_empty() && strays.is_empty() {
+                    if living.is_empty() {
                         break;
                     }
                     let now = Instant::now();
@@ -289,11 +284,6 @@ impl Guard {
                     }
                     if now >= kill_at {
                         self.signal_all(libc::SIGKILL);
-                        for pid in strays {
-                            // A child of ours, not reaped: its pid cannot have been reused.
-                            // SAFETY: kill takes a pid and a signal number.
-                            unsafe { libc::kill(pid, libc::SIGKILL) };
-                        }
                         Some(KILL_REPEAT)
                     } else {
                         Some(kill_at - now)
@@ -399,22 +389,6 @@ impl Guard {
                 unsafe { libc::waitpid(p.pid, std::ptr::null_mut(), libc::WNOHANG) };
             }
         }
-    }
-
-    /// The guard's living children besides the command, as the kernel lists them now
-    /// (`/proc/PID/task/PID/children`; the guard has one thread); ended ones are reaped on the
-    /// way. Empty where the kernel does not list them.
-    fn other_children(&self) -> Vec<i32> {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.me))
-        else {
-            return Vec::new();
-        };
-        text.split_whitespace()
-            .filter_map(|w| w.parse::<i32>().ok())
-            .filter(|&pid| pid != self.agent)
-            // SAFETY: waitpid on a child of ours, without blocking: 0 while it runs.
-            .filter(|&pid| unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) } == 0)
-            .collect()
     }
 
     /// The descendants still running (zombies excluded). Without `/proc`, the command's group

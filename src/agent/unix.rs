@@ -116,6 +116,8 @@ pub struct Guarded {
     pub guard: tokio::process::Child,
     pub orders: Orders,
     pub reports: Reports,
+    /// The grace the guard gives between SIGTERM and SIGKILL when it finishes.
+    grace: Duration,
 }
 
 /// What the guard says, as it says it.
@@ -195,14 +197,14 @@ struct Pipes {
 
 impl Pipes {
     /// The guard runs: only it holds its ends now. Returns ralph's orders and the report pipe.
-    fn spawned(self) -> (Orders, std::io::PipeReader) {
+    fn spawned(self, guard: Option<u32>) -> (Orders, std::io::PipeReader) {
         drop((self.control_r, self.report_w));
         let orders = Orders {
             control: Some(std::fs::File::from(std::os::fd::OwnedFd::from(
                 self.control_w,
             ))),
             group: 0,
-            guard: 0,
+            guard: guard.map_or(0, |p| p as i32),
             kill_sent: false,
         };
         (orders, self.report_r)
@@ -238,8 +240,7 @@ impl Guarded {
         let mut cmd = tokio::process::Command::from(cmd);
         configure(&mut cmd);
         let guard = cmd.spawn()?;
-        let (mut orders, report_r) = pipes.spawned();
-        orders.guard = guard.id().map_or(0, |p| p as i32);
+        let (mut orders, report_r) = pipes.spawned(guard.id());
         let (tx, mut reports) = mpsc::unbounded_channel();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(report_r).lines() {
@@ -259,12 +260,13 @@ impl Guarded {
                 rx: reports,
                 swept: 0,
             },
+            grace,
         })
     }
 
     /// Let the guard finish: everything the command left running gets SIGTERM, and SIGKILL
     /// after the grace; returns how many processes besides the command were still running.
-    pub async fn finish(mut self, grace: Duration) -> usize {
+    pub async fn finish(mut self) -> usize {
         self.orders.wake();
         drop(self.orders.control.take());
         // The sweep takes the grace at most; a guard stopped again by what it guards gets
@@ -276,7 +278,7 @@ impl Guarded {
                 }
             }
         };
-        if tokio::time::timeout(grace + LAST_RESORT, sweep)
+        if tokio::time::timeout(self.grace + LAST_RESORT, sweep)
             .await
             .is_err()
         {
@@ -307,8 +309,7 @@ impl BlockingGuarded {
         let (mut cmd, pipes) = guard_command(program, args, cwd, grace)?;
         configure(&mut cmd);
         let guard = cmd.spawn()?;
-        let (mut orders, report_r) = pipes.spawned();
-        orders.guard = guard.id() as i32;
+        let (mut orders, report_r) = pipes.spawned(Some(guard.id()));
         let mut reports = std::io::BufReader::new(report_r);
         started(next_report(&mut reports, None), &mut orders)?;
         Ok(BlockingGuarded {

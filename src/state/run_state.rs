@@ -191,14 +191,12 @@ pub struct Pinned {
     /// A custom command template (`--agent-cmd`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_cmd: Option<String>,
+    /// Whatever its source, a command kept here runs as the repository's on resume (the agent
+    /// can write `state.json`): in the sandbox under `--sandbox`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_command: Option<String>,
-    #[serde(default)]
-    pub test_command_from_repo: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict_command: Option<String>,
-    #[serde(default)]
-    pub verdict_command_from_repo: bool,
 }
 
 impl RunState {

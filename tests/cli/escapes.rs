@@ -298,9 +298,9 @@ fn an_agent_that_stops_its_guard_is_still_stopped() {
 
 /// A fast fork-and-exit chain (20,000 links, some calling `setsid`, the last ignoring SIGTERM)
 /// started by the agent. Without `--sandbox` it is the documented limit: each link lives for
-/// microseconds, so signals by pid — the guard's `/proc` walks, even the kernel's list of its
-/// children — keep missing the current one, and the chain's end outlives the guard (the
-/// control, noted rather than asserted: it is a race). Under `--sandbox` the agent's PID namespace dies with its init, and the chain with
+/// microseconds, so signals by pid (the guard's `/proc` walks) keep missing the current one,
+/// and the chain's end outlives the guard (the control, noted rather than asserted: it is a
+/// race). Under `--sandbox` the agent's PID namespace dies with its init, and the chain with
 /// it: nothing left, by pid and start time. Skipped (with a message) where bwrap cannot run.
 #[test]
 fn a_fast_pid_hopping_chain_escapes_only_without_the_sandbox() {

@@ -351,6 +351,16 @@ fn a_merged_loop_with_ignored_files_keeps_its_worktree() {
         format!("{out}{err}").contains("ignored files"),
         "{out}{err}"
     );
+    // The kept worktree keeps its state and logs: `status --all` still shows the loop.
+    let v = all_json(&env);
+    let kept = v["loops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "messy")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(kept["halt_reason"], "complete", "{v}");
     let (code, out, err) = start_loop(&env, "clean", "B.md", &clean).wait(Duration::from_secs(60));
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert_eq!(env.read("b.txt"), "b\n");

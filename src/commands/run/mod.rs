@@ -361,11 +361,7 @@ async fn supervise(
     if let (Some(p), Source::Checklist(c)) = (&resumed, &mut source) {
         // The criteria the run started with, not today's file: deleting criteria while ralph
         // was down is still tampering.
-        c.baseline = Baseline {
-            unchecked: p.baseline.clone(),
-            checked: p.baseline_checked.clone(),
-            unchecked_outside: p.baseline_outside.clone(),
-        };
+        c.baseline = recorded_baseline(p);
     }
     if let Some(code) = halt_if_tampered(ui, &r, resumed.as_ref(), &source)? {
         return Ok(code);
@@ -415,12 +411,16 @@ fn gone_from_baseline(
     let Some(p) = prior.filter(|p| p.halt_reason != Some(HaltReason::Complete)) else {
         return Vec::new();
     };
-    let baseline = Baseline {
+    crate::task::integrity::review(&recorded_baseline(p), now).tampered
+}
+
+/// The criteria a recorded run started with.
+fn recorded_baseline(p: &RunState) -> Baseline {
+    Baseline {
         unchecked: p.baseline.clone(),
         checked: p.baseline_checked.clone(),
         unchecked_outside: p.baseline_outside.clone(),
-    };
-    crate::task::integrity::review(&baseline, now).tampered
+    }
 }
 
 /// A resumed checklist run whose task file lost criteria of its baseline (while ralph was down,
