@@ -17,8 +17,12 @@ pub struct Monitor {
     /// The `core.fsmonitor` value: `'ralph' __fsmonitor 'file'`, run by git through the shell.
     pub hook: String,
     /// Called before each git command: wait for the watcher to see every change made so far,
-    /// then write the hook's answers.
-    pub prepare: Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>,
+    /// then write the hook's answers; returns the journal position of the token the hook hands
+    /// out to that command.
+    pub prepare: Arc<dyn Fn() -> std::io::Result<u64> + Send + Sync>,
+    /// How many paths git, holding the token of a position, would now be answered with;
+    /// `None` for "everything".
+    pub changed_since: Arc<dyn Fn(u64) -> Option<usize> + Send + Sync>,
 }
 
 impl std::fmt::Debug for Monitor {
@@ -106,9 +110,20 @@ impl GitCli {
         args: &[&str],
         stdin: Option<&[u8]>,
     ) -> Result<std::process::Output, GitError> {
-        if let Some(m) = &self.monitor {
-            (m.prepare)().map_err(|e| GitError::Spawn(args.join(" "), e))?;
-        }
+        self.output_handed(args, stdin).map(|(out, _)| out)
+    }
+
+    /// [`Self::output`], with the journal position of the token ralph's monitor handed out to
+    /// the command (`None` without a monitor).
+    pub fn output_handed(
+        &self,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> Result<(std::process::Output, Option<u64>), GitError> {
+        let handed = match &self.monitor {
+            Some(m) => Some((m.prepare)().map_err(|e| GitError::Spawn(args.join(" "), e))?),
+            None => None,
+        };
         let mut cmd = self.command(args);
         cmd.stdin(if stdin.is_some() {
             Stdio::piped()
@@ -136,7 +151,7 @@ impl GitCli {
         if let Some(f) = feeder {
             let _ = f.join();
         }
-        Ok(out)
+        Ok((out, handed))
     }
 }
 

@@ -102,7 +102,7 @@ pub fn answer(file: &[u8], version: &str, token: &str) -> Vec<u8> {
 }
 
 /// An ignore or attributes file: what git would decide about many paths may change.
-fn changes_rules(path: &[u8]) -> bool {
+pub(super) fn changes_rules(path: &[u8]) -> bool {
     let name = path
         .strip_suffix(b"/")
         .unwrap_or(path)

@@ -1,5 +1,5 @@
-//! The index as git keeps it: its tree (`git write-tree`, remembered while the index file is
-//! unchanged), its conflicts (`git ls-files --unmerged`) and its gitlinks (read from that tree,
+//! The index as git keeps it: its tree (remembered while the index file is unchanged), its
+//! conflicts (`git ls-files --unmerged`) and its gitlinks (read from that tree,
 //! remembered per subtree). ralph never parses the index itself: at 100,000 files every read
 //! costs a checksum and a parse of ten megabytes, which git does several times faster than
 //! libgit2, and git's own tree writer is the one `git commit` uses (its cache of unchanged
@@ -35,6 +35,11 @@ impl Stamp {
     }
 }
 
+/// Paths the index may change from HEAD's tree, since its cache of subtrees was last written,
+/// before ralph asks `git write-tree` again: every one of them invalidated that cache for its
+/// directories, which `git diff-index --cached` (and `git status`) must then compare in full.
+const MAX_UNSAVED: usize = 1_000;
+
 /// What ralph remembers of the index between git commands.
 #[derive(Debug, Default)]
 pub(super) struct IndexMemo {
@@ -43,17 +48,40 @@ pub(super) struct IndexMemo {
     /// Gitlink paths under each subtree walked last (relative to it), so a walk reads only the
     /// subtrees that changed.
     links: HashMap<Oid, Arc<Vec<Vec<u8>>>>,
+    /// The monitor's position handed to the last `git status` that wrote its refreshed stat
+    /// data back to the index, and whether that status was answered in part (see
+    /// [`Repo::status`]).
+    pub(super) refreshed: Option<(u64, bool)>,
+    /// Paths of trees made from HEAD's (see [`Repo::index_tree`]) since the last
+    /// `git write-tree`.
+    unsaved: usize,
 }
 
 impl Repo {
-    /// The tree the index on disk holds, written to the object database (`git write-tree`).
-    /// Unresolved conflicts are [`GitError::Conflicts`].
+    /// The tree the index on disk holds, written to the object database. Unresolved conflicts
+    /// are [`GitError::Conflicts`].
+    ///
+    /// Made from HEAD's tree and the entries `git diff-index --cached` lists as changed
+    /// (`tree.rs`), which leaves the index file alone; `git write-tree` — the same tree, and a
+    /// rewrite of the whole index to keep its cache of subtrees — where that cannot be done
+    /// (an unborn branch, a sparse index, an unmerged path, a name the tree builder refuses)
+    /// and once more than [`MAX_UNSAVED`] paths went through the first way, so that cache,
+    /// which `git status` and `git diff-index` use too, stays mostly valid.
     pub fn index_tree(&self) -> Result<Oid, GitError> {
         let path = self.repo.path().join("index");
         let before = Stamp::of(&path);
         if let (Some(now), Some((then, tree))) = (before, self.memo().tree)
             && now == then
         {
+            return Ok(tree);
+        }
+        if let Some((tree, paths)) = self.tree_from_head()? {
+            let mut memo = self.memo();
+            memo.unsaved += paths;
+            // Only while the index file is the one diff-index read.
+            if let Some(stamp) = before.filter(|&b| Stamp::of(&path) == Some(b)) {
+                memo.tree = Some((stamp, tree));
+            }
             return Ok(tree);
         }
         let out = self.git.output(&["write-tree"], None)?;
@@ -70,10 +98,51 @@ impl Repo {
         let hex = String::from_utf8_lossy(&out.stdout);
         let tree = Oid::from_str(hex.trim())?;
         // git may have written the index back (its cache of subtrees): remember the new file.
+        let mut memo = self.memo();
+        memo.unsaved = 0;
         if let Some(stamp) = Stamp::of(&path) {
-            self.memo().tree = Some((stamp, tree));
+            memo.tree = Some((stamp, tree));
         }
         Ok(tree)
+    }
+
+    /// The index's tree as HEAD's with what the index changes applied, and how many paths
+    /// that was; `None` where `git write-tree` must make it (see [`Self::index_tree`]).
+    pub(super) fn tree_from_head(&self) -> Result<Option<(Oid, usize)>, GitError> {
+        let unsaved = self.memo().unsaved;
+        if unsaved >= MAX_UNSAVED || self.sparse() {
+            return Ok(None);
+        }
+        let Some(head) = self.head_commit()? else {
+            return Ok(None);
+        };
+        let hex = head.id().to_string();
+        let args = [
+            "diff-index",
+            "--cached",
+            "--raw",
+            "-z",
+            "--no-renames",
+            // An intent-to-add entry (`git add -N`) is not in the index's tree.
+            "--ita-invisible-in-index",
+            // Whatever the configuration hides, a gitlink's recorded commit counts.
+            "--ignore-submodules=none",
+            &hex,
+            "--",
+        ];
+        let out = self.git.output(&args, None)?;
+        if !out.status.success() {
+            return Ok(None);
+        }
+        let Some(changes) = super::tree::parse_raw(&out.stdout) else {
+            return Ok(None);
+        };
+        if unsaved + changes.len() > MAX_UNSAVED {
+            return Ok(None);
+        }
+        Ok(super::tree::apply(&self.repo, &head.tree()?, &changes)
+            .ok()
+            .map(|tree| (tree, changes.len())))
     }
 
     /// Refuse when the index holds unresolved conflicts.
@@ -127,7 +196,7 @@ impl Repo {
         Ok(links)
     }
 
-    fn memo(&self) -> std::sync::MutexGuard<'_, IndexMemo> {
+    pub(super) fn memo(&self) -> std::sync::MutexGuard<'_, IndexMemo> {
         self.index_memo
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -3,7 +3,8 @@
 //!
 //! Which tool does what, and why: libgit2 (git2) opens the repository, checks its state, reads
 //! HEAD and trees, runs nothing, and makes the commits (commit object, the branch moved). The
-//! index is git's alone (`index.rs`: its tree by `git write-tree`). The git CLI (`cli.rs`) does
+//! index is git's alone (`index.rs`: its tree is HEAD's with what `git diff-index --cached`
+//! lists, `tree.rs`, or `git write-tree`'s). The git CLI (`cli.rs`) does
 //! the two steps libgit2 cannot do as git does:
 //! `git status` (ignore rules at every level with nested negations, sparse checkouts, clean
 //! filters in the fingerprint, git's stat cache refreshed and written back) and `git add`
@@ -17,6 +18,7 @@ mod commit;
 pub mod fsmonitor;
 mod index;
 mod stage;
+mod tree;
 pub mod watch;
 
 use std::path::{Component, Path, PathBuf};
@@ -40,6 +42,10 @@ pub const FALLBACK_EMAIL: &str = "ralph@localhost";
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 const LOCK_POLL: Duration = Duration::from_millis(25);
+
+/// A `git status` writes its refreshed stat data back to the index when the monitor may name
+/// more than this many paths since the last status that did (see [`Repo::status`]).
+const REFRESH_AFTER: usize = 1_000;
 
 /// Errors from git work.
 #[derive(Debug, thiserror::Error)]
@@ -318,6 +324,45 @@ impl Repo {
     /// Use ralph's watcher as the git CLI's file-system monitor from now on.
     pub fn set_monitor(&mut self, monitor: Option<Monitor>) {
         self.git.monitor = monitor;
+        self.memo().refreshed = None;
+    }
+
+    /// `git status ARGS`, writing git's refreshed stat data back to the index only where that
+    /// saves work. git writes it whenever anything was refreshed — with ralph's monitor, that
+    /// is every time (the monitor's token changes) — and at 100,000 files the write costs more
+    /// than the status. What a status leaves unwritten the next one redoes, for the paths the
+    /// monitor named since the last write-back; so a status writes when that may be many (more
+    /// than [`REFRESH_AFTER`]), when the monitor answers "everything" (the first status of a
+    /// run, lost events, an agent that touched `.git`, a changed ignore file: a copied or
+    /// touched tree is re-hashed once, not at every iteration), and always without a monitor,
+    /// as `git status` does. After a status answered "everything" the next one writes too: git
+    /// marks every entry whose stat data it refreshed as unknown to the monitor, and only a
+    /// status that finds it unchanged marks it known again.
+    fn status(&self, args: &[&str]) -> Result<Vec<u8>, GitError> {
+        let last = self.memo().refreshed;
+        let since = match (&self.git.monitor, last) {
+            (Some(m), Some((at, _))) => (m.changed_since)(at),
+            _ => None,
+        };
+        let settled = last.is_some_and(|(_, in_part)| in_part);
+        let write = !(settled && since.is_some_and(|n| n <= REFRESH_AFTER));
+        let mut full = Vec::with_capacity(args.len() + 2);
+        if !write {
+            full.push("--no-optional-locks");
+        }
+        full.push("status");
+        full.extend_from_slice(args);
+        let (out, handed) = self.git.output_handed(&full, None)?;
+        if !out.status.success() {
+            return Err(GitError::Cli {
+                command: format!("git {}", full.join(" ")),
+                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        if write && let Some(at) = handed {
+            self.memo().refreshed = Some((at, since.is_some()));
+        }
+        Ok(out.stdout)
     }
 
     /// Under `--sandbox`: ralph's git commands on the pinned common git directory, without the
@@ -328,7 +373,7 @@ impl Repo {
 
     /// Bytes `git status --porcelain` (v1) prints, with the user's configuration.
     pub fn porcelain(&self) -> Result<Vec<u8>, GitError> {
-        self.git.run(&["status", "--porcelain"], None)
+        self.status(&["--porcelain"])
     }
 
     /// `git status --porcelain | cksum` without its trailing newline, e.g. `4294967295 0`.
@@ -336,11 +381,11 @@ impl Repo {
         Ok(cksum(&self.porcelain()?))
     }
 
-    /// [`Self::fingerprint`] right after ralph staged (its status, update-index and write-tree
-    /// have just written the index): this status leaves the index alone (`--no-optional-locks`),
-    /// as its write-back would only repeat theirs and at 100,000 files costs more than the
-    /// status itself. Where nothing staged this iteration (`--no-commit`), [`Self::fingerprint`]
-    /// must be the one that writes the refreshed stat data back. The output is the same.
+    /// [`Self::fingerprint`] right after ralph staged: this status leaves the index alone
+    /// (`--no-optional-locks`), as the iteration's first status has just refreshed and, where
+    /// that was worth it, written back what it would (see [`Self::status`]). Where nothing
+    /// staged this iteration (`--no-commit`), [`Self::fingerprint`] is the iteration's status.
+    /// The output is the same.
     pub fn fingerprint_after_staging(&self) -> Result<String, GitError> {
         let out = self
             .git
@@ -355,9 +400,7 @@ impl Repo {
 
     /// True when tracked files differ from HEAD (staged or not); untracked files do not count.
     pub fn is_dirty_tracked(&self) -> Result<bool, GitError> {
-        let out = self
-            .git
-            .run(&["status", "--porcelain", "--untracked-files=no"], None)?;
+        let out = self.status(&["--porcelain", "--untracked-files=no"])?;
         Ok(!out.is_empty())
     }
 

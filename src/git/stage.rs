@@ -95,10 +95,7 @@ impl Repo {
     ) -> Result<Staged, GitError> {
         self.check_state()?;
         self.wait_for_lock(self.lock_wait)?;
-        let out = self.git.run(
-            &["status", "--porcelain=v1", "-z", "--no-renames", "-unormal"],
-            None,
-        )?;
+        let out = self.status(&["--porcelain=v1", "-z", "--no-renames", "-unormal"])?;
         let entries = parse_status(&out);
         if entries.iter().any(Entry::unmerged) {
             return Err(GitError::Conflicts);
@@ -167,7 +164,7 @@ impl Repo {
     }
 
     /// A sparse checkout (or a sparse index): `git add` knows which paths it must leave alone.
-    fn sparse(&self) -> bool {
+    pub(super) fn sparse(&self) -> bool {
         ["core.sparseCheckout", "index.sparse"].iter().any(|k| {
             self.config_value(k).is_some_and(|v| {
                 matches!(v.to_ascii_lowercase().as_str(), "true" | "yes" | "on" | "1")

@@ -739,3 +739,80 @@ fn head_file_reads_head_tree() {
     assert_eq!(repo.head_file("/etc/passwd").unwrap(), None);
     assert_eq!(repo.head_file("../a.txt").unwrap(), None);
 }
+
+/// The index's tree made from HEAD's and `git diff-index --cached` (no rewrite of the index) is
+/// the tree `git write-tree` makes of the same index, for every shape of change: a file turned
+/// into a directory and back, a directory emptied, a symlink, the executable bit, a gitlink
+/// added and one removed, an intent-to-add entry, an unusual name, deep new paths, and what
+/// the agent staged itself.
+#[test]
+fn index_tree_from_head_is_git_write_trees() {
+    isolate();
+    let dir = repo_with_commit();
+    let d = dir.path();
+    sh(
+        d,
+        "mkdir -p sub deep/er && git init -q sub && git -C sub -c user.name=s -c user.email=s@x commit -q --allow-empty -m s && \
+         printf 'x\\n' > deep/er/f && printf 'x\\n' > tool && git add -A && git commit -q -m two",
+    );
+    let cases = [
+        "rm a.txt && mkdir a.txt && printf 'now a dir\\n' > a.txt/inside",
+        "rm -r a.txt && printf 'a file again\\n' > a.txt",
+        "rm dir/b.txt && ln -s z.txt link && chmod +x tool",
+        "rm -rf sub && mkdir -p new/sub && git init -q new/sub && git -C new/sub -c user.name=s -c user.email=s@x commit -q --allow-empty -m n",
+        "printf 'ita\\n' > later && git add -N later && printf \"tab\\there\\n\" > \"$(printf 'tab\\there')\"",
+        "rm -r deep && mkdir -p deep/er/est && printf 'y\\n' > deep/er/est/g && printf 'staged\\n' > z.txt && git add z.txt",
+        "rm later new/sub/.git -rf; rm -rf new; printf 'y\\n' > deep/a",
+    ];
+    let mut repo = open(d);
+    for (i, script) in cases.iter().enumerate() {
+        sh(d, script);
+        repo.stage_all(&|_, _| None).expect("stage");
+        // An entry added with intent only (as a pre-commit hook might) is in no tree.
+        sh(d, &format!("printf 'i\\n' > ita{i} && git add -N ita{i}"));
+        let index = d.join(".git/index");
+        let before = std::fs::read(&index).unwrap();
+        let ours = repo.tree_from_head().expect("diff-index").map(|(t, _)| t);
+        assert_eq!(
+            std::fs::read(&index).unwrap(),
+            before,
+            "case {i}: the index was rewritten"
+        );
+        let git_tree = git(d, &["write-tree"]).trim().to_string();
+        assert_eq!(
+            ours.map(|t| t.to_string()),
+            Some(git_tree.clone()),
+            "case {i} ({script}): the tree made from HEAD's is not git's"
+        );
+        git(
+            d,
+            &["commit", "-q", "--allow-empty", "-m", &format!("case {i}")],
+        );
+        assert_eq!(git(d, &["rev-parse", "HEAD^{tree}"]).trim(), git_tree);
+    }
+}
+
+/// An unmerged path, a sparse checkout and an unborn branch go to `git write-tree`.
+#[test]
+fn index_tree_from_head_declines_what_it_cannot_make() {
+    isolate();
+    let unborn = empty_repo();
+    sh(unborn.path(), "printf 'x\\n' > f && git add f");
+    assert!(open(unborn.path()).tree_from_head().unwrap().is_none());
+
+    let sparse = repo_with_commit();
+    sh(
+        sparse.path(),
+        "git sparse-checkout set dir 2>/dev/null && printf 'q\\n' > dir/b.txt && git add dir/b.txt",
+    );
+    assert!(open(sparse.path()).tree_from_head().unwrap().is_none());
+
+    let conflicted = diverged_repo();
+    let merge = git_any(conflicted.path(), &["merge", "-q", "side"]);
+    assert!(!merge.status.success(), "the merge was meant to conflict");
+    assert!(open(conflicted.path()).tree_from_head().unwrap().is_none());
+    assert!(matches!(
+        open(conflicted.path()).index_tree(),
+        Err(GitError::Conflicts)
+    ));
+}

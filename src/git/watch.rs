@@ -166,9 +166,23 @@ impl Watch {
         }
     }
 
+    /// How many paths a token of `since` is answered with now, or `None` when it gets
+    /// "everything" (the journal no longer covers it, or an ignore or attributes file changed
+    /// since); after a barrier, so every change made so far counts.
+    pub fn changed_since(&self, since: u64) -> Option<usize> {
+        self.barrier();
+        let j = self.shared.journal.lock().ok()?;
+        if j.broken || since < j.floor || since > j.next {
+            return None;
+        }
+        let from = j.changes.partition_point(|(pos, _)| *pos < since);
+        let newer = &j.changes[from..];
+        (!newer.iter().any(|(_, p)| fsmonitor::changes_rules(p))).then_some(newer.len())
+    }
+
     /// Write the hook's answers for the changes so far (after a barrier), and start a new
-    /// segment.
-    pub fn write_answers(&self) -> std::io::Result<()> {
+    /// segment; returns the position of the token the hook hands out.
+    pub fn write_answers(&self) -> std::io::Result<u64> {
         self.barrier();
         let Ok(mut j) = self.shared.journal.lock() else {
             return Err(std::io::Error::other("the watcher's journal is poisoned"));
@@ -187,7 +201,7 @@ impl Watch {
             },
         )?;
         j.segment.clear();
-        Ok(())
+        Ok(j.next)
     }
 
     /// What the git CLI needs to use this watcher as its file-system monitor.
@@ -200,9 +214,11 @@ impl Watch {
             shell_words::quote(&self.answers.to_string_lossy())
         );
         let me = Arc::clone(self);
+        let again = Arc::clone(self);
         Some(Monitor {
             hook,
             prepare: Arc::new(move || me.write_answers()),
+            changed_since: Arc::new(move |since| again.changed_since(since)),
         })
     }
 }

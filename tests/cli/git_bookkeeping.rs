@@ -161,6 +161,75 @@ fn refreshed_stat_data_is_written_back_once() {
     }
 }
 
+/// SPEC §12: after git refreshed a touched tree once, the index keeps knowing it unchanged, so
+/// later statuses look at what changed only. git marks every entry whose stat data it refreshes
+/// as unknown to the file-system monitor; only a status that then finds it unchanged marks it
+/// known again, and that knowledge lasts only if the status writes the index. Read with
+/// `git ls-files -f` (a lowercase tag: known unchanged) through a hook that reports no change,
+/// so the bits are the index's own. The control: before the run none is known (the index has
+/// no monitor data).
+///
+/// Fails when no status after the first full refresh writes the index (every later status of
+/// the run then stats every file again).
+#[test]
+fn a_touched_tree_is_known_unchanged_after_the_first_iteration() {
+    if !cfg!(target_os = "linux") {
+        eprintln!("skipped: ralph watches the tree with inotify (Linux) only");
+        return;
+    }
+    let env = TestEnv::new();
+    env.write_task(&["never checked by the agent"], "");
+    for i in 0..200 {
+        env.write(&format!("src/d{}/f{i}.txt", i % 7), &format!("file {i}\n"));
+    }
+    env.commit_all("initial");
+    // ralph's own files exist already (as after `ralph init`): no ignore file of ralph's
+    // appears during the run below, which would make git check everything once more.
+    assert_exit(&env.run_fake("churn", &["--max-iterations", "1"]), 3);
+    let touched = env
+        .command("sh")
+        .args([
+            "-c",
+            "git ls-files -z | xargs -0 touch -d 2020-01-01T00:00:00 && \
+             git update-index --no-fsmonitor",
+        ])
+        .current_dir(&env.repo)
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    let hook = env.home.join("no-change-hook");
+    std::fs::write(&hook, "#!/bin/sh\nprintf '%s\\0' \"$2\"\n").unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let monitor = format!("core.fsmonitor={}", hook.display());
+    let unknown = |env: &TestEnv| -> usize {
+        env.git(&["-c", &monitor, "ls-files", "-f", "--", "src"])
+            .lines()
+            .filter(|l| l.starts_with("H "))
+            .count()
+    };
+    assert_eq!(
+        unknown(&env),
+        200,
+        "control: before the run no entry is known unchanged"
+    );
+    let out = env.run_fake(
+        "churn",
+        &[
+            "--reset",
+            "--max-iterations",
+            "3",
+            "--stuck-threshold",
+            "99",
+        ],
+    );
+    assert_exit(&out, 3);
+    assert_eq!(
+        unknown(&env),
+        0,
+        "entries the monitor does not know unchanged after the run: every status stats them again"
+    );
+}
+
 /// SPEC §7/§11: one supervisor per work tree, even when the agent deletes the lock file itself
 /// (`.git/ralph.lock` is in the git directory, which the agent can write). The agent removes the
 /// lock and starts a second supervisor (`ralph resume`) inside the iteration: it is refused (exit 1,
