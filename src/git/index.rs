@@ -55,6 +55,23 @@ pub(super) struct IndexMemo {
     /// Paths of trees made from HEAD's (see [`Repo::index_tree`]) since the last
     /// `git write-tree`.
     unsaved: usize,
+    /// The last trees made of the index (by git or from HEAD's): a HEAD holding one of them
+    /// holds nothing an index cannot (an empty subtree, a mode git would not write), so only
+    /// on such a HEAD is the index's tree made from HEAD's.
+    made: Vec<Oid>,
+}
+
+/// How many of the trees last made of the index are remembered.
+const MADE_KEPT: usize = 8;
+
+impl IndexMemo {
+    fn made(&mut self, tree: Oid) {
+        self.made.retain(|&t| t != tree);
+        self.made.push(tree);
+        if self.made.len() > MADE_KEPT {
+            self.made.remove(0);
+        }
+    }
 }
 
 impl Repo {
@@ -64,9 +81,10 @@ impl Repo {
     /// Made from HEAD's tree and the entries `git diff-index --cached` lists as changed
     /// (`tree.rs`), which leaves the index file alone; `git write-tree` — the same tree, and a
     /// rewrite of the whole index to keep its cache of subtrees — where that cannot be done
-    /// (an unborn branch, a sparse index, an unmerged path, a name the tree builder refuses)
-    /// and once more than [`MAX_UNSAVED`] paths went through the first way, so that cache,
-    /// which `git status` and `git diff-index` use too, stays mostly valid.
+    /// (an unborn branch, a sparse index, an unmerged path, a name the tree builder refuses, a
+    /// HEAD whose tree was not made of an index in this process) and once more than
+    /// [`MAX_UNSAVED`] paths went through the first way, so that cache, which `git status`
+    /// and `git diff-index` use too, stays mostly valid.
     pub fn index_tree(&self) -> Result<Oid, GitError> {
         let path = self.repo.path().join("index");
         let before = Stamp::of(&path);
@@ -78,6 +96,7 @@ impl Repo {
         if let Some((tree, paths)) = self.tree_from_head()? {
             let mut memo = self.memo();
             memo.unsaved += paths;
+            memo.made(tree);
             // Only while the index file is the one diff-index read.
             if let Some(stamp) = before.filter(|&b| Stamp::of(&path) == Some(b)) {
                 memo.tree = Some((stamp, tree));
@@ -100,6 +119,7 @@ impl Repo {
         // git may have written the index back (its cache of subtrees): remember the new file.
         let mut memo = self.memo();
         memo.unsaved = 0;
+        memo.made(tree);
         if let Some(stamp) = Stamp::of(&path) {
             memo.tree = Some((stamp, tree));
         }
@@ -116,8 +136,15 @@ impl Repo {
         let Some(head) = self.head_commit()? else {
             return Ok(None);
         };
+        // A HEAD the agent made by hand (`git commit-tree`, `git reset --soft`) may hold what
+        // no index can: `git write-tree` says what the index holds.
+        if !self.memo().made.contains(&head.tree_id()) {
+            return Ok(None);
+        }
         let hex = head.id().to_string();
         let args = [
+            // The commit itself, as libgit2 reads it, not a `git replace` of it.
+            "--no-replace-objects",
             "diff-index",
             "--cached",
             "--raw",

@@ -9,8 +9,10 @@
 //! repository to record, a sparse checkout, an ancestor replaced by a file) the paths go to
 //! `git add -A` as literal pathspecs.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{GitError, Repo, Staged};
 
@@ -22,6 +24,9 @@ const MAX_PATHSPECS: usize = 20_000;
 pub(super) struct Entry {
     pub x: u8,
     pub y: u8,
+    /// The path as git printed it (not always UTF-8).
+    pub raw: Vec<u8>,
+    /// The same, read lossily: for messages and ralph's own decisions.
     pub path: String,
 }
 
@@ -30,9 +35,15 @@ impl Entry {
         self.x == b'?' && self.y == b'?'
     }
 
-    /// An unresolved conflict: `DD`, `AU`, `UD`, `UA`, `DU`, `AA` or `UU`.
+    /// An unresolved conflict: `AU`, `UD`, `UA`, `DU` or `UU`.
     fn unmerged(&self) -> bool {
-        self.x == b'U' || self.y == b'U' || matches!((self.x, self.y), (b'A', b'A') | (b'D', b'D'))
+        self.x == b'U' || self.y == b'U'
+    }
+
+    /// `DD` or `AA`: both deleted or both added in a conflict — or, for `DD`, an intent-to-add
+    /// entry whose file was deleted (`git rm --cached f; git add -N f; rm f`), which is none.
+    fn maybe_unmerged(&self) -> bool {
+        matches!((self.x, self.y), (b'A', b'A') | (b'D', b'D'))
     }
 }
 
@@ -43,6 +54,7 @@ pub(super) fn parse_status(out: &[u8]) -> Vec<Entry> {
         .map(|r| Entry {
             x: r[0],
             y: r[1],
+            raw: r[3..].to_vec(),
             path: String::from_utf8_lossy(&r[3..]).into_owned(),
         })
         .collect()
@@ -51,21 +63,23 @@ pub(super) fn parse_status(out: &[u8]) -> Vec<Entry> {
 /// What goes to `git add` (or `git update-index`).
 #[derive(Default)]
 struct AddPlan {
-    include: Vec<String>,
+    /// Paths as git names them (bytes, not always UTF-8), for pathspecs.
+    include: Vec<Vec<u8>>,
     /// Every path to stage, one by one (for `git update-index`).
-    files: Vec<String>,
+    files: Vec<Vec<u8>>,
     /// Something only `git add` does as `git add -A` would (see the module's doc).
     needs_add: bool,
     /// The status paths behind `include` (before any ancestor replaced them).
     worked: Vec<String>,
-    exclude: Vec<String>,
+    exclude: Vec<Vec<u8>>,
     left_out: Vec<(String, String)>,
 }
 
 impl AddPlan {
-    fn leave_out(&mut self, path: &str, why: String) {
-        self.exclude.push(path.to_string());
-        self.left_out.push((path.to_string(), why));
+    fn leave_out(&mut self, path: &[u8], why: String) {
+        self.exclude.push(path.to_vec());
+        self.left_out
+            .push((String::from_utf8_lossy(path).into_owned(), why));
     }
 }
 
@@ -95,10 +109,21 @@ impl Repo {
     ) -> Result<Staged, GitError> {
         self.check_state()?;
         self.wait_for_lock(self.lock_wait)?;
-        let out = self.status(&["--porcelain=v1", "-z", "--no-renames", "-unormal"])?;
+        // A submodule's new commit counts whatever the configuration hides (`git add -A`
+        // stages it); what changed inside a submodule does not.
+        let out = self.status(&[
+            "--porcelain=v1",
+            "-z",
+            "--no-renames",
+            "-unormal",
+            "--ignore-submodules=dirty",
+        ])?;
         let entries = parse_status(&out);
         if entries.iter().any(Entry::unmerged) {
             return Err(GitError::Conflicts);
+        }
+        if entries.iter().any(Entry::maybe_unmerged) {
+            self.check_conflicts()?;
         }
         let mut plan = AddPlan {
             needs_add: self.sparse(),
@@ -127,14 +152,16 @@ impl Repo {
         exclude: &dyn Fn(&str, &Path) -> Option<String>,
         plan: &mut AddPlan,
     ) -> Result<(), GitError> {
-        // Already staged as the work tree has it: nothing for `git add` to do.
+        // Already staged as the work tree has it: nothing for `git add` to do, but the change
+        // is there to commit (the agent staged it, or a hook refused it last time).
         if !e.untracked() && e.y == b' ' {
+            if e.x != b' ' {
+                plan.worked.push(e.path.clone());
+            }
             return Ok(());
         }
-        let path = e.path.trim_end_matches('/');
-        let abs = self.root.join(path);
-        // A name that is not UTF-8 was read lossily: only a pathspec can stand for it.
-        plan.needs_add |= path.contains(char::REPLACEMENT_CHARACTER);
+        let path = e.raw.strip_suffix(b"/").unwrap_or(&e.raw);
+        let abs = self.abs(path);
         if let Some(why) = refused(&abs) {
             plan.leave_out(path, why);
             return Ok(());
@@ -142,22 +169,24 @@ impl Repo {
         if !e.untracked() {
             plan.worked.push(e.path.clone());
             let reachable = self.reachable(path);
-            // An ancestor replaced by a file, or a tracked file by a directory: `git add`.
-            plan.needs_add |= reachable != path || (e.x == b'D' || e.y == b'D') && abs.is_dir();
-            plan.include.push(reachable);
-            plan.files.push(path.to_string());
+            // An ancestor replaced by a file, or a tracked file by a directory (a nested
+            // repository among them, which `git add` records as a gitlink): `git add`.
+            let retyped = matches!(e.x, b'D' | b'T') || matches!(e.y, b'D' | b'T');
+            plan.needs_add |= reachable != path || (retyped && abs.is_dir());
+            plan.include.push(reachable.to_vec());
+            plan.files.push(path.to_vec());
             return Ok(());
         }
-        if e.path.ends_with('/') {
+        if e.raw.ends_with(b"/") {
             plan.worked.push(e.path.clone());
             return self.plan_untracked_dir(path, exclude, plan);
         }
-        match exclude(path, &abs) {
+        match exclude(&String::from_utf8_lossy(path), &abs) {
             Some(why) => plan.leave_out(path, why),
             None => {
                 plan.worked.push(e.path.clone());
-                plan.include.push(path.to_string());
-                plan.files.push(path.to_string());
+                plan.include.push(path.to_vec());
+                plan.files.push(path.to_vec());
             }
         }
         Ok(())
@@ -175,66 +204,67 @@ impl Repo {
     /// A pathspec git can follow to `path`: when an ancestor directory was replaced by a symlink
     /// or a file, git refuses a pathspec "beyond" it; the ancestor itself names the same index
     /// entries (and what replaced them).
-    fn reachable(&self, path: &str) -> String {
-        for (i, _) in path.match_indices('/') {
+    fn reachable<'p>(&self, path: &'p [u8]) -> &'p [u8] {
+        for (i, _) in path.iter().enumerate().filter(|(_, b)| **b == b'/') {
             let ancestor = &path[..i];
-            let real_dir = std::fs::symlink_metadata(self.root.join(ancestor))
+            let real_dir = std::fs::symlink_metadata(self.abs(ancestor))
                 .map(|m| m.is_dir())
                 .unwrap_or(true);
             if !real_dir {
-                return ancestor.to_string();
+                return ancestor;
             }
         }
-        path.to_string()
+        path
+    }
+
+    /// Where a path git names (bytes, from the root) is on disk.
+    fn abs(&self, path: &[u8]) -> PathBuf {
+        self.root.join(OsStr::from_bytes(path))
     }
 
     /// An untracked directory: everything git would add under it, each file through the guard.
     fn plan_untracked_dir(
         &self,
-        dir: &str,
+        dir: &[u8],
         exclude: &dyn Fn(&str, &Path) -> Option<String>,
         plan: &mut AddPlan,
     ) -> Result<(), GitError> {
-        if self.root.join(dir).join(".git").exists() {
+        if self.abs(dir).join(".git").exists() {
             return self.plan_nested_repo(dir, plan);
         }
-        let spec = format!(":(literal){dir}/");
-        let out = self.git.run(
-            &[
-                "ls-files",
-                "-z",
-                "--others",
-                "--exclude-standard",
-                "--",
-                &spec,
-            ],
-            None,
-        )?;
-        for rec in out.split(|&b| b == 0).filter(|r| !r.is_empty()) {
-            let rel = String::from_utf8_lossy(rec).into_owned();
-            let rel = rel.trim_end_matches('/');
-            let abs = self.root.join(rel);
+        let mut prefix = dir.to_vec();
+        prefix.push(b'/');
+        // A name git can be given as an argument; any other is found in the whole list.
+        let spec = std::str::from_utf8(&prefix).map(|p| format!(":(literal){p}"));
+        let mut args = vec!["ls-files", "-z", "--others", "--exclude-standard"];
+        if let Ok(spec) = &spec {
+            args.extend(["--", spec.as_str()]);
+        }
+        let out = self.git.run(&args, None)?;
+        for rec in out.split(|&b| b == 0).filter(|r| r.starts_with(&prefix)) {
+            let rel = rec.strip_suffix(b"/").unwrap_or(rec);
+            let abs = self.abs(rel);
             if rec.ends_with(b"/") && abs.join(".git").exists() {
                 self.plan_nested_repo(rel, plan)?;
                 continue;
             }
-            match refused(&abs).or_else(|| exclude(rel, &abs)) {
+            match refused(&abs).or_else(|| exclude(&String::from_utf8_lossy(rel), &abs)) {
                 Some(why) => plan.leave_out(rel, why),
-                None => plan.files.push(rel.to_string()),
+                None => plan.files.push(rel.to_vec()),
             }
         }
-        plan.include.push(dir.to_string());
+        plan.include.push(dir.to_vec());
         Ok(())
     }
 
     /// An untracked nested repository: git records it as a gitlink when it has a commit, and
     /// refuses it otherwise.
-    fn plan_nested_repo(&self, dir: &str, plan: &mut AddPlan) -> Result<(), GitError> {
-        let has_commit = git2::Repository::open(self.root.join(dir))
+    fn plan_nested_repo(&self, dir: &[u8], plan: &mut AddPlan) -> Result<(), GitError> {
+        let has_commit = git2::Repository::open(self.abs(dir))
             .ok()
             .is_some_and(|r| r.head().and_then(|h| h.peel_to_commit()).is_ok());
         if has_commit {
-            plan.include.push(dir.to_string());
+            plan.include.push(dir.to_vec());
             plan.needs_add = true;
         } else {
             plan.leave_out(
@@ -248,13 +278,13 @@ impl Repo {
     /// `git add -A` of the planned paths as literal pathspecs, less the exclusions.
     fn add(&self, plan: &AddPlan) -> Result<(), GitError> {
         let mut specs: Vec<u8> = Vec::new();
-        let mut push = |magic: &str, p: &str| {
+        let mut push = |magic: &str, p: &[u8]| {
             specs.extend_from_slice(magic.as_bytes());
-            specs.extend_from_slice(p.as_bytes());
+            specs.extend_from_slice(p);
             specs.push(0);
         };
         if plan.include.len() > MAX_PATHSPECS {
-            push(":/", "");
+            push(":/", b"");
         } else {
             for p in &plan.include {
                 push(":(literal)", p);
@@ -269,10 +299,10 @@ impl Repo {
     }
 
     /// Stage exactly `files` (paths from the root; missing ones are removed from the index).
-    fn update_index(&self, files: &[String]) -> Result<(), GitError> {
+    fn update_index(&self, files: &[Vec<u8>]) -> Result<(), GitError> {
         let mut list: Vec<u8> = Vec::new();
         for f in files {
-            list.extend_from_slice(f.as_bytes());
+            list.extend_from_slice(f);
             list.push(0);
         }
         let args = [

@@ -765,6 +765,11 @@ fn index_tree_from_head_is_git_write_trees() {
         "rm later new/sub/.git -rf; rm -rf new; printf 'y\\n' > deep/a",
     ];
     let mut repo = open(d);
+    // As at the start of a run: the index's tree, made by git, is HEAD's.
+    assert_eq!(
+        repo.index_tree().unwrap().to_string(),
+        git(d, &["rev-parse", "HEAD^{tree}"]).trim()
+    );
     for (i, script) in cases.iter().enumerate() {
         sh(d, script);
         repo.stage_all(&|_, _| None).expect("stage");
@@ -792,10 +797,43 @@ fn index_tree_from_head_is_git_write_trees() {
     }
 }
 
-/// An unmerged path, a sparse checkout and an unborn branch go to `git write-tree`.
+/// An unmerged path, a sparse checkout, an unborn branch and a HEAD no index made go to
+/// `git write-tree`; a `git replace` of HEAD changes nothing.
 #[test]
 fn index_tree_from_head_declines_what_it_cannot_make() {
     isolate();
+    // A HEAD made by hand, holding an empty subtree and a mode git never writes: git's tree of
+    // the index has neither, so it cannot be HEAD's with the changes.
+    let odd = repo_with_commit();
+    let d = odd.path();
+    let mut repo = open(d);
+    repo.index_tree().unwrap();
+    sh(
+        d,
+        "e=$(git mktree </dev/null) && b=$(git rev-parse HEAD:z.txt) && \
+         t=$( (git ls-tree HEAD | grep -v z.txt; printf '040000 tree %s\tempty\n100664 blob %s\tz.txt\n' $e $b) | git mktree --missing) && \
+         git reset -q --soft $(git commit-tree $t -p HEAD -m odd) && printf 'more\n' >> a.txt",
+    );
+    repo.stage_all(&|_, _| None).unwrap();
+    assert!(repo.tree_from_head().unwrap().is_none());
+    assert_eq!(
+        repo.index_tree().unwrap().to_string(),
+        git(d, &["write-tree"]).trim()
+    );
+    // git diff-index would compare with the replacement; libgit2 reads the commit itself.
+    let replaced = repo_with_commit();
+    let d = replaced.path();
+    let mut repo = open(d);
+    repo.index_tree().unwrap();
+    sh(
+        d,
+        "printf 'new\n' > a.txt && git add a.txt && \
+         r=$(git commit-tree $(git write-tree) -p HEAD -m repl) && git reset -q a.txt && \
+         git replace $(git rev-parse HEAD) $r && printf 'z2\n' >> z.txt",
+    );
+    let staged = repo.stage_all(&|_, _| None).unwrap();
+    assert_eq!(staged.tree.to_string(), git(d, &["write-tree"]).trim());
+
     let unborn = empty_repo();
     sh(unborn.path(), "printf 'x\\n' > f && git add f");
     assert!(open(unborn.path()).tree_from_head().unwrap().is_none());

@@ -79,7 +79,10 @@ fn git_clean_by_the_agent_does_not_let_a_second_supervisor_in() {
     first.signal(libc::SIGINT);
     let (code, first_out, first_err) = first.wait(Duration::from_secs(30));
 
-    assert!(cleaned, "the first run's agent never ran `git clean -xfd`");
+    assert!(
+        cleaned,
+        "the first run's agent never ran `git clean -xfd` (first run: exit {code:?})\n--- stdout ---\n{first_out}\n--- stderr ---\n{first_err}"
+    );
     let second = second.expect("second run");
     assert_eq!(
         second.status.code(),

@@ -784,3 +784,108 @@ fn every_iterations_fingerprint_is_gits_over_many_iterations() {
         assert_eq!(clean, !sparse, "sparse={sparse}: {seen:?}");
     }
 }
+
+/// Work the agent staged itself and left uncommitted (`git add`, `git mv`, `git rm`) is the
+/// agent's change: ralph commits it, as `git add -A && git commit` would.
+///
+/// Before (found by a hostile probe): ralph counted only what it staged itself, so an agent
+/// that staged everything got no commit, every iteration, and the run stalled.
+#[test]
+fn work_the_agent_staged_itself_is_committed() {
+    let ran = run_case(&Case {
+        setup: "echo a > a && echo b > b && echo c > c",
+        change: "echo n > n && git add n && git mv b moved && echo 3 >> a && git add a \
+                 && git rm -q c",
+        ..Case::default()
+    });
+    assert_same_as_git(&ran);
+    let subjects = ran.env.commits();
+    assert!(
+        subjects[0].starts_with("ralph: iteration 1"),
+        "the iteration made a commit: {subjects:?}"
+    );
+}
+
+/// `DD` in `git status` is a conflict (both deleted) — or an intent-to-add entry whose file is
+/// gone after `git rm --cached` (`git rm --cached f; git add -N f; rm f`), which git commits as
+/// the deletion of `f`.
+///
+/// Before (found by a hostile probe): ralph refused it as an unresolved conflict (exit 1).
+#[test]
+fn an_intent_to_add_entry_deleted_after_rm_cached_is_no_conflict() {
+    let ran = run_case(&Case {
+        setup: "echo f > f && echo g > g",
+        change: "git rm -q --cached f && git add -N f && rm f && echo more >> g",
+        ..Case::default()
+    });
+    assert_same_as_git(&ran);
+}
+
+/// A tracked file and a tracked symlink replaced by nested repositories with a commit: git
+/// records each as a gitlink.
+///
+/// Before (found by a hostile probe): ralph's `git update-index` removed the path and left the
+/// repository untracked (`?? sub/`).
+#[test]
+fn a_tracked_file_replaced_by_a_nested_repository_becomes_a_gitlink() {
+    let change = format!(
+        "{FIXED_COMMITS}\nrm file && git init -q -b main file && \
+         (cd file && echo n > n && git add n && git commit -q -m n)\n\
+         rm link && git init -q -b main link && \
+         (cd link && echo l > l && git add l && git commit -q -m l)"
+    );
+    let ran = run_case(&Case {
+        setup: "echo f > file && echo t > target && ln -s target link",
+        change: &change,
+        ..Case::default()
+    });
+    assert_same_as_git(&ran);
+}
+
+/// A submodule moved to another commit is staged by `git add -A` even when the configuration
+/// hides it from `git status` (`submodule.NAME.ignore=all` in `.gitmodules`).
+///
+/// Before (found by a hostile probe): ralph staged from a status that hid it, so its commits
+/// kept the old commit.
+#[test]
+fn a_submodule_commit_hidden_from_status_is_staged_like_git() {
+    let env = TestEnv::new();
+    let src = env.home.join("subsrc");
+    std::fs::create_dir_all(&src).unwrap();
+    shell(
+        &env,
+        &src,
+        &format!(
+            "{FIXED_COMMITS}\ngit init -q -b main && echo one > one.txt && git add one.txt \
+             && git commit -q -m one && echo two > two.txt && git add two.txt && git commit -q -m two"
+        ),
+    );
+    let setup = format!(
+        "git -c protocol.file.allow=always submodule add -q '{}' sub && \
+         git config -f .gitmodules submodule.sub.ignore all",
+        src.display()
+    );
+    let ran = run_case_in(
+        env,
+        &Case {
+            setup: &setup,
+            change: "(cd sub && git checkout -q HEAD~1) && echo w > work.txt",
+            ..Case::default()
+        },
+    );
+    assert_same_as_git(&ran);
+}
+
+/// A file name that is not UTF-8, at the top and in a new directory: committed as git does.
+///
+/// Before (found by a hostile probe): ralph read the name lossily and handed git a pathspec
+/// that matched nothing (exit 1), or left the file out.
+#[test]
+fn a_file_name_that_is_not_utf8_is_committed_like_git() {
+    let ran = run_case(&Case {
+        change: "echo u > \"$(printf 'bad\\377')\" && mkdir nd && \
+                 echo v > \"$(printf 'nd/bad\\376')\" && echo ok > nd/ok",
+        ..Case::default()
+    });
+    assert_same_as_git(&ran);
+}
