@@ -151,6 +151,31 @@ fn parse(file: &[u8]) -> Option<Parsed<'_>> {
     })
 }
 
+/// Whether the git that runs the hook (in its work tree's top directory) is the repository
+/// whose git directory holds the answers file.
+fn asked_by_owner(answers: &Path) -> bool {
+    let (Ok(cwd), Some(dir)) = (std::env::current_dir(), answers.parent()) else {
+        return false;
+    };
+    let dot = cwd.join(".git");
+    let git_dir = if dot.is_dir() {
+        dot
+    } else {
+        // A linked worktree's or a submodule's `.git` file: `gitdir: PATH`.
+        let Ok(text) = std::fs::read_to_string(&dot) else {
+            return false;
+        };
+        match text.trim_end().strip_prefix("gitdir: ") {
+            Some(path) => cwd.join(path),
+            None => return false,
+        }
+    };
+    match (git_dir.canonicalize(), dir.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
 /// `ralph __fsmonitor FILE VERSION TOKEN`: print the answer for git; never fails (a problem
 /// answers `/`).
 pub fn hook_main(args: &[std::ffi::OsString]) -> i32 {
@@ -159,8 +184,18 @@ pub fn hook_main(args: &[std::ffi::OsString]) -> i32 {
             .map(|a| a.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
-    let file = std::fs::read(arg(0)).unwrap_or_default();
-    let out = answer(&file, &arg(1), &arg(2));
+    let answers = std::path::PathBuf::from(arg(0));
+    let out = if asked_by_owner(&answers) {
+        answer(
+            &std::fs::read(&answers).unwrap_or_default(),
+            &arg(1),
+            &arg(2),
+        )
+    } else {
+        // A submodule's git, run by the superproject's with ralph's `-c core.fsmonitor` (git
+        // hands `-c` on to submodules): the journal's paths are not its paths.
+        answer(b"", &arg(1), &arg(2))
+    };
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(&out);
     let _ = stdout.flush();

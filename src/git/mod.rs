@@ -98,9 +98,6 @@ pub struct Staged {
     /// Paths left out, with the reason: the commit guard's, and paths git refuses (a FIFO, a
     /// socket, a nested repository without a commit).
     pub left_out: Vec<(String, String)>,
-    /// What git reported changed in the work tree and was staged now (paths; an untracked
-    /// directory as `dir/`), for deciding whose change it was.
-    pub worked: Vec<String>,
 }
 
 /// Runs the hooks before a commit: given the work tree and the message, the message to use or

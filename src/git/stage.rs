@@ -69,8 +69,6 @@ struct AddPlan {
     files: Vec<Vec<u8>>,
     /// Something only `git add` does as `git add -A` would (see the module's doc).
     needs_add: bool,
-    /// The status paths behind `include` (before any ancestor replaced them).
-    worked: Vec<String>,
     exclude: Vec<Vec<u8>>,
     left_out: Vec<(String, String)>,
 }
@@ -142,7 +140,6 @@ impl Repo {
             tree,
             changed: self.changed_paths(tree)?,
             left_out: plan.left_out,
-            worked: plan.worked,
         })
     }
 
@@ -152,12 +149,8 @@ impl Repo {
         exclude: &dyn Fn(&str, &Path) -> Option<String>,
         plan: &mut AddPlan,
     ) -> Result<(), GitError> {
-        // Already staged as the work tree has it: nothing for `git add` to do, but the change
-        // is there to commit (the agent staged it, or a hook refused it last time).
+        // Already staged as the work tree has it: nothing for `git add` to do.
         if !e.untracked() && e.y == b' ' {
-            if e.x != b' ' {
-                plan.worked.push(e.path.clone());
-            }
             return Ok(());
         }
         let path = e.raw.strip_suffix(b"/").unwrap_or(&e.raw);
@@ -167,24 +160,27 @@ impl Repo {
             return Ok(());
         }
         if !e.untracked() {
-            plan.worked.push(e.path.clone());
             let reachable = self.reachable(path);
-            // An ancestor replaced by a file, or a tracked file by a directory (a nested
-            // repository among them, which `git add` records as a gitlink): `git add`.
             let retyped = matches!(e.x, b'D' | b'T') || matches!(e.y, b'D' | b'T');
-            plan.needs_add |= reachable != path || (retyped && abs.is_dir());
+            if reachable == path && retyped && abs.is_dir() {
+                // A tracked file replaced by a directory: `git add` removes the file and adds
+                // what the directory holds, each file through the guard as in any new
+                // directory; or records it as a gitlink, when it is a nested repository.
+                plan.needs_add = true;
+                return self.plan_untracked_dir(path, exclude, plan);
+            }
+            // An ancestor replaced by a file: only a pathspec `git add` follows reaches it.
+            plan.needs_add |= reachable != path;
             plan.include.push(reachable.to_vec());
             plan.files.push(path.to_vec());
             return Ok(());
         }
         if e.raw.ends_with(b"/") {
-            plan.worked.push(e.path.clone());
             return self.plan_untracked_dir(path, exclude, plan);
         }
         match exclude(&String::from_utf8_lossy(path), &abs) {
             Some(why) => plan.leave_out(path, why),
             None => {
-                plan.worked.push(e.path.clone());
                 plan.include.push(path.to_vec());
                 plan.files.push(path.to_vec());
             }

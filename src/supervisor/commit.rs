@@ -140,7 +140,9 @@ impl Loop {
         };
         if !self.settings.no_commit {
             let staged = self.repo.stage_all(&guard(&self.settings))?;
-            let mut worked = staged.worked.iter().filter(|p| !self.is_bookkeeping(p));
+            // The agent's change is what the staged tree changes from HEAD's (whoever staged
+            // it), less ralph's bookkeeping: a change undone, or staged and restored, is none.
+            let mut worked = staged.changed.iter().filter(|p| !self.is_bookkeeping(p));
             if worked.next().is_some() {
                 let subject = match subject {
                     Subject::Stopped(why) => format!("ralph: iteration {n} ({why})"),

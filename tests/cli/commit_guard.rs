@@ -146,3 +146,40 @@ fn commit_msg_hook_under_core_hooks_path_edits_the_message() {
     );
     assert!(body.contains("Ralph-Iteration: 2"), "{body}");
 }
+
+/// A tracked file (and a tracked symlink) replaced by a directory: what the directory holds is
+/// new to git, so the guard applies to it as to any new directory — the likely secret and the
+/// file over `max_file_size` stay out, with a warning, and the rest is committed.
+///
+/// Before (found by a hostile probe): the directory went to `git add` whole, and the secrets
+/// and the 60 MB file were committed without a word.
+#[test]
+fn a_tracked_file_replaced_by_a_directory_goes_through_the_guard() {
+    let env = TestEnv::new();
+    env.write_task(&["never checked by the agent"], "");
+    env.write(".ralph/config.toml", "max_file_size = \"1MiB\"\n");
+    env.write("a", "a file\n");
+    env.write("target", "t\n");
+    std::os::unix::fs::symlink("target", env.repo.join("l")).unwrap();
+    env.commit_all("initial");
+    let script = agent_sh(
+        &env,
+        "swap",
+        "rm a l && mkdir a l && echo S=1 > a/.env && echo k > l/id_rsa \
+         && head -c 3000000 /dev/zero > a/big && echo fine > a/ok && echo fine > l/ok",
+    );
+    let out = env.run_fake(&script, &["--max-iterations", "1"]);
+    assert_exit(&out, 3);
+    let files = committed_files(&env);
+    for path in ["a/.env", "l/id_rsa", "a/big"] {
+        assert!(!files.contains(path), "{path} was committed:\n{files}");
+        assert!(
+            stderr(&out).contains(&format!("left `{path}` out of the commit")),
+            "no warning for {path}: {}",
+            stderr(&out)
+        );
+    }
+    for path in ["a/ok", "l/ok"] {
+        assert!(files.contains(path), "{path} was not committed:\n{files}");
+    }
+}

@@ -255,10 +255,11 @@ fn an_agent_that_stops_its_guard_is_still_stopped() {
         "stopper",
         &format!(
             "trap '' TERM INT HUP\n\
+             echo \"$$ $(ps -o pgid= -p $$) $(ps -o sid= -p $$) $(awk '{{print $22}}' /proc/$$/stat)\" > {d}/agent.tmp && mv {d}/agent.tmp {d}/agent\n\
              p=$$\n\
              while ! tr '\\0' ' ' < /proc/$p/cmdline | grep -q __guard; do p=$(awk '{{print $4}}' /proc/$p/stat); done\n\
              kill -STOP $p\n\
-             echo \"$$ $(ps -o pgid= -p $$) $(ps -o sid= -p $$) $(awk '{{print $22}}' /proc/$$/stat)\" > {d}/agent.tmp && mv {d}/agent.tmp {d}/agent\n\
+             touch {d}/stopped\n\
              while :; do sleep 0.05; done"
         ),
     );
@@ -270,7 +271,7 @@ fn an_agent_that_stops_its_guard_is_still_stopped() {
             &fake_agent_cmd(),
             "--yes",
             "--timeout",
-            "500ms",
+            "2s",
             "--grace",
             "300ms",
             "--max-iterations",
@@ -281,6 +282,11 @@ fn an_agent_that_stops_its_guard_is_still_stopped() {
     );
     let took = started.elapsed();
     let agent = read_seen(&dir.join("agent")).expect("the agent recorded itself");
+    // Under load the timeout may come before the guard is found: then this case was not shown.
+    assert!(
+        dir.join("stopped").exists(),
+        "the agent had stopped its guard before the timeout"
+    );
     let gone = wait_until(Duration::from_secs(2), || !running(&agent));
     kill_all(&[agent]);
     assert!(

@@ -50,6 +50,44 @@ fn an_agent_committing_its_own_work_gets_no_commit_of_ralph_files_alone() {
     );
 }
 
+/// SPEC §8: an iteration whose changes cancel out makes no commit, however git got there — a
+/// file added to the index then deleted (`AD`), a change staged then undone in the work tree
+/// (`MM` back to HEAD's content), a file taken out of the index but left on disk (`git rm
+/// --cached`, which `git add -A` puts back). Only ralph's status block would differ from HEAD,
+/// and bookkeeping never commits alone: HEAD stays where it was, and the third identical record
+/// is a stall (exit 4).
+///
+/// Before (found by a hostile probe): ralph counted every path git's status named, so each of
+/// these iterations got a commit holding only `.ralph/progress.md`.
+#[test]
+fn changes_that_cancel_out_make_no_commit() {
+    let env = setup();
+    env.write("a", "a\n");
+    env.write("b", "b\n");
+    env.commit_all("files");
+    let head = env.git(&["rev-parse", "HEAD"]);
+    let script = agent_sh(
+        &env,
+        "cancel",
+        "case $RALPH_ITERATION in\n\
+         1) echo n > n && git add n && rm n ;;\n\
+         2) echo x >> a && git add a && git show HEAD:a > a ;;\n\
+         3) git rm -q --cached b ;;\n\
+         esac",
+    );
+    let out = env.run_fake(
+        &script,
+        &["--max-iterations", "3", "--stuck-threshold", "99"],
+    );
+    assert_exit(&out, 4);
+    assert_eq!(
+        env.git(&["rev-parse", "HEAD"]),
+        head,
+        "commits were made: {:?}",
+        env.commits()
+    );
+}
+
 /// SPEC §11/§7: one supervisor per work tree, and nothing the agent does to the work tree lets a
 /// second one in — the lock lives in the git dir, where `git clean -xfd` cannot remove it. The
 /// agent of the first run runs `git clean -xfd` (deleting everything untracked or ignored,

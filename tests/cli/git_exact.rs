@@ -889,3 +889,84 @@ fn a_file_name_that_is_not_utf8_is_committed_like_git() {
     });
     assert_same_as_git(&ran);
 }
+
+/// A submodule whose files were changed but not committed: `git status` shows it modified, and
+/// the ITER fingerprint must too, iteration after iteration. ralph's `-c core.fsmonitor` reaches
+/// the submodule's own git (git hands `-c` on), whose paths are not the journal's: ralph's hook
+/// answers it "everything". The agent is the oracle, as in the test above: each iteration
+/// starts by recording git's own fingerprint of the tree the last one left.
+///
+/// Before (found by a hostile probe): the hook answered the submodule with the superproject's
+/// paths, so the submodule's git saw no change and the fingerprints missed ` M sub`.
+#[test]
+fn a_submodule_with_uncommitted_changes_shows_in_every_fingerprint() {
+    let env = TestEnv::new();
+    env.write_task(&["never checked by the agent"], "");
+    let src = env.home.join("subsrc");
+    std::fs::create_dir_all(&src).unwrap();
+    shell(
+        &env,
+        &src,
+        &format!(
+            "{FIXED_COMMITS}\ngit init -q -b main && echo one > one.txt && git add one.txt \
+             && git commit -q -m one"
+        ),
+    );
+    shell(
+        &env,
+        &env.repo,
+        &format!(
+            "git -c protocol.file.allow=always submodule add -q '{}' sub",
+            src.display()
+        ),
+    );
+    env.commit_all("initial");
+    // ralph's own files exist already (as after `ralph init`): no ignore file appears during
+    // the run, which would make every answer "everything" for a while.
+    assert_exit(&env.run_fake("churn", &["--max-iterations", "1"]), 3);
+    let oracle = env.home.join("oracle.log");
+    let script = agent_sh(
+        &env,
+        "dirty-sub",
+        &format!(
+            "git --no-optional-locks status --porcelain | cksum >> '{o}'\n\
+             if [ \"$RALPH_ITERATION\" = 1 ]; then echo dirty >> sub/one.txt; fi",
+            o = oracle.display()
+        ),
+    );
+    let out = env.run_fake(
+        &script,
+        &[
+            "--reset",
+            "--max-iterations",
+            "3",
+            "--stuck-threshold",
+            "99",
+        ],
+    );
+    assert!(matches!(out.status.code(), Some(3 | 4)), "{}", stderr(&out));
+    let mut seen: Vec<String> = std::fs::read_to_string(&oracle)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    seen.push(env.porcelain_cksum());
+    let records: Vec<String> = env
+        .iter_records()
+        .iter()
+        .filter_map(|r| r.rsplit(" | ").next().map(str::to_string))
+        .collect();
+    // The first record is the set-up run's.
+    let records = &records[1..];
+    assert!(records.len() >= 2, "{:?}", env.iter_records());
+    for (k, fingerprint) in records.iter().enumerate() {
+        assert_eq!(
+            fingerprint,
+            &seen[k + 1],
+            "ITER {} fingerprint {fingerprint}, git's {} (git's status now: {:?})",
+            k + 1,
+            seen[k + 1],
+            env.git(&["status", "--porcelain"])
+        );
+    }
+}
