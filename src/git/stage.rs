@@ -6,8 +6,10 @@
 //! gitlinks) without `git add`'s matching of every index entry against every pathspec, which at
 //! 100,000 files costs more than the staging itself; untracked directories were expanded by
 //! `git ls-files --others --exclude-standard`, so the ignore rules are git's. Otherwise (a nested
-//! repository to record, a sparse checkout, an ancestor replaced by a file) the paths go to
-//! `git add -A` as literal pathspecs.
+//! repository to record, a sparse checkout, an ancestor replaced by a file, a tracked file
+//! replaced by a directory — whose files are listed the same way, for the guard) the paths go
+//! to `git add -A` as literal pathspecs, with what the guard keeps out as exclusions. Paths are
+//! git's bytes throughout: a name need not be UTF-8.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
