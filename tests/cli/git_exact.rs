@@ -490,6 +490,21 @@ fn type_changes_are_committed_like_git() {
     assert_same_as_git(&ran);
 }
 
+/// A repository to add as a submodule (`one.txt` committed, then `more`), with fixed commits.
+fn submodule_source(env: &TestEnv, more: &str) -> PathBuf {
+    let src = env.home.join("subsrc");
+    std::fs::create_dir_all(&src).unwrap();
+    shell(
+        env,
+        &src,
+        &format!(
+            "{FIXED_COMMITS}\ngit init -q -b main && echo one > one.txt && git add one.txt \
+             && git commit -q -m one{more}"
+        ),
+    );
+    src
+}
+
 /// Submodules: a submodule whose checked-out commit moved is recorded at the new commit (its
 /// untracked dirt is not), and a submodule the agent adds itself (`git submodule add`).
 ///
@@ -497,16 +512,7 @@ fn type_changes_are_committed_like_git() {
 #[test]
 fn submodules_are_recorded_like_git() {
     let env = TestEnv::new();
-    let src = env.home.join("subsrc");
-    std::fs::create_dir_all(&src).unwrap();
-    shell(
-        &env,
-        &src,
-        &format!(
-            "{FIXED_COMMITS}\ngit init -q -b main && echo one > one.txt && git add one.txt \
-             && git commit -q -m one"
-        ),
-    );
+    let src = submodule_source(&env, "");
     let setup = format!(
         "git -c protocol.file.allow=always submodule add -q '{}' sub",
         src.display()
@@ -850,15 +856,9 @@ fn a_tracked_file_replaced_by_a_nested_repository_becomes_a_gitlink() {
 #[test]
 fn a_submodule_commit_hidden_from_status_is_staged_like_git() {
     let env = TestEnv::new();
-    let src = env.home.join("subsrc");
-    std::fs::create_dir_all(&src).unwrap();
-    shell(
+    let src = submodule_source(
         &env,
-        &src,
-        &format!(
-            "{FIXED_COMMITS}\ngit init -q -b main && echo one > one.txt && git add one.txt \
-             && git commit -q -m one && echo two > two.txt && git add two.txt && git commit -q -m two"
-        ),
+        " && echo two > two.txt && git add two.txt && git commit -q -m two",
     );
     let setup = format!(
         "git -c protocol.file.allow=always submodule add -q '{}' sub && \
@@ -902,16 +902,7 @@ fn a_file_name_that_is_not_utf8_is_committed_like_git() {
 fn a_submodule_with_uncommitted_changes_shows_in_every_fingerprint() {
     let env = TestEnv::new();
     env.write_task(&["never checked by the agent"], "");
-    let src = env.home.join("subsrc");
-    std::fs::create_dir_all(&src).unwrap();
-    shell(
-        &env,
-        &src,
-        &format!(
-            "{FIXED_COMMITS}\ngit init -q -b main && echo one > one.txt && git add one.txt \
-             && git commit -q -m one"
-        ),
-    );
+    let src = submodule_source(&env, "");
     shell(
         &env,
         &env.repo,
