@@ -27,9 +27,7 @@ pub(super) struct Entry {
     pub x: u8,
     pub y: u8,
     /// The path as git printed it (not always UTF-8).
-    pub raw: Vec<u8>,
-    /// The same, read lossily: for messages and ralph's own decisions.
-    pub path: String,
+    pub path: Vec<u8>,
 }
 
 impl Entry {
@@ -56,8 +54,7 @@ pub(super) fn parse_status(out: &[u8]) -> Vec<Entry> {
         .map(|r| Entry {
             x: r[0],
             y: r[1],
-            raw: r[3..].to_vec(),
-            path: String::from_utf8_lossy(&r[3..]).into_owned(),
+            path: r[3..].to_vec(),
         })
         .collect()
 }
@@ -155,7 +152,7 @@ impl Repo {
         if !e.untracked() && e.y == b' ' {
             return Ok(());
         }
-        let path = e.raw.strip_suffix(b"/").unwrap_or(&e.raw);
+        let path = e.path.strip_suffix(b"/").unwrap_or(&e.path);
         let abs = self.abs(path);
         if let Some(why) = refused(&abs) {
             plan.leave_out(path, why);
@@ -177,7 +174,7 @@ impl Repo {
             plan.files.push(path.to_vec());
             return Ok(());
         }
-        if e.raw.ends_with(b"/") {
+        if e.path.ends_with(b"/") {
             return self.plan_untracked_dir(path, exclude, plan);
         }
         match exclude(&String::from_utf8_lossy(path), &abs) {
@@ -352,8 +349,11 @@ mod tests {
     fn status_records_parse() {
         let e = parse_status(b" M a b\0?? dir/\0D  gone\0");
         assert_eq!(e.len(), 3);
-        assert_eq!((e[0].x, e[0].y, e[0].path.as_str()), (b' ', b'M', "a b"));
-        assert!(e[1].untracked() && e[1].path == "dir/");
-        assert_eq!(e[2].path, "gone");
+        assert_eq!(
+            (e[0].x, e[0].y, e[0].path.as_slice()),
+            (b' ', b'M', &b"a b"[..])
+        );
+        assert!(e[1].untracked() && e[1].path == b"dir/");
+        assert_eq!(e[2].path, b"gone");
     }
 }

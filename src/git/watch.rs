@@ -168,9 +168,10 @@ impl Watch {
 
     /// How many paths a token of `since` is answered with now, or `None` when it gets
     /// "everything" (the journal no longer covers it, or an ignore or attributes file changed
-    /// since); after a barrier, so every change made so far counts.
+    /// since). Without a barrier of its own: the command it is asked for writes the answers
+    /// after one (`write_answers`), and a change seen only then can cost that command a
+    /// write-back it skipped, never a wrong answer.
     pub fn changed_since(&self, since: u64) -> Option<usize> {
-        self.barrier();
         let j = self.shared.journal.lock().ok()?;
         if j.broken || since < j.floor || since > j.next {
             return None;
