@@ -10,7 +10,8 @@
 #   claude  a Claude Code stream-json session (system init; assistant text and tool_use events;
 #           user tool_result events; the final result), read by the `claude` preset — a stand-in
 #           `claude` on PATH that cats the file — so the JSON observer really parses it.
-# Side by side, interleaved trials (the page cache warm, `sync` before each), medians reported:
+# Side by side, interleaved trials (the page cache warm, `sync` and a settle before each, see
+# `settle` below), medians reported:
 #   cat | cat   `cat big | cat > out`: a producer piping to a writer, as an agent and ralph are
 #               (the baseline of the ratio);
 #   cat         `cat big > out`, for reference;
@@ -187,16 +188,31 @@ mkdir -p "$repo"
 )
 
 now_ns() { date +%s%N; }
+
+# Before each measured run: the 1 GiB output of the run before it (whichever side wrote it) is
+# deleted, written back and given time to settle. On a virtual machine whose guest hands freed
+# memory back to the host (free page reporting, as on Firecracker, or QEMU with a balloon) a
+# write into a page the host has taken back faults it in again on the host, and the reporter
+# works about 2 s after memory is freed: runs that started right after their `rm` moved by a
+# factor of two, `cat > file` alone between 0.5 s and 1.0 s from one run to the next; and a side
+# that always wrote into memory freed long before (the transcript, when only the sink was
+# deleted before each run) was the slow one in every trial, a 1.7× that was the host's. So every
+# 1 GiB writer, ralph or cat, starts RELAY_SETTLE seconds (default 3 where the reporter is
+# present, 0 elsewhere) after the previous 1 GiB output was freed, as alike as a shell can make it.
+reporter=/sys/module/page_reporting/parameters/reported_kib
+settle_s=${RELAY_SETTLE:-$([ -r "$reporter" ] && echo 3 || echo 0)}
+settle() { sync; [ "$settle_s" = 0 ] || sleep "$settle_s"; }
 # CPU in ms from a "%U %S" (or "%M %U %S") /usr/bin/time file (its last line: the first may say
 # that the command exited non-zero, as ralph does when the iterations run out).
 cpu_ms() { tail -1 "$1" | awk '{ printf "%.0f", ($(NF - 1) + $NF) * 1000 }'; }
 
 # $1 = format (text|claude), $2 = output file; prints "wall_ns own_cpu_ms maxrss_kib", ralph's
-# own CPU being its total (with its children) less the agent's.
+# own CPU being its total (with its children) less the agent's. (The caller deletes the sink
+# before a 1 GiB run.)
 run_ralph() {
   local format=$1 file=$2 s e
   rm -rf "$repo/.ralph"
-  sync
+  settle
   local args=(run --yes --max-iterations 1 -q)
   if [ "$format" = claude ]; then
     args+=(--agent claude)
@@ -217,7 +233,7 @@ run_ralph() {
 # $1 = output file; prints "wall_ns writer_cpu_ms".
 pipe_cat() {
   local s e
-  rm -f "$work/sink"; sync
+  rm -f "$work/sink"; rm -rf "$repo/.ralph"; settle
   s=$(now_ns)
   "${producer[@]}" cat "$1" | "${consumer[@]}" /usr/bin/time -f '%U %S' -o "$work/writer.time" cat > "$work/sink"
   e=$(now_ns)
@@ -226,7 +242,7 @@ pipe_cat() {
 # $1 = output file; prints wall_ns.
 plain_cat() {
   local s e
-  rm -f "$work/sink"; sync
+  rm -f "$work/sink"; rm -rf "$repo/.ralph"; settle
   s=$(now_ns); "${consumer[@]}" cat "$1" > "$work/sink"; e=$(now_ns)
   echo $((e - s))
 }
@@ -244,7 +260,7 @@ for format in text claude; do
   rss=0
   for t in $(seq "$trials"); do
     read -r w u < <(pipe_cat "$file"); echo "$w" >> "$work/t.pc"; echo "$u" >> "$work/t.pcu"
-    read -r big bigu r < <(run_ralph "$format" "$file")
+    rm -f "$work/sink"; read -r big bigu r < <(run_ralph "$format" "$file")
     echo "$big" >> "$work/t.big"; echo "$bigu" >> "$work/t.bigu"
     [ "$r" -gt "$rss" ] && rss=$r
     plain_cat "$file" >> "$work/t.cc"
@@ -260,7 +276,7 @@ for format in text claude; do
 done
 
 echo
-echo "Output relay, medians of $trials interleaved trials ($placement; files on $(df -PT "$work" | awk 'NR == 2 { print $2 }')). Time (ms): ralph relay = ralph run − ralph"
+echo "Output relay, medians of $trials interleaved trials ($placement; files on $(df -PT "$work" | awk 'NR == 2 { print $2 }'); ${settle_s} s settle). Time (ms): ralph relay = ralph run − ralph"
 echo "fixed (the same run with a 1-line output), per trial; time ratio = ralph relay / (cat | cat)."
 echo "CPU (ms): the writing cat of cat | cat against ralph's own (the agent's cat excluded), less"
 echo "its fixed part; CPU ratio = ralph relay CPU / writer CPU."
