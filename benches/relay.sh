@@ -193,12 +193,12 @@ now_ns() { date +%s%N; }
 # deleted, written back and given time to settle. On a virtual machine whose guest hands freed
 # memory back to the host (free page reporting, as on Firecracker, or QEMU with a balloon) a
 # write into a page the host has taken back faults it in again on the host, and the reporter
-# works about 2 s after memory is freed: runs that started right after their `rm` moved by a
-# factor of two, `cat > file` alone between 0.5 s and 1.0 s from one run to the next; and a side
-# that always wrote into memory freed long before (the transcript, when only the sink was
-# deleted before each run) was the slow one in every trial, a 1.7× that was the host's. So every
-# 1 GiB writer, ralph or cat, starts RELAY_SETTLE seconds (default 3 where the reporter is
-# present, 0 elsewhere) after the previous 1 GiB output was freed, as alike as a shell can make it.
+# works about 2 s after memory is freed. When only the sink was deleted before each run, `cat`
+# always wrote into memory freed a moment before and the transcript into memory freed long before
+# (handed back by then): ralph was the slow side in nearly every trial, a 1.7× that was the
+# host's. So every 1 GiB writer, ralph or cat, starts right after the previous 1 GiB output is
+# deleted, and RELAY_SETTLE seconds later (default 3 where the reporter is present, 0 elsewhere),
+# so that no reporting pass overlaps a run (without it, one trial in ten still did).
 reporter=/sys/module/page_reporting/parameters/reported_kib
 settle_s=${RELAY_SETTLE:-$([ -r "$reporter" ] && echo 3 || echo 0)}
 settle() { sync; [ "$settle_s" = 0 ] || sleep "$settle_s"; }
