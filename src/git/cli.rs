@@ -94,9 +94,19 @@ impl GitCli {
     /// Run `git ARGS` (with `stdin` fed to it), returning its stdout; a non-zero exit is an
     /// error carrying its stderr.
     pub fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<Vec<u8>, GitError> {
-        let out = self.output(args, stdin)?;
+        self.run_handed(args, stdin).map(|(out, _)| out)
+    }
+
+    /// [`Self::run`], with the journal position of the token ralph's monitor handed out to
+    /// the command (`None` without a monitor).
+    pub fn run_handed(
+        &self,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> Result<(Vec<u8>, Option<u64>), GitError> {
+        let (out, handed) = self.output_handed(args, stdin)?;
         if out.status.success() {
-            return Ok(out.stdout);
+            return Ok((out.stdout, handed));
         }
         Err(GitError::Cli {
             command: format!("git {}", args.join(" ")),
@@ -115,7 +125,7 @@ impl GitCli {
 
     /// [`Self::output`], with the journal position of the token ralph's monitor handed out to
     /// the command (`None` without a monitor).
-    pub fn output_handed(
+    fn output_handed(
         &self,
         args: &[&str],
         stdin: Option<&[u8]>,

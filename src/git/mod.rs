@@ -349,17 +349,11 @@ impl Repo {
         }
         full.push("status");
         full.extend_from_slice(args);
-        let (out, handed) = self.git.output_handed(&full, None)?;
-        if !out.status.success() {
-            return Err(GitError::Cli {
-                command: format!("git {}", full.join(" ")),
-                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
+        let (out, handed) = self.git.run_handed(&full, None)?;
         if write && let Some(at) = handed {
             self.memo().refreshed = Some((at, since.is_some()));
         }
-        Ok(out.stdout)
+        Ok(out)
     }
 
     /// Under `--sandbox`: ralph's git commands on the pinned common git directory, without the
