@@ -838,19 +838,36 @@ fn index_tree_from_head_declines_what_it_cannot_make() {
     sh(unborn.path(), "printf 'x\\n' > f && git add f");
     assert!(open(unborn.path()).tree_from_head().unwrap().is_none());
 
+    // Each of the next two first has its HEAD's tree made of the index (as every run does at
+    // its start), so the tree could be made from HEAD's but for the case itself. The control:
+    // a plain change on such a HEAD is made from it.
+    let plain = repo_with_commit();
+    let repo = open(plain.path());
+    repo.index_tree().unwrap();
+    sh(
+        plain.path(),
+        "printf 'q\\n' > dir/b.txt && git add dir/b.txt",
+    );
+    assert!(repo.tree_from_head().unwrap().is_some(), "control");
+
     let sparse = repo_with_commit();
+    sh(sparse.path(), "git sparse-checkout set dir 2>/dev/null");
+    let repo = open(sparse.path());
+    repo.index_tree().unwrap();
     sh(
         sparse.path(),
-        "git sparse-checkout set dir 2>/dev/null && printf 'q\\n' > dir/b.txt && git add dir/b.txt",
+        "printf 'q\\n' > dir/b.txt && git add dir/b.txt",
     );
-    assert!(open(sparse.path()).tree_from_head().unwrap().is_none());
+    assert!(
+        repo.tree_from_head().unwrap().is_none(),
+        "a sparse checkout"
+    );
 
     let conflicted = diverged_repo();
+    let repo = open(conflicted.path());
+    repo.index_tree().unwrap();
     let merge = git_any(conflicted.path(), &["merge", "-q", "side"]);
     assert!(!merge.status.success(), "the merge was meant to conflict");
-    assert!(open(conflicted.path()).tree_from_head().unwrap().is_none());
-    assert!(matches!(
-        open(conflicted.path()).index_tree(),
-        Err(GitError::Conflicts)
-    ));
+    assert!(repo.tree_from_head().unwrap().is_none(), "an unmerged path");
+    assert!(matches!(repo.index_tree(), Err(GitError::Conflicts)));
 }
