@@ -1,7 +1,9 @@
 //! The `.ralph/` directory (SPEC §7): scaffolding (mode 0700), atomic writes, and the rooms
 //! below it: `state.json` (`run_state`), the append-only logs (`logs`), the progress file's
-//! Current Status block (`progress`) and the one-supervisor lock (`lock`).
+//! Current Status block (`progress`) and the one-supervisor lock (`lock`); and ralph's own state
+//! directory outside the repository (`home`).
 
+mod home;
 mod lock;
 mod logs;
 mod progress;
@@ -13,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
+pub use home::{Keyed, StateHome};
 pub use lock::{Lock, lock_path};
 pub use logs::{
     IterKey, IterRecord, MAX_SHOWN_LINE, append_line, last_three_repeat, parse_iter_record,

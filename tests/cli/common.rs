@@ -655,12 +655,26 @@ pub fn make_twin(env: &TestEnv) -> PathBuf {
     twin
 }
 
-/// Whether bubblewrap can make its namespaces here (for `--sandbox` tests); says why it skips.
-/// A build under `/tmp` cannot run its fake agent in the sandbox, whose `/tmp` is a private one.
+/// A test cannot run here for want of a tool (bwrap, tmux, git-lfs, an agent CLI): on a
+/// developer's machine it says so and skips; in CI (`CI` set to anything but `false` or `0`)
+/// it fails, so a green CI run never hides a missing install step.
+#[track_caller]
+pub fn skip_or_fail(why: &str) {
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    if ci {
+        panic!("CI is set, and this test cannot run: {why} (.ci/run must install it)");
+    }
+    eprintln!("skipping: {why}");
+}
+
+/// Whether bubblewrap can make its namespaces here (for `--sandbox` tests); says why it skips,
+/// and fails in CI. A build under `/tmp` cannot run its fake agent in the sandbox, whose `/tmp`
+/// is a private one.
+#[track_caller]
 pub fn bwrap_works() -> bool {
     if std::path::Path::new(env!("CARGO_BIN_EXE_ralph")).starts_with("/tmp") {
-        eprintln!(
-            "skipping: this build is under /tmp, which --sandbox replaces with a private /tmp (the test agents would not be there)"
+        skip_or_fail(
+            "this build is under /tmp, which --sandbox replaces with a private /tmp (the test agents would not be there)",
         );
         return false;
     }
@@ -669,7 +683,7 @@ pub fn bwrap_works() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipping: bubblewrap (`bwrap`) is not installed or cannot make namespaces here");
+        skip_or_fail("bubblewrap (`bwrap`) is not installed or cannot make namespaces here");
     }
     ok
 }

@@ -258,9 +258,7 @@ fn git_lfs_commits_a_pointer_not_the_file() {
         .output()
         .is_ok_and(|o| o.status.success())
     {
-        eprintln!(
-            "SKIPPED git_lfs_commits_a_pointer_not_the_file: `git lfs` is not installed (apt-get install git-lfs)"
-        );
+        skip_or_fail("`git lfs` is not installed (apt-get install git-lfs)");
         return;
     }
     // Random, but the same bytes for ralph's copy and the twin.

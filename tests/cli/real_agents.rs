@@ -20,10 +20,10 @@ pub(crate) fn installed(cli: &str) -> Option<PathBuf> {
     if p.exists() {
         Some(p)
     } else {
-        eprintln!(
-            "skipping: the real `{cli}` CLI is not installed ({}); run `bash scripts/install-agent-clis.sh`",
+        skip_or_fail(&format!(
+            "the real `{cli}` CLI is not installed ({}); run `bash scripts/install-agent-clis.sh`",
             p.display()
-        );
+        ));
         None
     }
 }

@@ -66,11 +66,13 @@ impl Tmux {
             Ok(o) if o.status.success() => Some(tmux),
             Ok(o) => {
                 let why = String::from_utf8_lossy(&o.stderr);
-                eprintln!("skipping: tmux cannot start a session here: {why}");
+                skip_or_fail(&format!("tmux cannot start a session here: {why}"));
                 None
             }
             Err(e) => {
-                eprintln!("skipping: tmux cannot run here ({e}); install it: apt-get install tmux");
+                skip_or_fail(&format!(
+                    "tmux cannot run here ({e}); install it: apt-get install tmux"
+                ));
                 None
             }
         }
