@@ -16,7 +16,6 @@ use std::time::Duration;
 /// The file's name inside `.ralph/`.
 pub const FILE: &str = "activity.now";
 /// The temporary file renamed over it (`.tmp-*` is runtime noise: ignored by git and the watcher).
-const TMP: &str = ".tmp-activity.now";
 /// The least time between two writes.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(250);
 /// The longest line kept, in characters.
@@ -136,9 +135,7 @@ fn writer(dir: &Path, cell: &Cell) {
 }
 
 fn write(dir: &Path, line: &str) {
-    let tmp = dir.join(TMP);
-    let done = crate::files::write_own(&tmp, format!("{line}\n").as_bytes())
-        .and_then(|()| std::fs::rename(&tmp, dir.join(FILE)));
+    let done = crate::files::write_atomic(&dir.join(FILE), format!("{line}\n").as_bytes(), 0o600);
     if let Err(e) = done {
         tracing::debug!("could not write {}: {e}", dir.join(FILE).display());
     }

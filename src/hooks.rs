@@ -56,8 +56,9 @@ pub fn run(
     crate::files::write_own(&file, message.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
     run_hook(root, &msg_hook, &[file.as_os_str()], sandbox)?;
-    let edited = std::fs::read_to_string(&file)
-        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    // The hook ran on the repository's say (in the sandbox under --sandbox): what it left is
+    // read as any file the agent can touch, never through a link out of the repository.
+    let edited = crate::files::read_text(&file).map_err(|e| format!("cannot read {e}"))?;
     let cleaned: String = edited
         .lines()
         .filter(|l| !l.starts_with('#'))

@@ -138,12 +138,16 @@ pub fn carry_targets(from_root: &Path, cwd: &Path, to: &Path, targets: &[String]
     files.push(PathBuf::from(".ralph/config.toml"));
     for rel in files {
         let (src, dst) = (from_root.join(&rel), to.join(&rel));
-        if src.is_file() && !dst.exists() {
+        // Read and written as files an agent can touch: never through a link out of either
+        // repository (a task file linked to `~/.netrc` must not be copied and committed).
+        if crate::files::is_regular(&src) && !dst.exists() {
+            let bytes = crate::files::read_bytes(&src, crate::files::MAX_TEXT)
+                .map_err(|e| Error::user(e.to_string()))?;
             if let Some(dir) = dst.parent() {
-                std::fs::create_dir_all(dir)
+                crate::files::create_dir_all(dir)
                     .map_err(|e| Error::file("create directory", dir, e))?;
             }
-            std::fs::copy(&src, &dst).map_err(|e| Error::file("copy", &src, e))?;
+            crate::state::write_atomic(&dst, &bytes)?;
         }
     }
     Ok(())

@@ -52,7 +52,7 @@ pub fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
     if !args.plan {
         parse_task_bytes(&path, text.as_bytes())?;
     }
-    std::fs::write(&path, &text).map_err(|e| Error::file("write", &path, e))?;
+    crate::state::write_atomic(&path, text.as_bytes())?;
 
     let rd = RalphDir::new(repo.root());
     let total = args.criteria.len().max(EXAMPLE_CRITERIA.len());
@@ -93,9 +93,8 @@ fn init_table(ctx: &Context, repo: &Repo, args: &InitArgs) -> Result<i32> {
         None => "Describe the goal here".to_string(),
     };
     let (prd, progress) = table::scaffold(&description, &args.criteria, table::DEFAULT_PROMISE);
-    std::fs::write(&prd_path, prd).map_err(|e| Error::file("write", &prd_path, e))?;
-    std::fs::write(&progress_path, progress)
-        .map_err(|e| Error::file("write", &progress_path, e))?;
+    crate::state::write_atomic(&prd_path, prd.as_bytes())?;
+    crate::state::write_atomic(&progress_path, progress.as_bytes())?;
     let rd = RalphDir::new(repo.root());
     let created = rd.scaffold(
         &task_name(&description),

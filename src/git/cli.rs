@@ -37,10 +37,10 @@ pub struct GitCli {
     git_dir: PathBuf,
     work_tree: PathBuf,
     pub monitor: Option<Monitor>,
-    /// Under `--sandbox`: the common git directory, pinned. ralph's commands then run no hook
-    /// (`post-index-change`…), no file-system monitor but ralph's, do not look inside
-    /// submodules (whose configuration the agent can write), and ignore a `commondir` the
-    /// agent may have added (see ARCHITECTURE.md, "The sandbox").
+    /// Under `--sandbox`: the common git directory, pinned. ralph's commands then also do not
+    /// look inside submodules (whose configuration the agent can write), and ignore a
+    /// `commondir` the agent may have added (see ARCHITECTURE.md, "The sandbox"). Every command
+    /// runs no hook and no file-system monitor but ralph's, sandboxed or not.
     pub sandboxed: Option<PathBuf>,
 }
 
@@ -61,14 +61,21 @@ impl GitCli {
             .arg("--work-tree")
             .arg(&self.work_tree);
         // Reading the configuration runs nothing, and must show the repository's own values.
-        if let Some(common) = self.sandboxed.as_ref().filter(|_| args[0] != "config") {
-            for c in [
-                "core.hooksPath=/dev/null",
-                "core.fsmonitor=false",
-                "diff.ignoreSubmodules=dirty",
-            ] {
-                cmd.arg("-c").arg(c);
+        let runs = args.first().is_some_and(|a| *a != "config");
+        if runs {
+            // Whatever ralph runs git for, outside any sandbox, on a repository an agent
+            // wrote: no hook git would run (`post-index-change`, `post-checkout` for a worktree,
+            // `post-merge`, `reference-transaction`… — the agent can write `.git/hooks`, in a
+            // sandboxed loop too), and no file-system monitor but ralph's own. git hands these
+            // on to the git it runs inside a submodule. ralph runs `pre-commit` and
+            // `commit-msg` itself (`hooks.rs`), in the sandbox under --sandbox.
+            cmd.args(["-c", "core.hooksPath=/dev/null"]);
+            if self.monitor.is_none() {
+                cmd.args(["-c", "core.fsmonitor=false"]);
             }
+        }
+        if let Some(common) = self.sandboxed.as_ref().filter(|_| runs) {
+            cmd.args(["-c", "diff.ignoreSubmodules=dirty"]);
             cmd.env("GIT_COMMON_DIR", common);
         }
         if let Some(m) = &self.monitor {

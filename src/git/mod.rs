@@ -220,6 +220,11 @@ impl Repo {
             Some(w) if !repo.is_bare() => w.components().collect::<PathBuf>(),
             _ => return Err(GitError::Bare(repo.path().components().collect())),
         };
+        // No link the agent plants leads ralph's reads and writes out of the repository
+        // (SPEC §4): its work tree and git directories are the trees `files` confines to.
+        for tree in [root.as_path(), repo.path(), repo.commondir()] {
+            crate::files::confine(tree);
+        }
         let git = GitCli::new(repo.path(), &root);
         Ok(Repo {
             repo,

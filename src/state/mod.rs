@@ -152,23 +152,15 @@ pub fn initial_progress(total: usize) -> String {
     )
 }
 
-/// Write a file atomically: temp file in the same directory, fsync, rename.
+/// Write a file atomically: temp file in the same directory, fsync, rename (`files::write_atomic`).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     if dir.file_name().is_some_and(|n| n == DIR) {
         // `.ralph` itself may have become the agent's symlink since ralph last looked.
         crate::files::own_dir(dir).map_err(|e| Error::file("create directory", dir, e))?;
     }
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tmp-")
-        .tempfile_in(dir)
-        .map_err(|e| Error::file("create a temporary file in", dir, e))?;
-    tmp.write_all(bytes)
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(|e| Error::file("write", path, e))?;
-    tmp.persist(path)
-        .map_err(|e| Error::file("replace", path, e.error))?;
-    Ok(())
+    // Never through a link out of the repository, never writing through a link at `path`.
+    crate::files::write_atomic(path, bytes, 0o644).map_err(|e| Error::file("write", path, e))
 }
 
 #[cfg(test)]

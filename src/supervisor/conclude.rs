@@ -124,7 +124,7 @@ impl Loop {
         ))?;
         let iter_log = self.source.iter_log(&self.rd.iterations_log());
         if let Some(dir) = iter_log.parent() {
-            std::fs::create_dir_all(dir)
+            crate::files::create_dir_all(dir)
                 .map_err(|e| crate::error::Error::file("create directory", dir, e))?;
         }
         state::append_line(&iter_log, &key.record(n, recorded.exit))?;

@@ -18,6 +18,7 @@ mod init;
 mod integrity;
 mod limits;
 mod limits_wait;
+mod links;
 mod observe;
 mod own_files;
 mod real_agents;

@@ -212,16 +212,27 @@ fn the_repositorys_hooks_commands_and_git_config_run_in_the_sandbox_this_run_and
             assert_eq!(got, Vec::<String>::new(), "{}", stderr(&out));
             assert!(!env.read(".git/config").contains("filter"));
         } else {
-            let want = [
-                "commit-msg",
-                "filter",
-                "fsmonitor",
-                "hook",
-                "post-index-change",
-                "pre-commit",
-                "test",
-            ];
+            // Without the sandbox, what ralph runs on the repository's say runs as the user
+            // (commit hooks, the filter git applies, the commands), but never a hook or a
+            // monitor that git itself would start for ralph's own git commands.
+            let want = ["commit-msg", "filter", "hook", "pre-commit", "test"];
             assert_eq!(got, want, "{}", stderr(&out));
+        }
+        // The control: what the agent planted is live — the user's own git runs it (in the
+        // sandbox the agent could not set a monitor: the configuration is read-only there).
+        std::fs::write(env.repo.join("later.txt"), "touched by the user\n").unwrap();
+        env.git(&["add", "-A"]);
+        let after = marks(&env);
+        let live: &[&str] = if sandboxed {
+            &["post-index-change"]
+        } else {
+            &["fsmonitor", "post-index-change"]
+        };
+        for m in live {
+            assert!(
+                after.iter().any(|x| x == m),
+                "{m} did not run for git: {after:?}"
+            );
         }
     }
 }

@@ -184,7 +184,8 @@ impl Begin<'_> {
             fingerprint: self.repo.fingerprint()?,
         };
         if let Some(dir) = log.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| Error::file("create directory", dir, e))?;
+            crate::files::create_dir_all(dir)
+                .map_err(|e| Error::file("create directory", dir, e))?;
         }
         state::append_line(&log, &key.record(p.iteration, 137))?;
         self.log(&format!(

@@ -25,10 +25,14 @@ pub(super) fn cpm_preflight(
         )
     };
     for epic in c.epics()? {
-        // An epic that cannot be read is reported by the roll-up and the agent, not here.
+        // An epic that cannot be read is reported by the roll-up and the agent; here it only
+        // keeps its tags (a link out of the repository is never written through).
         let lines = match cpm::strip_plan_file(root, &epic) {
             Ok(lines) => lines,
-            Err(cpm::CpmError::Read { .. }) => continue,
+            Err(e @ cpm::CpmError::Read { .. }) => {
+                ui.warn(&format!("[plan] tags not stripped: {e}"));
+                continue;
+            }
             Err(e) => return Err(cpm_error(e)),
         };
         for l in lines {

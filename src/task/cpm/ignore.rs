@@ -1,7 +1,6 @@
 //! The session-state ignore check (skill step 1g) and the armed-stop-hook warning.
 
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::{CpmError, IGNORE_HEADER, STOP_HOOK_STATE};
@@ -79,15 +78,8 @@ pub fn apply_ignore_lines(root: &Path, lines: &[String]) -> Result<(), CpmError>
         add.push_str(line);
         add.push('\n');
     }
-    let mut file = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|source| CpmError::Write {
-            path: rel.clone(),
-            source,
-        })?;
-    file.write_all(add.as_bytes())
+    // Never through a link out of the repository (SPEC §4).
+    crate::files::append(&path, add.as_bytes())
         .map_err(|source| CpmError::Write { path: rel, source })
 }
 

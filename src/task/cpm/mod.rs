@@ -291,10 +291,17 @@ fn leading_number(name: &str) -> Option<u32> {
 
 /// Read a UTF-8 document; `shown` is the path used in errors.
 fn read_text(full: &Path, shown: &Path) -> Result<String, CpmError> {
-    let bytes = fs::read(full).map_err(|source| CpmError::Read {
-        path: shown.to_path_buf(),
-        source,
-    })?;
+    // As any file the agent can touch: bounded, never blocking, never through a link out of
+    // the repository.
+    let bytes =
+        crate::files::read_bytes(full, crate::files::MAX_TEXT).map_err(|e| CpmError::Read {
+            path: shown.to_path_buf(),
+            source: match e {
+                crate::files::ReadError::Io { source, .. } => source,
+                crate::files::ReadError::Missing(_) => std::io::ErrorKind::NotFound.into(),
+                e => std::io::Error::other(e.to_string()),
+            },
+        })?;
     String::from_utf8(bytes).map_err(|e| {
         let valid = e.utf8_error().valid_up_to();
         let line = e

@@ -82,7 +82,7 @@ pub fn strip_plan_file(root: &Path, rel: &Path) -> Result<Vec<String>, CpmError>
     if lines.is_empty() {
         return Ok(lines);
     }
-    std::fs::write(&path, new).map_err(|source| CpmError::Write {
+    crate::files::write_atomic(&path, new.as_bytes(), 0o644).map_err(|source| CpmError::Write {
         path: rel.to_path_buf(),
         source,
     })?;

@@ -6,13 +6,24 @@
 //! read would never end) or grow it without bound. [`read_text`] opens without blocking, checks
 //! what the open file really is, and reads at most the limit.
 //!
-//! ralph's own files (its logs, transcripts, prompts, lock, barriers) live where the agent can
-//! write too, and ralph writes them from outside any sandbox: [`open_own`] and [`own_dir`]
-//! never write through a symlink the agent planted there, nor into a FIFO.
+//! Every open here is confined (`confine`): inside a repository ralph opened, a path is resolved
+//! beneath its root, so no link the agent planted leads ralph's reads or writes out of it
+//! (SPEC §4). ralph's own files (its logs, transcripts, prompts, lock, barriers) live where the
+//! agent can write too, and ralph writes them from outside any sandbox: `own` never writes
+//! through a symlink the agent planted there, nor into a FIFO.
+
+mod confine;
+mod own;
+
+pub use confine::{append, confine, create_dir_all, write_atomic};
+pub use own::{open_own, own_dir, write_own};
 
 use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 
 /// The most any Markdown or config file ralph reads may hold.
 pub const MAX_TEXT: u64 = 1024 * 1024;
@@ -24,6 +35,8 @@ pub enum Kind {
     Fifo,
     Socket,
     Device,
+    /// A symbolic link that leads out of the repository: never followed (SPEC §4).
+    LinkOut,
     Other,
 }
 
@@ -34,6 +47,7 @@ impl std::fmt::Display for Kind {
             Kind::Fifo => "a FIFO",
             Kind::Socket => "a socket",
             Kind::Device => "a device",
+            Kind::LinkOut => "a symbolic link out of the repository (not followed)",
             Kind::Other => "not a regular file",
         })
     }
@@ -78,14 +92,16 @@ pub fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     };
     // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. It has
     // no effect on regular files, which are all this reads.
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-    {
+    let file = match confine::open(path, OFlag::O_RDONLY | OFlag::O_NONBLOCK, Mode::empty()) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(ReadError::Missing(path.to_path_buf()));
+        }
+        Err(e) if confine::is_outside(&e) => {
+            return Err(ReadError::NotRegular {
+                path: path.to_path_buf(),
+                kind: Kind::LinkOut,
+            });
         }
         Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
             // A socket (or a FIFO without a reader on some systems).
@@ -167,100 +183,12 @@ fn kind_of(path: &Path) -> Kind {
     }
 }
 
-/// Whether `path` is there as a regular file (following symlinks), without opening it.
+/// Whether `path` is there as a regular file (following symlinks inside its repository), without
+/// reading it.
 pub fn is_regular(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_file())
-}
-
-/// Open one of ralph's own files for writing, never through a symlink (`O_NOFOLLOW`) and never
-/// blocking on a FIFO (`O_NONBLOCK`). A symlink found at `path` is the agent's: the link itself
-/// is removed (what it points to is left alone) and the file created afresh. Anything else that
-/// is not a regular file there (a directory, a FIFO, a socket) is moved aside to
-/// `NAME.displaced-PID` and the file created afresh, so ralph's own records go on. `append`:
-/// add to the end; else start empty. The file's parent must be a real directory ([`own_dir`]).
-pub fn open_own(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
-    let open = || {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .read(true)
-            .write(true)
-            .append(append)
-            .truncate(!append)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(path)
-    };
-    match open() {
-        // A second name for the file (a hard link the agent made to a file elsewhere) is not
-        // ralph's own file: moved aside like anything else that is not.
-        Ok(f) if f.metadata().is_ok_and(|m| m.is_file() && m.nlink() == 1) => return Ok(f),
-        Ok(_) => {}
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            std::fs::remove_file(path)?;
-            return open();
-        }
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR | libc::ENXIO)) => {}
-        Err(e) => return Err(e),
-    }
-    let mut aside = path.as_os_str().to_owned();
-    aside.push(format!(".displaced-{}", std::process::id()));
-    std::fs::rename(path, &aside)?;
-    open()
-}
-
-/// Write one of ralph's own files whole, through [`open_own`].
-pub fn write_own(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    open_own(path, false)?.write_all(bytes)
-}
-
-/// Make `dir` (one of ralph's own directories, mode 0700) a real directory, never one reached
-/// through a symlink: every component from `.ralph` down to `dir` that is a symlink the agent
-/// planted is replaced by a directory (the link removed, what it points to left alone); a
-/// component that is a file is an error. Directories above `.ralph` are the repository's and
-/// are created as they are (a directory outside `.ralph` is only created, never replaced).
-pub fn own_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    let owned: Vec<&Path> = {
-        let chain: Vec<&Path> = dir.ancestors().collect();
-        match chain
-            .iter()
-            .position(|p| matches!(p.file_name().and_then(|n| n.to_str()), Some(".ralph")))
-        {
-            Some(i) => chain[..=i].to_vec(),
-            None => {
-                return std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(dir);
-            }
-        }
-    };
-    if let Some(top) = owned.last().and_then(|t| t.parent())
-        && !top.as_os_str().is_empty()
-    {
-        std::fs::DirBuilder::new().recursive(true).create(top)?;
-    }
-    for d in owned.iter().rev() {
-        match std::fs::symlink_metadata(d) {
-            Ok(m) if m.is_dir() => {}
-            Ok(m) if m.file_type().is_symlink() => {
-                std::fs::remove_file(d)?;
-                std::fs::DirBuilder::new().mode(0o700).create(d)?;
-            }
-            Ok(_) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::AlreadyExists,
-                    format!("{} is not a directory", d.display()),
-                ));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::DirBuilder::new().mode(0o700).create(d)?;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    confine::open(path, OFlag::O_PATH, Mode::empty())
+        .and_then(|f| f.metadata())
+        .is_ok_and(|m| m.is_file())
 }
 
 #[cfg(test)]
