@@ -209,6 +209,168 @@ fn a_deleted_lock_file_lets_no_second_supervisor_in() {
     assert_exit(&out, 0);
 }
 
+/// A PRD with `n` tasks and a progress table with these statuses.
+fn table(statuses: &[&str]) -> TestEnv {
+    let env = TestEnv::new();
+    let mut prd = String::from("# Accounts\n\n## Goal\n\nUsers can sign in.\n\n## Tasks\n\n");
+    let mut progress = String::from(
+        "# Progress\n\n## Status: IN_PROGRESS\n\n| # | Task | Status | Notes |\n|---|------|--------|-------|\n",
+    );
+    for (i, st) in statuses.iter().enumerate() {
+        let k = i + 1;
+        prd.push_str(&format!(
+            "### Task {k}: Part {k}\n\nDo part {k}.\n\n**Acceptance Criteria:**\n- [ ] part {k} works\n\n"
+        ));
+        progress.push_str(&format!("| {k} | Part {k} | {st} | |\n"));
+    }
+    prd.push_str("## Completion Promise\n\n`DONE`\n");
+    env.write("PRD.md", &prd);
+    env.write("PROGRESS.md", &progress);
+    env.commit_all("initial");
+    env
+}
+
+/// Promise (SPEC §5.3): a table whose tasks are all DONE is "already complete" only when the
+/// test command passes now; when it fails, the loop runs with its output in the first prompt
+/// and completes once the agent makes it pass. Control: the same table with the test passing
+/// ends at once, COMPLETE, spawning nothing. Bug caught: "already COMPLETE", exit 0, with the
+/// tests failing.
+#[test]
+fn a_table_all_done_with_failing_tests_is_not_already_complete() {
+    let env = table(&["DONE", "DONE"]);
+    let out = fake(
+        &env,
+        "run",
+        "touch:fixed.txt",
+        &["--test-command", "test -f fixed.txt"],
+    );
+    assert_exit(&out, 0);
+    assert!(env.agent_ran(1) && !env.agent_ran(2), "one iteration");
+    let p = env.agent_prompt(1);
+    assert!(
+        p.contains("every task is DONE, the checks fail") && p.contains("fails now"),
+        "{p}"
+    );
+    assert!(stdout(&out).lines().any(|l| l == "<promise>DONE</promise>"));
+
+    // Control: the tests pass now.
+    let env = table(&["DONE", "DONE"]);
+    env.write("fixed.txt", "");
+    env.commit_all("fixed");
+    let out = fake(
+        &env,
+        "run",
+        "touch:fixed.txt",
+        &["--test-command", "test -f fixed.txt"],
+    );
+    assert_exit(&out, 0);
+    assert!(!env.agent_ran(1), "nothing spawned");
+    assert!(said(&out).contains("already complete"), "{}", said(&out));
+}
+
+/// Promise (SPEC §3.2, §5.3): a table with BLOCKED tasks left and nothing to work ends PARTIAL
+/// at once (exit 9), spawning nothing, whatever the tests say.
+#[test]
+fn a_table_with_only_blocked_tasks_left_ends_partial_even_with_failing_tests() {
+    let env = table(&["DONE", "BLOCKED"]);
+    let out = fake(&env, "run", "check", &["--test-command", "false"]);
+    assert_exit(&out, 9);
+    assert!(!env.agent_ran(1), "nothing spawned");
+}
+
+/// Promise (SPEC §5.3): the last task marked DONE with the tests failing is not the end: the
+/// next iteration asks for the tests, and a resume after the limit does not answer "already
+/// complete" while they fail — the loop goes on. Control: iteration 1's tests really failed
+/// (its record says so). Bug caught: iteration 2 failed with "no task is left to work in the
+/// table" (exit 1), and the resume then said COMPLETE, exit 0, spawning nothing.
+#[test]
+fn a_table_finished_with_failing_tests_goes_on_until_they_pass() {
+    let env = table(&["PENDING"]);
+    let script = "done-task,touch:fixed.txt";
+    let test = ["--test-command", "test -f fixed.txt"];
+    let out = fake(
+        &env,
+        "run",
+        script,
+        &[&test[..], &["--max-iterations", "1"]].concat(),
+    );
+    assert_exit(&out, 3);
+    assert!(
+        env.activity().contains("tests failed"),
+        "{}",
+        env.activity()
+    );
+    let out = fake(&env, "resume", script, &["--max-iterations", "3"]);
+    assert_exit(&out, 0);
+    assert!(env.agent_ran(2) && !env.agent_ran(3), "{}", said(&out));
+    assert!(
+        env.agent_prompt(2)
+            .contains("every task is DONE, the checks fail"),
+        "{}",
+        env.agent_prompt(2)
+    );
+
+    // In one run: iteration 2 works the tests.
+    let env = table(&["PENDING"]);
+    let out = fake(&env, "run", script, &test);
+    assert_exit(&out, 0);
+    assert!(env.agent_ran(2) && !env.agent_ran(3), "{}", said(&out));
+}
+
+/// An epic whose coverage matrix has every row verified: the roll-up answers 0.
+fn cpm_all_verified() -> (TestEnv, String) {
+    let (env, rollup) = crate::cpm::setup();
+    let epic = "docs/epics/01-epic-accounts.md";
+    env.write(epic, &crate::cpm::epic("In Progress", None));
+    env.write(
+        "docs/epics/01-coverage-accounts.md",
+        &crate::cpm::matrix("", epic, &[("FR1", "Story 1", "[unit]", true)]),
+    );
+    env.commit_all("initial");
+    (env, rollup)
+}
+
+/// Promise (SPEC §3.4, §5.3): a CPM pre-flight roll-up that verifies every row is "already
+/// complete" only when the test command passes now; when it fails the loop runs, the failing
+/// output in the first prompt. Control: with the test passing the run ends at once,
+/// ALL_EPICS_COMPLETE, spawning nothing. Bug caught: exit 0 without running the tests.
+#[test]
+fn a_cpm_rollup_at_zero_with_failing_tests_is_not_already_complete() {
+    let (env, rollup) = cpm_all_verified();
+    let args = [
+        "docs/epics/01-epic-accounts.md",
+        "--rollup",
+        &rollup,
+        "--test-command",
+        "test -f fixed.txt",
+    ];
+    let out = crate::cpm::run_cpm(&env, "touch:fixed.txt", &args);
+    assert_exit(&out, 0);
+    assert!(env.agent_ran(1) && !env.agent_ran(2), "one iteration");
+    assert!(
+        env.agent_prompt(1).contains("fails now"),
+        "{}",
+        env.agent_prompt(1)
+    );
+    assert!(stdout(&out).contains("ALL_EPICS_COMPLETE"));
+
+    // Control: the tests pass now.
+    let (env, rollup) = cpm_all_verified();
+    env.write("fixed.txt", "");
+    env.commit_all("fixed");
+    let args = [
+        "docs/epics/01-epic-accounts.md",
+        "--rollup",
+        &rollup,
+        "--test-command",
+        "test -f fixed.txt",
+    ];
+    let out = crate::cpm::run_cpm(&env, "touch:fixed.txt", &args);
+    assert_exit(&out, 0);
+    assert!(!env.agent_ran(1), "nothing spawned");
+    assert!(stdout(&out).contains("ALL_EPICS_COMPLETE"));
+}
+
 /// Promise (SPEC §4, §11): under `--sandbox` the agent can neither rewrite ralph's record of
 /// the run, nor delete its lock, nor remove its state directory (the home is read-only there),
 /// and the record still names the run afterwards. Control: without the sandbox the same agent

@@ -226,57 +226,64 @@ fn resolve(
 }
 
 /// Plans that end before anything starts: nothing to run in CPM auto-discovery, a table with
-/// nothing left to work (SPEC §3.2: COMPLETE or PARTIAL, spawning nothing), a checklist already
-/// complete when no check could say otherwise.
+/// only BLOCKED tasks left (SPEC §3.2: PARTIAL, spawning nothing), a table all DONE or a
+/// checklist all checked when no check could say otherwise. Where a test or verdict command is
+/// set, "already complete" is the evidence's to say, checked now (SPEC §5.3: `evidence_now`).
 fn end_at_once(ui: Ui, r: &Resolved) -> Result<Option<i32>> {
-    let halted = |reason: HaltReason, done: usize, total: usize| {
-        ui.event(
-            "halted",
-            serde_json::json!({"reason": reason, "exit_code": reason.exit_code(),
-                "iteration": 0, "done": done, "total": total}),
-        );
-        Some(reason.exit_code())
-    };
+    let checked = r.settings.test_command.is_some() || r.settings.verdict_command.is_some();
     match &r.plan {
         Plan::Cpm {
             targets: Targets::Epics(e),
         } if e.is_empty() => {
             ui.plain(&crate::task::cpm::nothing_to_run_message(&r.root).map_err(cpm_error)?);
-            Ok(halted(HaltReason::Complete, 0, 0))
+            Ok(Some(halted_at_once(ui, HaltReason::Complete, 0, 0)))
         }
         Plan::Table { progress, prd, .. } if table::next_task(progress).is_none() => {
             let mut finished = progress.clone();
             let overall = table::finish(&mut finished);
             let (done, total) = (table::done_count(&finished), finished.rows.len());
-            let reason = if overall == table::OverallStatus::Complete {
-                ui.success(&format!(
-                    "The task table is already COMPLETE ({done}/{total} tasks done). Nothing to run."
-                ));
-                HaltReason::Complete
-            } else {
-                ui.alert("## ⚠️ RALPH Loop — PARTIAL: no task is left to work");
-                HaltReason::Partial
+            let reason = match overall {
+                table::OverallStatus::Complete if checked => return Ok(None),
+                table::OverallStatus::Complete => {
+                    ui.success(&format!(
+                        "The task table is already COMPLETE ({done}/{total} tasks done). Nothing to run."
+                    ));
+                    HaltReason::Complete
+                }
+                _ => {
+                    ui.alert("## ⚠️ RALPH Loop — PARTIAL: no task is left to work");
+                    HaltReason::Partial
+                }
             };
             ui.plain(&format!("<promise>{}</promise>", prd.promise));
             for l in table::summary(&finished) {
                 ui.plain(&l);
             }
-            Ok(halted(reason, done, total))
+            Ok(Some(halted_at_once(ui, reason, done, total)))
         }
         Plan::Checklist { doc, rel, .. }
             if doc.checklist.remaining().next().is_none()
-                && r.settings.test_command.is_none()
-                && r.settings.verdict_command.is_none()
+                && !checked
                 && gone_from_baseline(r.prior.as_ref(), &doc.checklist).is_empty() =>
         {
             let (done, total) = (doc.checklist.done(), doc.checklist.total());
             ui.success(&format!(
                 "{rel}: already complete ({done}/{total} criteria checked). Nothing to run."
             ));
-            Ok(halted(HaltReason::Complete, done, total))
+            Ok(Some(halted_at_once(ui, HaltReason::Complete, done, total)))
         }
         _ => Ok(None),
     }
+}
+
+/// The `halted` event of a run that ends before its first iteration; its exit code.
+fn halted_at_once(ui: Ui, reason: HaltReason, done: usize, total: usize) -> i32 {
+    ui.event(
+        "halted",
+        serde_json::json!({"reason": reason, "exit_code": reason.exit_code(),
+            "iteration": 0, "done": done, "total": total}),
+    );
+    reason.exit_code()
 }
 
 /// CPM needs its roll-up script (or `--yes` to run without one).
@@ -575,12 +582,10 @@ async fn evidence_now(
             source.task_file(),
             source.unit()
         ));
-        ui.event(
-            "halted",
-            serde_json::json!({"reason": "complete", "exit_code": exit::COMPLETE,
-                "iteration": 0, "done": done, "total": total}),
-        );
-        return Ok(Err(exit::COMPLETE));
+        for l in source.completion_lines() {
+            ui.plain(&l);
+        }
+        return Ok(Err(halted_at_once(ui, HaltReason::Complete, done, total)));
     }
     ui.note(&format!(
         "every {} is marked done, but the checks fail now: the loop goes on (see {})",
