@@ -371,6 +371,64 @@ fn a_cpm_rollup_at_zero_with_failing_tests_is_not_already_complete() {
     assert!(stdout(&out).contains("ALL_EPICS_COMPLETE"));
 }
 
+/// Promise (SPEC §5.3): `ralph init --table --test-command CMD` records the command where table
+/// mode reads it (`.ralph/config.toml`), so the next `ralph run` runs it and names it in the
+/// prompt. Control: without `--test-command` the run never runs it. Bug caught: the command
+/// was written nowhere.
+#[test]
+fn init_table_records_the_test_command_for_run() {
+    let ran = |env: &TestEnv| env.home.join("tests-ran");
+    let init_and_run = |with: bool| {
+        let env = TestEnv::new();
+        env.write("README.md", "project\n");
+        let cmd = format!("touch '{}'", ran(&env).display());
+        let mut args = vec!["init", "--table", "Sign in", "--criterion", "a form"];
+        if with {
+            args.extend(["--test-command", &cmd]);
+        }
+        assert_exit(&env.ralph(&args), 0);
+        env.commit_all("initial");
+        let out = fake(&env, "run", "done-task", &[]);
+        assert_exit(&out, 0);
+        (env, cmd)
+    };
+    let (env, cmd) = init_and_run(true);
+    assert!(env.read(".ralph/config.toml").contains("test_command"));
+    assert!(ran(&env).exists(), "the test command ran");
+    assert!(
+        env.agent_prompt(1).contains(&cmd),
+        "{}",
+        env.agent_prompt(1)
+    );
+    let (env, _) = init_and_run(false);
+    assert!(!ran(&env).exists(), "nothing ran it");
+}
+
+/// `init --table --test-command` keeps what `.ralph/config.toml` already holds, and refuses
+/// (naming the file, writing nothing) when it sets another test command.
+#[test]
+fn init_table_keeps_the_config_and_refuses_a_conflicting_test_command() {
+    let env = TestEnv::new();
+    env.write(".ralph/config.toml", "[hooks]\non_halt = \"true\"\n");
+    let out = env.ralph(&["init", "--table", "Goal", "--test-command", "make test"]);
+    assert_exit(&out, 0);
+    let config = env.read(".ralph/config.toml");
+    assert!(
+        config.starts_with("test_command = \"make test\"\n") && config.contains("on_halt"),
+        "{config}"
+    );
+    let env = TestEnv::new();
+    env.write(".ralph/config.toml", "test_command = \"cargo test\"\n");
+    let out = env.ralph(&["init", "--table", "Goal", "--test-command", "make test"]);
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains("config.toml"), "{}", stderr(&out));
+    assert!(!env.repo.join("PRD.md").exists(), "nothing written");
+    assert_eq!(
+        env.read(".ralph/config.toml"),
+        "test_command = \"cargo test\"\n"
+    );
+}
+
 /// Promise (SPEC §4, §11): under `--sandbox` the agent can neither rewrite ralph's record of
 /// the run, nor delete its lock, nor remove its state directory (the home is read-only there),
 /// and the record still names the run afterwards. Control: without the sandbox the same agent
