@@ -8,15 +8,22 @@ use serde_json::json;
 
 use crate::error::Result;
 use crate::git::Repo;
-use crate::state::{self, HaltReason, Lock, Mode, RalphDir, RunState};
+use crate::state::{self, HaltReason, Mode, RalphDir, Recorded, RunState, TreeLocks};
 use crate::task::document::{TaskDocument, load_task_file};
 use crate::task::table;
 
 /// Everything `status` reports, read once.
 pub struct Status {
+    /// The run recorded: ralph's own record of it when it has one (SPEC §11).
     pub st: Option<RunState>,
-    /// A supervisor holds the lock now.
+    /// Why `.ralph/state.json` was not taken as it is, when it was not.
+    pub warning: Option<String>,
+    /// A supervisor holds the work tree's lock now.
     pub running: bool,
+    /// The pid of that supervisor, as it wrote it into its lock (else as recorded).
+    pub pid: Option<u32>,
+    /// The locks a live run is told by, for a watcher (a lock is closed when its holder dies).
+    pub locks: TreeLocks,
     /// The last (up to three) ITER records, each bounded.
     pub records: Vec<String>,
     pub stalled: bool,
@@ -33,7 +40,7 @@ pub struct Status {
 pub fn report(repo: &Repo) -> Result<Status> {
     let root = repo.root();
     let rd = RalphDir::new(root);
-    let st = RunState::load(&rd.state_file())?;
+    let Recorded { state: st, warning } = RunState::recorded(&rd.state_file())?;
     let log = st
         .as_ref()
         .and_then(|s| s.iterations_log.as_ref())
@@ -43,9 +50,12 @@ pub fn report(repo: &Repo) -> Result<Status> {
         .iter()
         .filter_map(|r| state::parse_iter_record(r))
         .collect();
-    // A supervisor is running when someone holds the lock (the kernel drops it on any death).
-    let running = st.as_ref().is_some_and(|s| s.running)
-        && Lock::is_held(&state::lock_path(repo.git2().path()));
+    // A supervisor is running when someone holds the lock (the kernel drops it on any death),
+    // whatever the files say.
+    let locks = TreeLocks::find(root, repo.git2().path());
+    let holder = locks.holder();
+    let running = holder.is_some();
+    let pid = holder.map(|pid| pid.or(st.as_ref().map(|s| s.pid)));
     let task_file = st.as_ref().map_or_else(
         || root.join(crate::task::TASK_FILE),
         |s| root.join(&s.task_file),
@@ -68,7 +78,10 @@ pub fn report(repo: &Repo) -> Result<Status> {
     Ok(Status {
         stalled: state::last_three_repeat(&parsed),
         st,
+        warning,
         running,
+        pid: pid.flatten(),
+        locks,
         records,
         task_file,
         doc,
@@ -136,7 +149,7 @@ pub fn to_json(s: &Status) -> serde_json::Value {
         "mode": st.map_or(Mode::Checklist, |s| s.mode),
         "run_id": st.map(|s| s.run_id.clone()),
         "running": s.running,
-        "pid": if s.running { st.map(|s| s.pid) } else { None },
+        "pid": s.pid,
         "iteration": st.map_or(0, |s| s.iteration),
         "max_iterations": st.map(|s| s.max_iterations),
         "done": s.done,

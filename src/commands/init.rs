@@ -92,15 +92,24 @@ fn init_table(ctx: &Context, repo: &Repo, args: &InitArgs) -> Result<i32> {
         None if std::io::stdin().is_terminal() => ask("Describe the goal: ")?,
         None => "Describe the goal here".to_string(),
     };
+    let rd = RalphDir::new(repo.root());
+    // Checked before anything is written: a conflicting setting leaves the repository as it was.
+    let config = match &args.test_command {
+        Some(cmd) => with_test_command(&rd, cmd)?,
+        None => None,
+    };
     let (prd, progress) = table::scaffold(&description, &args.criteria, table::DEFAULT_PROMISE);
     crate::state::write_atomic(&prd_path, prd.as_bytes())?;
     crate::state::write_atomic(&progress_path, progress.as_bytes())?;
-    let rd = RalphDir::new(repo.root());
-    let created = rd.scaffold(
+    let mut created = rd.scaffold(
         &task_name(&description),
         args.criteria.len().max(1),
         args.max_iterations,
     )?;
+    if let Some((path, text)) = config {
+        crate::state::write_atomic(&path, text.as_bytes())?;
+        created.push(path);
+    }
     ui.plain(&format!("wrote {}", prd_path.display()));
     ui.plain(&format!("wrote {}", progress_path.display()));
     for c in created {
@@ -109,6 +118,35 @@ fn init_table(ctx: &Context, repo: &Repo, args: &InitArgs) -> Result<i32> {
     ui.note("each task has a placeholder acceptance criterion: make them specific before running");
     ui.plain("\nNext: review PRD.md, then run:\n  ralph run");
     Ok(exit::COMPLETE)
+}
+
+/// Where `--test-command` goes in table mode, whose PRD.md has no frontmatter (SPEC §5.3):
+/// `.ralph/config.toml`, the repository's settings (SPEC §10; its commands run in the sandbox
+/// under `--sandbox`), with the line added above any table and the rest kept as written.
+/// `None` when it already says so; an error naming the file when it sets another command.
+fn with_test_command(rd: &RalphDir, cmd: &str) -> Result<Option<(std::path::PathBuf, String)>> {
+    let path = rd.path.join("config.toml");
+    let text = crate::files::read_text_if_exists(&path)
+        .map_err(|e| Error::user(e.to_string()))?
+        .unwrap_or_default();
+    match crate::config::Layer::parse_toml(&path, &text)?.test_command {
+        Some(set) if set == cmd => return Ok(None),
+        Some(set) => {
+            return Err(Error::user(format!(
+                "{}: already sets test_command = `{set}`",
+                path.display()
+            ))
+            .with_hint("edit it there, or run init without --test-command"));
+        }
+        None => {}
+    }
+    let line = format!("test_command = {}\n", toml::Value::String(cmd.to_string()));
+    let head = if text.is_empty() {
+        "# ralph's settings for this repository (`ralph init --table` wrote the test command).\n"
+    } else {
+        ""
+    };
+    Ok(Some((path, format!("{head}{line}{text}"))))
 }
 
 /// The task file a planning run fills in: everything but the criteria.

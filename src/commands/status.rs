@@ -1,4 +1,5 @@
-//! `ralph status`: the current or last run, read without the lock and in O(1) of the log length.
+//! `ralph status`: the current or last run, read without the lock and in O(1) of the log length;
+//! a live run told by its lock, the run by ralph's own record of it (SPEC §2.4, §11).
 
 use super::Context;
 use crate::error::{Result, exit};
@@ -11,6 +12,11 @@ pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
     let repo = Repo::discover(&ctx.cwd)?;
     if all {
         let entries = loops::all(&repo)?;
+        for e in &entries {
+            if let Some(w) = &e.status.warning {
+                ctx.ui.warn(&format!("loop {}: {w}", e.name));
+            }
+        }
         if json_out {
             ctx.ui.plain(&loops::all_to_json(&entries).to_string());
         } else {
@@ -19,6 +25,9 @@ pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
         return Ok(exit::COMPLETE);
     }
     let s = loops::report(&repo)?;
+    if let Some(w) = &s.warning {
+        ctx.ui.warn(w);
+    }
     if json_out {
         ctx.ui.plain(&loops::to_json(&s).to_string());
     } else {
@@ -30,6 +39,13 @@ pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
 fn print_text(ui: Ui, s: &Status) {
     let (done, total) = (s.done, s.total);
     let Some(st) = &s.st else {
+        if s.running {
+            ui.plain(&format!(
+                "State: running (pid {}), no run recorded yet",
+                pid_text(s)
+            ));
+            return;
+        }
         ui.plain("No run yet in this repository.");
         if s.doc.is_some() {
             ui.plain(&format!(
@@ -44,7 +60,7 @@ fn print_text(ui: Ui, s: &Status) {
     ui.plain(&format!("Task: {} ({})", st.task, st.task_file));
     ui.plain(&format!("Mode: {}   Run: {}", st.mode, st.run_id));
     if s.running {
-        ui.plain(&format!("State: running (pid {})", st.pid));
+        ui.plain(&format!("State: running (pid {})", pid_text(s)));
     } else {
         let reason = s.halt_reason.map_or("unknown", HaltReason::as_str);
         let code = st
@@ -101,8 +117,9 @@ fn print_all(ui: Ui, entries: &[loops::Entry]) {
     for e in entries {
         let s = &e.status;
         let state = match (&s.st, s.running, s.halt_reason) {
-            (None, _, _) => "no run".to_string(),
-            (Some(st), true, _) => format!("running (pid {})", st.pid),
+            (None, true, _) => format!("running (pid {}), no run recorded yet", pid_text(s)),
+            (None, false, _) => "no run".to_string(),
+            (Some(_), true, _) => format!("running (pid {})", pid_text(s)),
             (Some(_), false, Some(r)) => format!("halted: {r}"),
             (Some(_), false, None) => "halted".to_string(),
         };
@@ -126,4 +143,9 @@ fn print_all(ui: Ui, entries: &[loops::Entry]) {
         ui.plain(line.trim_end());
         ui.plain(&format!("    {}", e.path.display()));
     }
+}
+
+/// The live supervisor's pid, or `?` when it did not say.
+fn pid_text(s: &Status) -> String {
+    s.pid.map_or_else(|| "?".to_string(), |p| p.to_string())
 }

@@ -5,13 +5,21 @@
 //! branches, merge logs and the lock between loops (`repos/`).
 //!
 //! A directory is keyed by the path it belongs to (a work tree, or a repository's common git
-//! directory), and remembers the identity of the git directory it was made for (device and
-//! inode): a new repository at the same path (a fresh clone where an old one was) does not
-//! inherit the records of the old one. Those are moved aside, never read.
+//! directory), and remembers the identity of the git directory it was made for (device, inode
+//! and, where the file system keeps it, its birth time): a new repository at the same path (a
+//! fresh clone where an old one was) does not inherit the records of the old one. Those are
+//! moved aside, never read.
+//!
+//! Readers that must write nothing (`ralph status`) [`find`](StateHome::find_tree) the
+//! records; a run [`opens`](StateHome::tree) them. [`records_of`] finds a work tree's records
+//! from its path alone, looking its git directory up once per process, so that what the agent
+//! does to a `.git` file later in the run never moves them.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// The file, in each keyed directory, naming what the directory belongs to.
 const IDENTITY: &str = "identity";
@@ -61,10 +69,61 @@ impl StateHome {
         Keyed::open(&self.base.join("trees"), work_tree, git_dir)
     }
 
+    /// The records of one work tree when they exist for its git directory now: nothing is
+    /// created or set aside (a reader that writes nothing).
+    pub fn find_tree(&self, work_tree: &Path, git_dir: &Path) -> Option<Keyed> {
+        Keyed::find(&self.base.join("trees"), work_tree, git_dir)
+    }
+
     /// The records of one repository (its loops), keyed by its common git directory.
     pub fn repo(&self, common_dir: &Path) -> std::io::Result<Keyed> {
         Keyed::open(&self.base.join("repos"), common_dir, common_dir)
     }
+
+    /// The records of the work tree at `work_tree`, found from its path: opened (`create`, a
+    /// run) or only found (a reader). `Ok(None)` when no repository has its root there, or,
+    /// not creating, when there are no records yet.
+    pub fn records_of(&self, work_tree: &Path, create: bool) -> std::io::Result<Option<Keyed>> {
+        let Some(git_dir) = git_dir_of(work_tree) else {
+            return Ok(None);
+        };
+        if create {
+            self.tree(work_tree, &git_dir).map(Some)
+        } else {
+            Ok(self.find_tree(work_tree, &git_dir))
+        }
+    }
+}
+
+/// [`StateHome::records_of`] in the state home of this process's environment; `Ok(None)`
+/// without one.
+pub fn records_of(work_tree: &Path, create: bool) -> std::io::Result<Option<Keyed>> {
+    match StateHome::locate() {
+        Some(home) => home.records_of(work_tree, create),
+        None => Ok(None),
+    }
+}
+
+/// The git directory of the repository whose work tree's root is `work_tree`, looked up once
+/// per process: later lookups answer as the first did, whatever `.git` has become since.
+fn git_dir_of(work_tree: &Path) -> Option<PathBuf> {
+    static KNOWN: Mutex<Option<HashMap<PathBuf, PathBuf>>> = Mutex::new(None);
+    let key: PathBuf = std::path::absolute(work_tree).ok()?.components().collect();
+    let mut known = KNOWN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let known = known.get_or_insert_with(HashMap::new);
+    if let Some(g) = known.get(&key) {
+        return Some(g.clone());
+    }
+    let repo = git2::Repository::open(&key).ok()?;
+    let root: PathBuf = repo.workdir()?.components().collect();
+    if root != key {
+        return None;
+    }
+    let git_dir: PathBuf = repo.path().components().collect();
+    known.insert(key, git_dir.clone());
+    Some(git_dir)
 }
 
 /// One keyed directory of the state home.
@@ -75,11 +134,7 @@ pub struct Keyed {
 
 impl Keyed {
     fn open(parent: &Path, key_path: &Path, identity_of: &Path) -> std::io::Result<Keyed> {
-        let key_path = std::path::absolute(key_path)?;
-        let key_path = key_path.canonicalize().unwrap_or(key_path);
-        let dir = parent.join(dir_name(&key_path));
-        let meta = std::fs::metadata(identity_of)?;
-        let identity = format!("{}\n{}:{}\n", key_path.display(), meta.dev(), meta.ino());
+        let (dir, identity) = place(parent, key_path, identity_of)?;
         private_dirs(parent)?;
         let file = dir.join(IDENTITY);
         match std::fs::read_to_string(&file) {
@@ -101,6 +156,12 @@ impl Keyed {
         Ok(Keyed { dir })
     }
 
+    fn find(parent: &Path, key_path: &Path, identity_of: &Path) -> Option<Keyed> {
+        let (dir, identity) = place(parent, key_path, identity_of).ok()?;
+        let found = std::fs::read_to_string(dir.join(IDENTITY)).ok()?;
+        (found == identity).then_some(Keyed { dir })
+    }
+
     /// The directory.
     pub fn path(&self) -> &Path {
         &self.dir
@@ -110,6 +171,27 @@ impl Keyed {
     pub fn join(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
+}
+
+/// Where the records of `key_path` live below `parent`, and the identity they must name.
+fn place(parent: &Path, key_path: &Path, identity_of: &Path) -> std::io::Result<(PathBuf, String)> {
+    let key_path = std::path::absolute(key_path)?;
+    let key_path = key_path.canonicalize().unwrap_or(key_path);
+    let dir = parent.join(dir_name(&key_path));
+    let meta = std::fs::metadata(identity_of)?;
+    // The birth time tells a directory made where a removed one was, even on its inode.
+    let born = meta
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    let identity = format!(
+        "{}\n{}:{}:{born}\n",
+        key_path.display(),
+        meta.dev(),
+        meta.ino()
+    );
+    Ok((dir, identity))
 }
 
 /// `NAME-HASH`: the last component (for people reading the directory) and a stable hash of
@@ -180,6 +262,22 @@ mod tests {
             home.tree(&other, &other.join(".git")).unwrap().path(),
             k.path()
         );
+    }
+
+    #[test]
+    fn records_are_found_from_the_work_tree_and_made_only_by_a_writer() {
+        let d = tempfile::tempdir().unwrap();
+        let home = StateHome::at(&d.path().join("state"));
+        let tree = d.path().join("repo");
+        git2::Repository::init(&tree).unwrap();
+        assert_eq!(home.records_of(&tree, false).unwrap(), None);
+        assert!(!home.path().exists(), "a reader makes nothing");
+        let k = home.records_of(&tree, true).unwrap().unwrap();
+        assert_eq!(home.records_of(&tree, false).unwrap(), Some(k.clone()));
+        assert_eq!(home.find_tree(&tree, &tree.join(".git")), Some(k));
+        // Not the root of a repository: no records.
+        std::fs::create_dir_all(tree.join("sub")).unwrap();
+        assert_eq!(home.records_of(&tree.join("sub"), true).unwrap(), None);
     }
 
     #[test]

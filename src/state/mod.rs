@@ -1,7 +1,8 @@
 //! The `.ralph/` directory (SPEC §7): scaffolding (mode 0700), atomic writes, and the rooms
-//! below it: `state.json` (`run_state`), the append-only logs (`logs`), the progress file's
-//! Current Status block (`progress`) and the one-supervisor lock (`lock`); and ralph's own state
-//! directory outside the repository (`home`).
+//! below it: the run state (`run_state`), the append-only logs (`logs`), the progress file's
+//! Current Status block (`progress`) and the one-supervisor locks (`lock`); and ralph's own
+//! state directory outside the repository (`home`), where the run state's authority and the
+//! lock that decides live (SPEC §11).
 
 mod home;
 mod lock;
@@ -15,14 +16,14 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-pub use home::{Keyed, StateHome};
-pub use lock::{Lock, lock_path};
+pub use home::{Keyed, StateHome, records_of};
+pub use lock::{Lock, TreeLocks, lock_path};
 pub use logs::{
     IterKey, IterRecord, MAX_SHOWN_LINE, append_line, last_three_repeat, parse_iter_record,
     tail_lines,
 };
 pub use progress::{status_block, with_status_block, without_status_block};
-pub use run_state::{HaltReason, Mode, Pinned, RunState, SCHEMA_VERSION, valid_run_id};
+pub use run_state::{HaltReason, Mode, Pinned, Recorded, RunState, SCHEMA_VERSION, valid_run_id};
 
 pub const DIR: &str = ".ralph";
 

@@ -1,10 +1,13 @@
-//! `state.json` (SPEC §2.4, §7): what `status` reports and what a resume restores, written
-//! atomically; a file from a newer ralph is refused, never rewritten.
+//! The run state (SPEC §2.4, §7, §11): what `status` reports and what a resume restores,
+//! written atomically twice — ralph's own record in its state directory, which is the
+//! authority, and `.ralph/state.json` in the work tree, for people and tools to read; a file
+//! from a newer ralph is refused, never rewritten.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::home::StateHome;
 use super::logs::IterKey;
 use crate::error::{Error, Result, exit};
 
@@ -199,116 +202,185 @@ pub struct Pinned {
     pub verdict_command: Option<String>,
 }
 
+/// What is recorded of a work tree's run (SPEC §11): ralph's own record when it has one, and
+/// why `.ralph/state.json` was not taken as it is, when it was not.
+#[derive(Debug)]
+pub struct Recorded {
+    pub state: Option<RunState>,
+    pub warning: Option<String>,
+}
+
 impl RunState {
-    /// Read `state.json`; `None` when there is none. A newer schema, an unreadable file or a
-    /// run id that is not a plain name is an error naming the file (the file is left as it is).
+    /// The run recorded for the work tree whose `state.json` is `path` ([`RunState::recorded`]),
+    /// the warning logged.
     pub fn load(path: &Path) -> Result<Option<RunState>> {
-        let text = match crate::files::read_text(path) {
-            Ok(t) => t,
-            Err(e) if e.is_missing() => return Ok(None),
-            Err(e) => {
-                return Err(Error::user(e.to_string())
-                    .with_hint("it is ralph's runtime file; delete it to forget the last run"));
-            }
-        };
-        let unreadable = |e: serde_json::Error| {
-            Error::user(format!(
-                "{}:{}: unreadable state: {e}",
-                path.display(),
-                e.line()
-            ))
-            .with_hint("it is ralph's runtime file; delete it to forget the last run")
-        };
-        let raw: serde_json::Value = serde_json::from_str(&text).map_err(unreadable)?;
-        let version = raw["schema_version"].as_u64().unwrap_or(0);
-        if version > u64::from(SCHEMA_VERSION) {
-            return Err(Error::user(format!(
-                "{}: written by a newer ralph (schema_version {version}; this ralph knows up to {SCHEMA_VERSION})",
-                path.display()
-            ))
-            .with_hint("use that newer ralph to resume or inspect this run; this one leaves the file untouched"));
+        let r = Self::recorded(path)?;
+        if let Some(w) = &r.warning {
+            tracing::warn!("{w}");
         }
-        let state: RunState = serde_json::from_value(raw).map_err(unreadable)?;
-        if !valid_run_id(&state.run_id) {
-            return Err(Error::user(format!(
-                "{}: run_id `{}` is not a plain name (letters, digits, `-`, `_`)",
-                path.display(),
-                state.run_id.escape_debug()
-            ))
-            .with_hint("delete the file to forget the last run"));
-        }
-        if let Some(log) = &state.iterations_log
-            && !is_plain_relative(log)
-        {
-            return Err(Error::user(format!(
-                "{}: iterations_log `{}` is not a path inside the repository",
-                path.display(),
-                log.escape_debug()
-            ))
-            .with_hint("delete the file to forget the last run"));
-        }
-        Ok(Some(ralphs_own(path, state)))
+        Ok(r.state)
     }
 
+    /// The run recorded for the work tree whose `state.json` is `path`: ralph's own record, in
+    /// its state directory, where the agent cannot write under `--sandbox`; a `state.json`
+    /// that disagrees with it (another run, another baseline, or none) is ignored. Without a
+    /// record (no state directory; a repository moved; a run an older ralph started)
+    /// `state.json` is all there is. Either file, when unreadable, from a newer ralph or
+    /// naming its run otherwise than plainly, is an error naming it (and left as it is).
+    pub fn recorded(path: &Path) -> Result<Recorded> {
+        Self::recorded_in(StateHome::locate().as_ref(), path)
+    }
+
+    fn recorded_in(home: Option<&StateHome>, path: &Path) -> Result<Recorded> {
+        let record = own_record(home, path, false).ok().flatten();
+        let own = match &record {
+            Some(r) => read(r)?,
+            None => None,
+        };
+        let file = read(path)?;
+        Ok(authority(path, home.is_some(), own, file))
+    }
+
+    /// Write the state: ralph's own record first (so a kill between the two writes leaves the
+    /// record the newer), then `state.json`. Without a state directory `state.json` is the
+    /// only record; when the record cannot be written (said once) the last one written stays.
     pub fn save(&mut self, path: &Path) -> Result<()> {
+        self.save_in(StateHome::locate().as_ref(), path)
+    }
+
+    fn save_in(&mut self, home: Option<&StateHome>, path: &Path) -> Result<()> {
         self.schema_version = SCHEMA_VERSION;
         self.updated_at = super::now_rfc3339();
         let mut text =
             serde_json::to_string_pretty(self).map_err(|e| Error::user(e.to_string()))?;
         text.push('\n');
-        super::write_atomic(path, text.as_bytes())?;
-        if let Some(copy) = own_copy_path(path) {
-            // Best effort: without a writable state directory the file is all there is.
-            let _ = copy
-                .parent()
-                .map(std::fs::create_dir_all)
-                .transpose()
-                .and_then(|_| std::fs::write(&copy, text.as_bytes()));
+        // A record that cannot be brought up to date is left as it was, never removed: a file
+        // the agent wrote must not become the authority because ralph's write failed.
+        let recorded = own_record(home, path, true).and_then(|record| match record {
+            Some(r) => crate::files::write_atomic(&r, text.as_bytes(), 0o600),
+            None => Ok(()),
+        });
+        if let Err(e) = recorded {
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    "ralph's own record of this run cannot be written ({e}): {} is the only one",
+                    path.display()
+                );
+            }
         }
-        Ok(())
+        super::write_atomic(path, text.as_bytes())
     }
 }
 
-/// ralph's own copy of a work tree's `state.json`, where the agent cannot write it under
-/// `--sandbox` (the home directory is read-only there): `$XDG_STATE_HOME/ralph/` (else
-/// `~/.local/state/ralph/`), one file per state file's absolute path.
-fn own_copy_path(state_file: &Path) -> Option<std::path::PathBuf> {
-    let base = std::env::var_os("XDG_STATE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| std::path::PathBuf::from(h).join(".local/state"))
-        })?;
-    let abs = std::path::absolute(state_file).ok()?;
-    // FNV-1a: a stable name for the path (std's hasher may change between Rust versions).
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in abs.as_os_str().as_encoded_bytes() {
-        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    Some(base.join("ralph").join(format!("state-{h:016x}.json")))
-}
-
-/// `.ralph/state.json` is in the agent's reach; ralph's own copy, where the agent cannot write
-/// under `--sandbox`, is what it wrote last. For the same run, the copy wins where the two
-/// differ (the agent rewrote the file while ralph could not overwrite it again: ralph was
-/// killed mid-iteration) — its baseline, its pinned checks, its supervisor's pid.
-fn ralphs_own(path: &Path, state: RunState) -> RunState {
-    let Some(copy) = own_copy_path(path)
-        .and_then(|p| crate::files::read_text(&p).ok())
-        .and_then(|t| serde_json::from_str::<RunState>(&t).ok())
-    else {
-        return state;
+/// ralph's own record of the work tree whose state file is `path` (`ROOT/.ralph/state.json`):
+/// `state.json` in the work tree's directory of the state home. `Ok(None)` without a state
+/// home, or, not creating, without records of this work tree.
+fn own_record(
+    home: Option<&StateHome>,
+    path: &Path,
+    create: bool,
+) -> std::io::Result<Option<PathBuf>> {
+    let (Some(home), Some(ralph_dir)) = (home, path.parent()) else {
+        return Ok(None);
     };
-    if copy.run_id == state.run_id && copy != state && valid_run_id(&copy.run_id) {
-        tracing::warn!(
-            "{} was changed since ralph wrote it: using ralph's own copy",
+    let Some(root) = ralph_dir
+        .parent()
+        .filter(|_| ralph_dir.file_name().is_some_and(|n| n == super::DIR))
+    else {
+        return Ok(None);
+    };
+    let keyed = home.records_of(root, create)?;
+    Ok(keyed.map(|k| k.join(RECORD)))
+}
+
+/// The name of ralph's own record in a work tree's directory of the state home.
+const RECORD: &str = "state.json";
+
+/// Which record stands (SPEC §11), and the warning when `state.json` is not taken as it is.
+fn authority(
+    path: &Path,
+    has_home: bool,
+    own: Option<RunState>,
+    file: Option<RunState>,
+) -> Recorded {
+    let warning = match (&own, &file) {
+        (Some(o), Some(f)) if o == f => None,
+        (Some(o), Some(f)) if o.run_id != f.run_id => Some(format!(
+            "{} names run {}, but ralph's own record of this work tree is of run {}: the file is ignored",
+            path.display(),
+            f.run_id,
+            o.run_id
+        )),
+        (Some(o), Some(_)) => Some(format!(
+            "{} was changed since ralph wrote it: the file is ignored, ralph's own record of run {} stands",
+            path.display(),
+            o.run_id
+        )),
+        (Some(o), None) => Some(format!(
+            "{} is missing: ralph's own record of run {} stands",
+            path.display(),
+            o.run_id
+        )),
+        (None, Some(f)) if has_home => Some(format!(
+            "ralph has no record of its own of run {} (a repository moved, or a run an older ralph started): {} is taken as it is",
+            f.run_id,
             path.display()
-        );
-        return copy;
+        )),
+        (None, _) => None,
+    };
+    Recorded {
+        state: own.or(file),
+        warning,
     }
-    state
+}
+
+/// Read a state file: `None` when there is none. A newer schema, an unreadable file or a run id
+/// that is not a plain name is an error naming the file (the file is left as it is).
+fn read(path: &Path) -> Result<Option<RunState>> {
+    let hint = "it is ralph's runtime file: delete it, or start over with `ralph run --reset`";
+    let text = match crate::files::read_text(path) {
+        Ok(t) => t,
+        Err(e) if e.is_missing() => return Ok(None),
+        Err(e) => return Err(Error::user(e.to_string()).with_hint(hint)),
+    };
+    let unreadable = |e: serde_json::Error| {
+        Error::user(format!(
+            "{}:{}: unreadable state: {e}",
+            path.display(),
+            e.line()
+        ))
+        .with_hint(hint)
+    };
+    let raw: serde_json::Value = serde_json::from_str(&text).map_err(unreadable)?;
+    let version = raw["schema_version"].as_u64().unwrap_or(0);
+    if version > u64::from(SCHEMA_VERSION) {
+        return Err(Error::user(format!(
+            "{}: written by a newer ralph (schema_version {version}; this ralph knows up to {SCHEMA_VERSION})",
+            path.display()
+        ))
+        .with_hint("use that newer ralph to resume or inspect this run; this one leaves the file untouched"));
+    }
+    let state: RunState = serde_json::from_value(raw).map_err(unreadable)?;
+    if !valid_run_id(&state.run_id) {
+        return Err(Error::user(format!(
+            "{}: run_id `{}` is not a plain name (letters, digits, `-`, `_`)",
+            path.display(),
+            state.run_id.escape_debug()
+        ))
+        .with_hint(hint));
+    }
+    if let Some(log) = &state.iterations_log
+        && !is_plain_relative(log)
+    {
+        return Err(Error::user(format!(
+            "{}: iterations_log `{}` is not a path inside the repository",
+            path.display(),
+            log.escape_debug()
+        ))
+        .with_hint(hint));
+    }
+    Ok(Some(state))
 }
 
 /// A relative path that stays below its base (no `..`, not absolute).
@@ -370,6 +442,86 @@ mod tests {
         v["iterations_log"] = "../../etc/x".into();
         std::fs::write(&p, v.to_string()).unwrap();
         assert!(RunState::load(&p).is_err());
+    }
+
+    /// A repository at `d/repo` and a state home at `d/state`; the state file's path.
+    fn repo_and_home(d: &Path) -> (StateHome, PathBuf) {
+        let root = d.join("repo");
+        git2::Repository::init(&root).unwrap();
+        std::fs::create_dir_all(root.join(".ralph")).unwrap();
+        (
+            StateHome::at(&d.join("state")),
+            root.join(".ralph/state.json"),
+        )
+    }
+
+    #[test]
+    fn ralphs_own_record_is_the_authority() {
+        let d = tempfile::tempdir().unwrap();
+        let (home, path) = repo_and_home(d.path());
+        let mut st = sample();
+        st.save_in(Some(&home), &path).unwrap();
+        let read = |h: Option<&StateHome>| RunState::recorded_in(h, &path).unwrap();
+        let r = read(Some(&home));
+        assert_eq!(r.state.as_ref().map(|s| s.run_id.as_str()), Some("r-1"));
+        assert_eq!(r.warning, None, "the two agree");
+
+        // Another run written over the file: ignored, with a warning naming both runs.
+        let mut other = sample();
+        other.run_id = "r-2".into();
+        other.halt_reason = Some(HaltReason::Complete);
+        std::fs::write(&path, serde_json::to_string(&other).unwrap()).unwrap();
+        let r = read(Some(&home));
+        assert_eq!(r.state.unwrap().run_id, "r-1");
+        let w = r.warning.unwrap();
+        assert!(
+            w.contains("r-2") && w.contains("r-1") && w.contains("ignored"),
+            "{w}"
+        );
+
+        // The same run with another baseline: ignored too.
+        let mut edited = st.clone();
+        edited.baseline = vec!["x".into()];
+        std::fs::write(&path, serde_json::to_string(&edited).unwrap()).unwrap();
+        let r = read(Some(&home));
+        assert_eq!(r.state.unwrap().baseline, st.baseline);
+        assert!(r.warning.unwrap().contains("changed since ralph wrote it"));
+
+        // Missing: the record stands.
+        std::fs::remove_file(&path).unwrap();
+        let r = read(Some(&home));
+        assert_eq!(r.state.unwrap().run_id, "r-1");
+        assert!(r.warning.unwrap().contains("missing"));
+
+        // Without a state home, the file is all there is; without a record, too (said).
+        std::fs::write(&path, serde_json::to_string(&other).unwrap()).unwrap();
+        let r = read(None);
+        assert_eq!(
+            (r.state.unwrap().run_id, r.warning),
+            ("r-2".to_string(), None)
+        );
+        let elsewhere = StateHome::at(&d.path().join("other-state"));
+        let r = read(Some(&elsewhere));
+        assert_eq!(r.state.unwrap().run_id, "r-2");
+        assert!(r.warning.unwrap().contains("no record of its own"));
+        assert!(
+            !elsewhere.path().exists(),
+            "a reader creates nothing in the state home"
+        );
+    }
+
+    #[test]
+    fn without_a_writable_state_home_state_json_is_the_only_record() {
+        let d = tempfile::tempdir().unwrap();
+        let (_, path) = repo_and_home(d.path());
+        // A file where the state home should be: nothing can be made in it, even by root.
+        std::fs::write(d.path().join("state"), "").unwrap();
+        let home = StateHome::at(&d.path().join("state"));
+        let mut st = sample();
+        st.save_in(Some(&home), &path).unwrap();
+        let r = RunState::recorded_in(Some(&home), &path).unwrap();
+        assert_eq!(r.state.unwrap().run_id, "r-1");
+        assert!(r.warning.unwrap().contains("no record of its own"));
     }
 
     #[test]

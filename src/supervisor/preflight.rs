@@ -1,7 +1,7 @@
 //! Before any agent runs: the fresh evidence a source that claims to be done must show (SPEC
 //! §5.3 — the test command passing now, the verdict command answering 0), and CPM's
-//! pre-flight roll-up, which may end the run before anything is spawned and sets spec mode's
-//! phase (SPEC §3.4).
+//! pre-flight roll-up, which may end the run before anything is spawned (every row verified
+//! and the tests passing now, too) and sets spec mode's phase (SPEC §3.4).
 
 use std::path::Path;
 
@@ -32,6 +32,17 @@ pub async fn fresh_evidence(
     transcript_path: &Path,
     interrupts: &mut Interrupts,
 ) -> Result<Option<Evidence>> {
+    checks_now(root, settings, true, transcript_path, interrupts).await
+}
+
+/// The test command and, with `verdict`, the verdict command, run now.
+async fn checks_now(
+    root: &Path,
+    settings: &Settings,
+    verdict: bool,
+    transcript_path: &Path,
+    interrupts: &mut Interrupts,
+) -> Result<Option<Evidence>> {
     let mut transcript = crate::files::open_own(transcript_path, true)
         .map_err(|e| Error::file("create", transcript_path, e))?;
     let limits = Limits {
@@ -47,7 +58,11 @@ pub async fn fresh_evidence(
         ),
         (
             "verdict command",
-            &settings.verdict_command,
+            if verdict {
+                &settings.verdict_command
+            } else {
+                &None
+            },
             settings.verdict_command_from_repo,
         ),
     ];
@@ -123,12 +138,40 @@ impl Loop {
         let v = self
             .source
             .verdict(fin.exit_code, &String::from_utf8_lossy(&fin.stdout_tail));
-        self.after_preflight(&v)
+        // SPEC §5.3: every row verified is "already complete" only when the tests pass now.
+        let failing = match v.class {
+            VerdictClass::Verified => match self.tests_fail_now().await? {
+                Some(failing) => failing,
+                None => return self.halt(&Halt::Interrupted).map(Some),
+            },
+            _ => None,
+        };
+        self.after_preflight(&v, failing)
+    }
+
+    /// Run the test command now, when there is one: `Some(None)` when it passes (or there is
+    /// none), `Some(Some(what it said))` when it fails, `None` when interrupted.
+    async fn tests_fail_now(&mut self) -> Result<Option<Option<String>>> {
+        if self.settings.test_command.is_none() {
+            return Ok(Some(None));
+        }
+        let transcript = self.rd.run_dir(&self.state.run_id).join("evidence.log");
+        let root = self.repo.root().to_path_buf();
+        let evidence = checks_now(
+            &root,
+            &self.settings,
+            false,
+            &transcript,
+            &mut self.interrupts,
+        )
+        .await?;
+        Ok(evidence.map(|e| e.feedback))
     }
 
     /// What the pre-flight roll-up decides: the run's end, or the phase and the point progress
-    /// is measured from.
-    fn after_preflight(&mut self, v: &Verdict) -> Result<Option<i32>> {
+    /// is measured from. `failing`: what the test command said when it failed beside a roll-up
+    /// that verifies every row — the loop goes on, with that as the first prompt's feedback.
+    fn after_preflight(&mut self, v: &Verdict, failing: Option<String>) -> Result<Option<i32>> {
         let said = if v.details.is_empty() || v.class != VerdictClass::Unavailable {
             String::new()
         } else {
@@ -145,6 +188,13 @@ impl Loop {
             v.figures()
         ));
         let halt = match &v.class {
+            VerdictClass::Verified if failing.is_some() => {
+                let line = "the roll-up verifies every row, but the test command fails now: the loop goes on";
+                self.ui.note(line);
+                self.log(&format!("Pre-flight: {line}"))?;
+                self.state.feedback = failing;
+                self.source.after_verdict(v)
+            }
             VerdictClass::Verified => {
                 self.ui
                     .success("The roll-up already verifies every row: nothing to do.");

@@ -3,9 +3,10 @@
 //! made of. Nothing polls: with no event, every thread sleeps in the kernel.
 //!
 //! Watches are non-recursive, on directories, and an event counts only for the names wanted
-//! there ([`Interest`]): a loop's `.ralph/` (state, log, activity), its task files, its git
-//! directory's `ralph.lock` (closed when a supervisor dies, even by SIGKILL), the work tree's
-//! root (`.ralph/` appearing) and the common git directory's `worktrees/` (worktrees coming and
+//! there ([`Interest`]): a loop's `.ralph/` (state, log, activity), its task files, its locks
+//! (ralph's own in its state directory and the git directory's `ralph.lock`, as `status` found
+//! them: each is closed when a supervisor dies, even by SIGKILL), the work tree's root
+//! (`.ralph/` appearing) and the common git directory's `worktrees/` (worktrees coming and
 //! going). Opening a file is no event, so the dashboard's own reads never wake it.
 
 use std::collections::HashMap;
@@ -96,12 +97,11 @@ pub fn interest(common: &Path, entries: &[Entry]) -> Interest {
                 want(&mut map, &e.path.join(file));
             }
         }
-        let git_dir = if e.name == crate::loops::MAIN {
-            common.to_path_buf()
-        } else {
-            common.join("worktrees").join(&e.name)
-        };
-        want(&mut map, &crate::state::lock_path(&git_dir));
+        // The locks a live run is told by: each is closed when its holder dies.
+        let locks = &e.status.locks;
+        for lock in locks.own.iter().chain([&locks.git]) {
+            want(&mut map, lock);
+        }
     }
     map
 }

@@ -2,6 +2,7 @@
 //! git repositories. One module per command, as in jj's test suite.
 
 mod agents;
+mod authority;
 mod commit_guard;
 mod common;
 mod completion;

@@ -167,7 +167,12 @@ fn resolve(
     let repo = Repo::discover(&ctx.cwd)?;
     let root = repo.root().to_path_buf();
     let rd = RalphDir::new(&root);
-    let prior = RunState::load(&rd.state_file())?;
+    // ralph's own record of the run, not a state.json the agent may have written (SPEC §11).
+    let recorded = RunState::recorded(&rd.state_file())?;
+    if let Some(w) = &recorded.warning {
+        ctx.ui.warn(w);
+    }
+    let prior = recorded.state;
     if how == Continuation::Resume {
         begin::check_resumable(prior.as_ref(), &rd, |p| {
             targets.is_empty()
@@ -221,57 +226,64 @@ fn resolve(
 }
 
 /// Plans that end before anything starts: nothing to run in CPM auto-discovery, a table with
-/// nothing left to work (SPEC §3.2: COMPLETE or PARTIAL, spawning nothing), a checklist already
-/// complete when no check could say otherwise.
+/// only BLOCKED tasks left (SPEC §3.2: PARTIAL, spawning nothing), a table all DONE or a
+/// checklist all checked when no check could say otherwise. Where a test or verdict command is
+/// set, "already complete" is the evidence's to say, checked now (SPEC §5.3: `evidence_now`).
 fn end_at_once(ui: Ui, r: &Resolved) -> Result<Option<i32>> {
-    let halted = |reason: HaltReason, done: usize, total: usize| {
-        ui.event(
-            "halted",
-            serde_json::json!({"reason": reason, "exit_code": reason.exit_code(),
-                "iteration": 0, "done": done, "total": total}),
-        );
-        Some(reason.exit_code())
-    };
+    let checked = r.settings.test_command.is_some() || r.settings.verdict_command.is_some();
     match &r.plan {
         Plan::Cpm {
             targets: Targets::Epics(e),
         } if e.is_empty() => {
             ui.plain(&crate::task::cpm::nothing_to_run_message(&r.root).map_err(cpm_error)?);
-            Ok(halted(HaltReason::Complete, 0, 0))
+            Ok(Some(halted_at_once(ui, HaltReason::Complete, 0, 0)))
         }
         Plan::Table { progress, prd, .. } if table::next_task(progress).is_none() => {
             let mut finished = progress.clone();
             let overall = table::finish(&mut finished);
             let (done, total) = (table::done_count(&finished), finished.rows.len());
-            let reason = if overall == table::OverallStatus::Complete {
-                ui.success(&format!(
-                    "The task table is already COMPLETE ({done}/{total} tasks done). Nothing to run."
-                ));
-                HaltReason::Complete
-            } else {
-                ui.alert("## ⚠️ RALPH Loop — PARTIAL: no task is left to work");
-                HaltReason::Partial
+            let reason = match overall {
+                table::OverallStatus::Complete if checked => return Ok(None),
+                table::OverallStatus::Complete => {
+                    ui.success(&format!(
+                        "The task table is already COMPLETE ({done}/{total} tasks done). Nothing to run."
+                    ));
+                    HaltReason::Complete
+                }
+                _ => {
+                    ui.alert("## ⚠️ RALPH Loop — PARTIAL: no task is left to work");
+                    HaltReason::Partial
+                }
             };
             ui.plain(&format!("<promise>{}</promise>", prd.promise));
             for l in table::summary(&finished) {
                 ui.plain(&l);
             }
-            Ok(halted(reason, done, total))
+            Ok(Some(halted_at_once(ui, reason, done, total)))
         }
         Plan::Checklist { doc, rel, .. }
             if doc.checklist.remaining().next().is_none()
-                && r.settings.test_command.is_none()
-                && r.settings.verdict_command.is_none()
+                && !checked
                 && gone_from_baseline(r.prior.as_ref(), &doc.checklist).is_empty() =>
         {
             let (done, total) = (doc.checklist.done(), doc.checklist.total());
             ui.success(&format!(
                 "{rel}: already complete ({done}/{total} criteria checked). Nothing to run."
             ));
-            Ok(halted(HaltReason::Complete, done, total))
+            Ok(Some(halted_at_once(ui, HaltReason::Complete, done, total)))
         }
         _ => Ok(None),
     }
+}
+
+/// The `halted` event of a run that ends before its first iteration; its exit code.
+fn halted_at_once(ui: Ui, reason: HaltReason, done: usize, total: usize) -> i32 {
+    ui.event(
+        "halted",
+        serde_json::json!({"reason": reason, "exit_code": reason.exit_code(),
+            "iteration": 0, "done": done, "total": total}),
+    );
+    reason.exit_code()
 }
 
 /// CPM needs its roll-up script (or `--yes` to run without one).
@@ -320,8 +332,7 @@ async fn supervise(
     r.repo.check_ready(INDEX_LOCK_WAIT)?;
     // An empty .ralph/ is nothing to git; the watcher's barriers come and go there.
     state::create_private_dir(&r.rd.path)?;
-    let lock = Lock::acquire(&state::lock_path(r.repo.git2().path()))?;
-    refuse_a_live_supervisor(r.prior.as_ref(), &r.root)?;
+    let lock = lock_tree(ui, &r)?;
     let watch = supervisor::start_watching(ui, &mut r.repo, &r.rd, &r.settings)?;
     // Only the user's own uncommitted work makes a "state before run" commit; ralph's new
     // .ralph/ files otherwise ride along with the first iteration that changes something.
@@ -346,6 +357,9 @@ async fn supervise(
     if how == Continuation::Fresh
         && let Some(p) = unfinished
     {
+        if let Some(code) = halt_if_left_tampered(ui, &r, p, options.yes)? {
+            return Ok(code);
+        }
         how = begin::ask_resume_or_reset(p, options.yes)?;
         if how == Continuation::Resume {
             // Resuming works on what the recorded run worked on (and takes the lock itself).
@@ -423,6 +437,17 @@ fn recorded_baseline(p: &RunState) -> Baseline {
     }
 }
 
+/// Take the work tree's locks (SPEC §11), and refuse beside a supervisor the recorded run
+/// names that still lives.
+fn lock_tree(ui: Ui, r: &Resolved) -> Result<Lock> {
+    let (lock, unguarded) = Lock::acquire_tree(&r.root, r.repo.git2().path())?;
+    if let Some(w) = unguarded {
+        ui.warn(&w);
+    }
+    refuse_a_live_supervisor(r.prior.as_ref(), &r.root)?;
+    Ok(lock)
+}
+
 /// A resumed checklist run whose task file lost criteria of its baseline (while ralph was down,
 /// or in the iteration that halted it as tampered) halts as tampered again at once (exit 8),
 /// spawning nothing, and says which.
@@ -436,17 +461,45 @@ fn halt_if_tampered(
         return Ok(None);
     };
     let gone = crate::task::integrity::review(&c.baseline, &c.previous).tampered;
+    let counts = (c.previous.done(), c.previous.total());
+    halt_tampered(ui, &r.rd, p, &source.task_file(), &gone, counts)
+}
+
+/// `ralph run` unattended, meeting an unfinished checklist run whose task file lost criteria
+/// of its baseline: that run halts as tampered (exit 8), as its resume would, rather than
+/// leaving a choice nobody is there to make. In a terminal the user chooses.
+fn halt_if_left_tampered(ui: Ui, r: &Resolved, p: &RunState, yes: bool) -> Result<Option<i32>> {
+    let Plan::Checklist { doc, rel, .. } = &r.plan else {
+        return Ok(None);
+    };
+    if supervisor::is_interactive(yes) || p.mode != Mode::Checklist || *rel != p.task_file {
+        return Ok(None);
+    }
+    let gone = gone_from_baseline(Some(p), &doc.checklist);
+    let counts = (doc.checklist.done(), doc.checklist.total());
+    halt_tampered(ui, &r.rd, p, rel, &gone, counts)
+}
+
+/// Halt the recorded run `p` as tampered when criteria of its baseline are `gone` from
+/// `task_file` (whose criteria now count `done`/`total`), saying which.
+fn halt_tampered(
+    ui: Ui,
+    rd: &RalphDir,
+    p: &RunState,
+    task_file: &str,
+    gone: &[String],
+    (done, total): (usize, usize),
+) -> Result<Option<i32>> {
     if gone.is_empty() {
         return Ok(None);
     }
     ui.alert("## ⛔ RALPH Loop — Criteria tampered");
     ui.plain(&format!(
-        "{} no longer has {} of the criteria run {} started with:",
-        source.task_file(),
+        "{task_file} no longer has {} of the criteria run {} started with:",
         gone.len(),
         p.run_id
     ));
-    for g in &gone {
+    for g in gone {
         ui.plain(&format!("  - [ ] {g}"));
     }
     ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes. Restore them (see git log -p) and resume, or start over with ralph run --reset.");
@@ -454,18 +507,18 @@ fn halt_if_tampered(
     p.running = false;
     p.halt_reason = Some(HaltReason::Tampered);
     p.exit_code = Some(exit::TAMPERED);
-    p.save(&r.rd.state_file())?;
+    p.save(&rd.state_file())?;
     ui.event(
         "halted",
         serde_json::json!({"reason": HaltReason::Tampered, "exit_code": exit::TAMPERED,
-            "iteration": p.iteration, "done": c.previous.done(), "total": c.previous.total()}),
+            "iteration": p.iteration, "done": done, "total": total}),
     );
     Ok(Some(exit::TAMPERED))
 }
 
-/// The lock lives in the git directory, which the agent can write: a lock file it deleted lets
-/// `flock` succeed beside the supervisor that still runs. `state.json` names that supervisor;
-/// while its process lives — a ralph, working in this work tree — a second one is refused.
+/// A second line behind the locks (for a run without a state home, whose only lock is in the
+/// git directory the agent can write): the recorded run names its supervisor; while that
+/// process lives — a ralph, working in this work tree — a second one is refused.
 fn refuse_a_live_supervisor(prior: Option<&RunState>, root: &Path) -> Result<()> {
     let Some(p) = prior.filter(|p| p.running && p.pid != std::process::id()) else {
         return Ok(());
@@ -529,12 +582,10 @@ async fn evidence_now(
             source.task_file(),
             source.unit()
         ));
-        ui.event(
-            "halted",
-            serde_json::json!({"reason": "complete", "exit_code": exit::COMPLETE,
-                "iteration": 0, "done": done, "total": total}),
-        );
-        return Ok(Err(exit::COMPLETE));
+        for l in source.completion_lines() {
+            ui.plain(&l);
+        }
+        return Ok(Err(halted_at_once(ui, HaltReason::Complete, done, total)));
     }
     ui.note(&format!(
         "every {} is marked done, but the checks fail now: the loop goes on (see {})",

@@ -28,7 +28,7 @@ pub struct TableSource {
 impl TableSource {
     pub fn prompt(&self, p: &PromptCtx<'_>) -> Result<String> {
         let Some((k, attempt)) = self.current else {
-            return Err(Error::user("no task is left to work in the table"));
+            return Ok(self.checks_prompt(p));
         };
         let mut text = table::task_prompt(
             &self.prd,
@@ -45,6 +45,39 @@ impl TableSource {
             text.push_str(&stuck_paragraph(p.stuck_streak, "finished no task"));
         }
         Ok(text)
+    }
+
+    /// Every task is DONE but the checks fail (SPEC §5.3: the tests are the task): the prompt
+    /// asks for them to pass, and leaves the table as it is.
+    fn checks_prompt(&self, p: &PromptCtx<'_>) -> String {
+        let (prd, progress) = (&self.prd_rel, &self.progress_rel);
+        let run = match p.test_command {
+            Some(cmd) if !cmd.trim().is_empty() => format!("run `{}` and make it pass", cmd.trim()),
+            _ => "make the project's checks pass".to_string(),
+        };
+        let mut text = format!(
+            "# Ralph iteration {}/{}: every task is DONE, the checks fail\n\n\
+             You are a Ralph executor with fresh context: you remember nothing of earlier \
+             iterations. All state is in the files (the PRD, the progress table, the code, git \
+             history).\n\n## Goal\n\n{}\n\n## Your task\n\n\
+             Every task in {progress} is marked DONE, but the supervisor's checks fail (what they \
+             said is below). The work is not complete until they pass.\n\n## Instructions\n\n\
+             1. Read {prd} and {progress} for context, and `git log` for what was done.\n\
+             2. Find why the checks fail and fix the work; {run}.\n\
+             3. Do not change {progress} or {prd}.\n\
+             4. Do not commit: ralph commits your work after this iteration.\n",
+            p.iteration,
+            p.max_iterations,
+            self.prd.goal.trim()
+        );
+        if p.stuck_alert {
+            text.push('\n');
+            text.push_str(&stuck_paragraph(
+                p.stuck_streak,
+                "did not make the checks pass",
+            ));
+        }
+        text
     }
 
     pub fn select_next(&mut self) {
@@ -140,7 +173,14 @@ impl TableSource {
         if text != original {
             crate::state::write_atomic(&self.progress_path, text.as_bytes())?;
         }
-        let figures = table::figures(&after, k, attempt);
+        let figures = match self.current {
+            Some(_) => table::figures(&after, k, attempt),
+            None => format!(
+                "{}/{} tasks done, checks",
+                table::done_count(&after),
+                after.rows.len()
+            ),
+        };
         let title = self
             .prd
             .tasks
