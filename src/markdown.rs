@@ -88,7 +88,8 @@ pub struct Item {
     pub list: usize,
     /// Its number when the list is ordered: the list's start plus the item's index.
     pub number: Option<u64>,
-    /// `Some(checked)` for a task item (`[ ]` / `[x]` / `[X]`).
+    /// `Some(checked)` for a task item (`[ ]` / `[x]` / `[X]` followed by a space or a tab, as
+    /// GFM renders a box; its text may still be empty).
     pub task: Option<bool>,
     /// Its own inline text (first paragraph, after any task marker), flattened.
     pub text: String,

@@ -373,7 +373,21 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// A task marker is a task only as GFM renders one: cmark-gfm draws a box when a space or a
+    /// tab follows the `]` on its line (`- [ ]` alone, or `- [ ]` ending its line before the
+    /// text, is the text `[ ]`); pulldown-cmark also takes a line ending.
     fn task_marker(&mut self, checked: bool, r: Range<usize>) {
+        let follows = self.src.as_bytes().get(r.end).copied();
+        if !matches!(follows, Some(b' ' | b'\t')) {
+            let src = self.src;
+            let acc = self.inline();
+            acc.touch(r.start, r.end);
+            acc.push_text(src.get(r.clone()).unwrap_or(""));
+            if follows.is_some() {
+                self.line_break();
+            }
+            return;
+        }
         self.inline();
         if let Some(f) = self.frames.last_mut() {
             f.at = Some(r.start);
