@@ -101,7 +101,8 @@ fn items_depth_numbers_tasks_and_own_text() {
 /// alone also draws one for `- [ ]` ending its line (`- [ ]\n  next`, `- [ ]\n- [ ] b`).
 #[test]
 fn task_items_as_gfm_renders_them() {
-    let cases: Vec<(&str, Vec<(Option<bool>, &str)>)> = vec![
+    type Rendered = Vec<(Option<bool>, &'static str)>;
+    let cases: Vec<(&str, Rendered)> = vec![
         ("- [ ]", vec![(None, "[ ]")]),
         ("- [ ]\n", vec![(None, "[ ]")]),
         ("- [x]\n", vec![(None, "[x]")]),
