@@ -1,7 +1,7 @@
 //! `ralph status`: the current or last run, read without the lock and in O(1) of the log length.
 
 use super::Context;
-use crate::error::{Result, exit};
+use crate::error::{Error, Result, exit};
 use crate::git::Repo;
 use crate::loops::{self, Status};
 use crate::state::HaltReason;
@@ -16,7 +16,7 @@ pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
         } else {
             print_all(ctx.ui, &entries);
         }
-        return Ok(exit::COMPLETE);
+        return Ok(exit_code(entries.iter().map(|e| &e.status)));
     }
     let s = loops::report(&repo)?;
     if json_out {
@@ -24,12 +24,43 @@ pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
     } else {
         print_text(ctx.ui, &s);
     }
-    Ok(exit::COMPLETE)
+    Ok(exit_code([&s]))
+}
+
+/// 1 when a task file is refused (the JSON still printed, with `refused`); 0 otherwise.
+fn exit_code<'a>(statuses: impl IntoIterator<Item = &'a Status>) -> i32 {
+    if statuses.into_iter().any(|s| s.refused.is_some()) {
+        exit::ERROR
+    } else {
+        exit::COMPLETE
+    }
+}
+
+/// `error: path:line: …` and its hint, as `ralph run` would print them.
+fn print_refusal(ui: Ui, s: &Status) {
+    if let Some(r) = &s.refused {
+        let mut e = Error::user(r.error.clone());
+        if let Some(h) = &r.hint {
+            e = e.with_hint(h.clone());
+        }
+        ui.error(&e);
+    }
 }
 
 fn print_text(ui: Ui, s: &Status) {
     let (done, total) = (s.done, s.total);
+    for w in &s.warnings {
+        ui.warn(w);
+    }
     let Some(st) = &s.st else {
+        if s.refused.is_some() {
+            ui.plain(&format!(
+                "Task file {} is refused: `ralph run` stops at once (exit 1).",
+                s.task_file.display()
+            ));
+            print_refusal(ui, s);
+            return;
+        }
         ui.plain("No run yet in this repository.");
         if s.doc.is_some() {
             ui.plain(&format!(
@@ -94,6 +125,7 @@ fn print_text(ui: Ui, s: &Status) {
             ui.plain(&format!("- {a}"));
         }
     }
+    print_refusal(ui, s);
 }
 
 /// One line per loop: name, branch, state, iteration, progress, cost.
@@ -101,6 +133,7 @@ fn print_all(ui: Ui, entries: &[loops::Entry]) {
     for e in entries {
         let s = &e.status;
         let state = match (&s.st, s.running, s.halt_reason) {
+            (None, _, _) if s.refused.is_some() => "task file refused".to_string(),
             (None, _, _) => "no run".to_string(),
             (Some(st), true, _) => format!("running (pid {})", st.pid),
             (Some(_), false, Some(r)) => format!("halted: {r}"),
@@ -113,17 +146,23 @@ fn print_all(ui: Ui, entries: &[loops::Entry]) {
                 st.cost_usd,
             )
         });
+        // No counts for a refused task file without a run: they are not known.
+        let counts = match (&s.st, &s.refused) {
+            (None, Some(_)) => String::new(),
+            _ => format!("{}/{} {unit}", s.done, s.total),
+        };
         let mut line = format!(
-            "{}  [{}]  {state}  {iteration}  {}/{} {unit}",
+            "{}  [{}]  {state}  {iteration}  {counts}",
             e.name,
             e.branch.as_deref().unwrap_or("detached"),
-            s.done,
-            s.total
         );
         if cost > 0.0 {
             line.push_str(&format!("  ${cost:.2}"));
         }
         ui.plain(line.trim_end());
         ui.plain(&format!("    {}", e.path.display()));
+        if let Some(r) = &s.refused {
+            ui.plain(&format!("    task file refused: {}", r.error));
+        }
     }
 }

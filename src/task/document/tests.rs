@@ -522,6 +522,12 @@ fn fragment() -> impl Strategy<Value = String> {
         Just("\r\n".to_string()),
         Just("\u{feff}".to_string()),
         Just("## Success Criteria\n".to_string()),
+        Just("### Success Criteria\n".to_string()),
+        Just("## Phase 2\n".to_string()),
+        Just("- [ ]\n".to_string()),
+        Just("completion_criteria:\n  - x\n".to_string()),
+        Just("max_cost: 1.5\n".to_string()),
+        Just("timeout: 9s\n".to_string()),
         Just("Criteria\n---\n".to_string()),
         Just("# Task: ".to_string()),
         Just("```\n".to_string()),
@@ -587,6 +593,66 @@ proptest! {
         prop_assert_eq!(doc.checklist.done(), items.iter().filter(|i| i.1).count());
         for (i, c) in doc.checklist.criteria.iter().enumerate() {
             prop_assert_eq!(c.line, 7 + 2 * i);
+        }
+    }
+
+    /// Phases as people write them: `## Phase k`, then a criteria heading of any level below
+    /// it (`### Success Criteria`, `#### success criteria:`), criteria with any list marker,
+    /// some nested under a plain bullet, and a notes section with task items that are not
+    /// criteria. Every phase's criteria count, in order; the notes' unchecked ones are outside.
+    #[test]
+    fn every_phase_counts(
+        phases in proptest::collection::vec(
+            (
+                3u8..7,
+                proptest::collection::vec(
+                    ("[A-Za-z0-9][A-Za-z0-9 ]{0,20}", any::<bool>(), 0usize..4, any::<bool>()),
+                    1..6,
+                ),
+                proptest::collection::vec(("[a-z][a-z ]{0,10}", any::<bool>()), 0..3),
+            ),
+            1..5,
+        ),
+    ) {
+        let mut s = String::from("---\ntask: gen\n---\n# Task: gen\n\n");
+        let mut expected = Vec::new();
+        let mut outside = Vec::new();
+        for (k, (level, criteria, notes)) in phases.iter().enumerate() {
+            let hashes = "#".repeat(usize::from(*level));
+            s.push_str(&format!("## Phase {k}\n\n{hashes} Success Criteria\n\n"));
+            for (j, (text, checked, marker, nested)) in criteria.iter().enumerate() {
+                let mark = if *checked { "x" } else { " " };
+                let bullet = ["-", "*", "+", "1."][*marker];
+                if *nested {
+                    s.push_str(&format!("\n- group {k}.{j}\n  - [{mark}] {text}\n\n"));
+                } else {
+                    s.push_str(&format!("\n{bullet} [{mark}] {text}\n\n"));
+                }
+                expected.push((checklist::normalize(text), *checked));
+            }
+            s.push_str(&format!("\n{hashes} Notes\n\n"));
+            for (text, checked) in notes {
+                let mark = if *checked { "x" } else { " " };
+                s.push_str(&format!("- [{mark}] note {text}\n"));
+                if !checked {
+                    outside.push(checklist::normalize(&format!("note {text}")));
+                }
+            }
+            s.push('\n');
+        }
+        let doc = parse(&s).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let got: Vec<(String, bool)> = doc
+            .checklist
+            .criteria
+            .iter()
+            .map(|c| (c.text.clone(), c.checked))
+            .collect();
+        prop_assert_eq!(got, expected);
+        prop_assert_eq!(&doc.checklist.unchecked_outside, &outside);
+        prop_assert!(doc.warnings.is_empty(), "{:?}", doc.warnings);
+        match &doc.checklist.scope {
+            Scope::Sections(sections) => prop_assert_eq!(sections.len(), phases.len()),
+            Scope::WholeDocument => prop_assert!(false, "whole document"),
         }
     }
 }
