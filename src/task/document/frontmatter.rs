@@ -191,17 +191,34 @@ pub(super) fn parse_frontmatter(
     let fm: Frontmatter = serde_saphyr::from_str::<Option<Frontmatter>>(yaml)
         .map_err(|err| yaml_error(path, yaml, close_line, &err))?
         .unwrap_or_default();
-    let invalid = |key: &str, message: String| TaskError::InvalidFrontmatter {
-        path: path.to_path_buf(),
-        line: fm.line_of(key),
-        message: format!("{key}: {message}"),
-    };
     if fm.task.as_deref().is_none_or(|t| t.trim().is_empty()) {
         return Err(TaskError::MissingTaskName {
             path: path.to_path_buf(),
             line: 1,
         });
     }
+    check_values(path, &fm)?;
+    let warnings = fm
+        .keys
+        .iter()
+        .filter(|k| !TASK_KEYS.contains(&k.name.as_str()))
+        .map(|k| Warning {
+            path: path.to_path_buf(),
+            line: Some(k.line),
+            message: format!("frontmatter key `{}` is not ralph's: ignored", k.name),
+        })
+        .collect();
+    Ok((fm, warnings))
+}
+
+/// ralph's keys hold what they must: no config-file key, counts of at least 1, durations that
+/// parse, a positive budget; each error at its key's line.
+fn check_values(path: &Path, fm: &Frontmatter) -> Result<(), TaskError> {
+    let invalid = |key: &str, message: String| TaskError::InvalidFrontmatter {
+        path: path.to_path_buf(),
+        line: fm.line_of(key),
+        message: format!("{key}: {message}"),
+    };
     if let Some(k) = fm
         .keys
         .iter()
@@ -239,17 +256,7 @@ pub(super) fn parse_frontmatter(
             format!("must be a positive number of USD, not {v}"),
         ));
     }
-    let warnings = fm
-        .keys
-        .iter()
-        .filter(|k| !TASK_KEYS.contains(&k.name.as_str()))
-        .map(|k| Warning {
-            path: path.to_path_buf(),
-            line: Some(k.line),
-            message: format!("frontmatter key `{}` is not ralph's: ignored", k.name),
-        })
-        .collect();
-    Ok((fm, warnings))
+    Ok(())
 }
 
 /// A YAML or type error at its file line, the key it is about named.

@@ -106,24 +106,7 @@ pub fn parse_task_bytes(path: &Path, bytes: &[u8]) -> Result<TaskDocument, TaskE
         });
     }
     if scan.checklist.scope == Scope::WholeDocument {
-        let message = match scan.looked_under.as_slice() {
-            [] => "no \"## Success Criteria\" heading: every checkbox in the document counts"
-                .to_string(),
-            [one] => format!(
-                "no criterion under \"{}\": every checkbox in the document counts",
-                one.heading
-            ),
-            many => format!(
-                "no criterion under any of the {} criteria headings (lines {}): every checkbox \
-                 in the document counts",
-                many.len(),
-                many.iter()
-                    .map(|s| s.line.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
-        warnings.push(warn(first_heading, &message));
+        warnings.push(warn(first_heading, &whole_document(&scan.looked_under)));
     }
 
     let name = frontmatter
@@ -145,6 +128,26 @@ pub fn parse_task_bytes(path: &Path, bytes: &[u8]) -> Result<TaskDocument, TaskE
         checklist: scan.checklist,
         warnings,
     })
+}
+
+/// Why every checkbox counts: no criteria heading, or the ones there hold no criterion.
+fn whole_document(looked_under: &[checklist::Section]) -> String {
+    match looked_under {
+        [] => "no \"## Success Criteria\" heading: every checkbox in the document counts".into(),
+        [one] => format!(
+            "no criterion under \"{}\": every checkbox in the document counts",
+            one.heading
+        ),
+        many => format!(
+            "no criterion under any of the {} criteria headings (lines {}): every checkbox in \
+             the document counts",
+            many.len(),
+            many.iter()
+                .map(|s| s.line.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 /// Validates the bytes (no NUL, valid UTF-8) and strips a UTF-8 BOM.

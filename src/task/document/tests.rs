@@ -106,6 +106,26 @@ fn all_frontmatter_keys() {
     assert_eq!(doc.frontmatter.and_then(|f| f.max_cost), Some(5.0));
 }
 
+/// An unknown key's value is still YAML read under serde-saphyr's budget: aliases nested as in
+/// "billion laughs" are an error at their line, never a hang or unbounded memory.
+#[test]
+fn alias_bombs_in_unknown_keys_stay_bounded() {
+    let mut yaml = String::from("task: t\nl0: &l0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..10 {
+        let prev = format!("*l{}", i - 1);
+        yaml.push_str(&format!(
+            "l{i}: &l{i} [{}]\n",
+            [prev.as_str(); 10].join(", ")
+        ));
+    }
+    let text = format!("---\n{yaml}---\n- [ ] a\n");
+    let e = err(&text).to_string();
+    assert!(
+        e.starts_with("RALPH_TASK.md:8: invalid frontmatter: l5: budget breached"),
+        "{e}"
+    );
+}
+
 /// Keys other Ralph-loop tools write are read past with a warning naming file and line,
 /// whatever they hold; ralph's own keys still take effect.
 #[test]
