@@ -30,7 +30,7 @@ pub struct Status {
     /// The task file is there but ralph refuses it (a run would stop at once, exit 1).
     pub refused: Option<Refusal>,
     /// What ralph reads past in the task file (`path:line: …`).
-    pub warnings: Vec<String>,
+    pub task_warnings: Vec<String>,
 }
 
 /// Why the task file is refused, as `status` shows it.
@@ -67,7 +67,7 @@ pub fn report(repo: &Repo) -> Result<Status> {
         Mode::Checklist => read_task(&task_file),
         _ => (None, None),
     };
-    let warnings = doc.as_ref().map_or_else(Vec::new, |d| {
+    let task_warnings = doc.as_ref().map_or_else(Vec::new, |d| {
         d.warnings.iter().map(|w| w.to_string()).collect()
     });
     let (done, total, remaining) = counts(root, st.as_ref(), doc.as_ref());
@@ -94,7 +94,7 @@ pub fn report(repo: &Repo) -> Result<Status> {
         halt_reason,
         elapsed_s,
         refused,
-        warnings,
+        task_warnings,
     })
 }
 
@@ -195,7 +195,7 @@ pub fn to_json(s: &Status) -> serde_json::Value {
             "hint": r.hint,
             "line": r.line,
         })),
-        "warnings": s.warnings,
+        "task_warnings": s.task_warnings,
     })
 }
 

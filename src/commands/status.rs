@@ -49,7 +49,7 @@ fn print_refusal(ui: Ui, s: &Status) {
 
 fn print_text(ui: Ui, s: &Status) {
     let (done, total) = (s.done, s.total);
-    for w in &s.warnings {
+    for w in &s.task_warnings {
         ui.warn(w);
     }
     let Some(st) = &s.st else {

@@ -196,7 +196,7 @@ fn frontmatter_of_other_tools_runs_with_a_warning_naming_file_and_line() {
         said(&out)
     );
     let v = status_json(&env);
-    assert_eq!(v["warnings"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(v["task_warnings"].as_array().map(Vec::len), Some(2), "{v}");
 }
 
 /// Promise: `max_cost` in the frontmatter bounds the run (exit 10 once the cost reaches it).
