@@ -228,6 +228,7 @@ impl Layer {
         }
     }
 
+    /// The task file's keys (`document::TASK_KEYS`) at the frontmatter's precedence.
     pub fn from_frontmatter(f: &Frontmatter) -> Layer {
         Layer {
             agent: f.agent.clone(),
@@ -241,10 +242,11 @@ impl Layer {
             stuck_threshold: f.stuck_threshold,
             no_commit: None,
             verdict_command: f.verdict_command.clone(),
-            max_cost: None,
-            max_wait: None,
-            limit_backoff: None,
-            check_timeout: None,
+            max_cost: f.max_cost,
+            max_wait: f.max_wait.clone(),
+            limit_backoff: f.limit_backoff.clone(),
+            check_timeout: f.check_timeout.clone(),
+            // Config-file keys (`document::CONFIG_FILE_ONLY`): a task file never sets them.
             no_verify: None,
             max_file_size: None,
             hooks: None,

@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::error::Result;
 use crate::git::Repo;
 use crate::state::{self, HaltReason, Mode, RalphDir, Recorded, RunState, TreeLocks};
-use crate::task::document::{TaskDocument, load_task_file};
+use crate::task::document::{TaskDocument, TaskError, load_task_file};
 use crate::task::table;
 
 /// Everything `status` reports, read once.
@@ -34,6 +34,18 @@ pub struct Status {
     pub remaining: Vec<String>,
     pub halt_reason: Option<HaltReason>,
     pub elapsed_s: Option<f64>,
+    /// The task file is there but ralph refuses it (a run would stop at once, exit 1).
+    pub refused: Option<Refusal>,
+    /// What ralph reads past in the task file (`path:line: …`).
+    pub task_warnings: Vec<String>,
+}
+
+/// Why the task file is refused, as `status` shows it.
+pub struct Refusal {
+    /// `path:line: …`, as `ralph run` would print it after `error:`.
+    pub error: String,
+    pub hint: Option<String>,
+    pub line: Option<usize>,
 }
 
 /// The state of the loop in `repo`'s work tree.
@@ -61,9 +73,13 @@ pub fn report(repo: &Repo) -> Result<Status> {
         |s| root.join(&s.task_file),
     );
     let mode = st.as_ref().map_or(Mode::Checklist, |s| s.mode);
-    let doc = (mode == Mode::Checklist)
-        .then(|| load_task_file(&task_file).ok())
-        .flatten();
+    let (doc, refused) = match mode {
+        Mode::Checklist => read_task(&task_file),
+        _ => (None, None),
+    };
+    let task_warnings = doc.as_ref().map_or_else(Vec::new, |d| {
+        d.warnings.iter().map(|w| w.to_string()).collect()
+    });
     let (done, total, remaining) = counts(root, st.as_ref(), doc.as_ref());
     let halt_reason = st.as_ref().and_then(|s| {
         if running {
@@ -90,7 +106,26 @@ pub fn report(repo: &Repo) -> Result<Status> {
         remaining,
         halt_reason,
         elapsed_s,
+        refused,
+        task_warnings,
     })
+}
+
+/// The task file as `ralph run` would read it. A missing one is no refusal: there is nothing
+/// to run yet (or the run's own record tells what it had).
+fn read_task(path: &Path) -> (Option<TaskDocument>, Option<Refusal>) {
+    match load_task_file(path) {
+        Ok(doc) => (Some(doc), None),
+        Err(TaskError::Missing { .. }) => (None, None),
+        Err(e) => (
+            None,
+            Some(Refusal {
+                error: e.to_string(),
+                hint: e.hint(),
+                line: e.line(),
+            }),
+        ),
+    }
 }
 
 /// Done, total and the remaining items: from the task file or table as they are now, else from
@@ -143,6 +178,7 @@ fn elapsed(s: &RunState, running: bool) -> Option<f64> {
 /// The `ralph status --json` object (SPEC §2.4).
 pub fn to_json(s: &Status) -> serde_json::Value {
     let st = s.st.as_ref();
+    let counted = s.refused.is_none() || st.is_some();
     json!({
         "schema_version": 1,
         "task": st.map(|s| s.task.clone()).or_else(|| s.doc.as_ref().map(|d| d.name.clone())),
@@ -152,8 +188,9 @@ pub fn to_json(s: &Status) -> serde_json::Value {
         "pid": s.pid,
         "iteration": st.map_or(0, |s| s.iteration),
         "max_iterations": st.map(|s| s.max_iterations),
-        "done": s.done,
-        "total": s.total,
+        // A refused task file with no run recorded has no counts: null, never a made-up 0/0.
+        "done": counted.then_some(s.done),
+        "total": counted.then_some(s.total),
         "halt_reason": s.halt_reason,
         "exit_code": if s.running { None } else { st.and_then(|s| s.exit_code) },
         "cost_usd": st.map_or(0.0, |s| s.cost_usd),
@@ -166,6 +203,12 @@ pub fn to_json(s: &Status) -> serde_json::Value {
         "stalled": s.stalled,
         "remaining": s.remaining,
         "annotations": st.map_or(&[][..], |s| s.annotations.as_slice()),
+        "refused": s.refused.as_ref().map(|r| json!({
+            "error": r.error,
+            "hint": r.hint,
+            "line": r.line,
+        })),
+        "task_warnings": s.task_warnings,
     })
 }
 

@@ -2,7 +2,7 @@
 //! a live run told by its lock, the run by ralph's own record of it (SPEC §2.4, §11).
 
 use super::Context;
-use crate::error::{Result, exit};
+use crate::error::{Error, Result, exit};
 use crate::git::Repo;
 use crate::loops::{self, Status};
 use crate::state::HaltReason;
@@ -22,7 +22,7 @@ pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
         } else {
             print_all(ctx.ui, &entries);
         }
-        return Ok(exit::COMPLETE);
+        return Ok(exit_code(entries.iter().map(|e| &e.status)));
     }
     let s = loops::report(&repo)?;
     if let Some(w) = &s.warning {
@@ -33,17 +33,48 @@ pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
     } else {
         print_text(ctx.ui, &s);
     }
-    Ok(exit::COMPLETE)
+    Ok(exit_code([&s]))
+}
+
+/// 1 when a task file is refused (the JSON still printed, with `refused`); 0 otherwise.
+fn exit_code<'a>(statuses: impl IntoIterator<Item = &'a Status>) -> i32 {
+    if statuses.into_iter().any(|s| s.refused.is_some()) {
+        exit::ERROR
+    } else {
+        exit::COMPLETE
+    }
+}
+
+/// `error: path:line: …` and its hint, as `ralph run` would print them.
+fn print_refusal(ui: Ui, s: &Status) {
+    if let Some(r) = &s.refused {
+        let mut e = Error::user(r.error.clone());
+        if let Some(h) = &r.hint {
+            e = e.with_hint(h.clone());
+        }
+        ui.error(&e);
+    }
 }
 
 fn print_text(ui: Ui, s: &Status) {
     let (done, total) = (s.done, s.total);
+    for w in &s.task_warnings {
+        ui.warn(w);
+    }
     let Some(st) = &s.st else {
         if s.running {
             ui.plain(&format!(
                 "State: running (pid {}), no run recorded yet",
                 pid_text(s)
             ));
+            return;
+        }
+        if s.refused.is_some() {
+            ui.plain(&format!(
+                "Task file {} is refused: `ralph run` stops at once (exit 1).",
+                s.task_file.display()
+            ));
+            print_refusal(ui, s);
             return;
         }
         ui.plain("No run yet in this repository.");
@@ -110,6 +141,7 @@ fn print_text(ui: Ui, s: &Status) {
             ui.plain(&format!("- {a}"));
         }
     }
+    print_refusal(ui, s);
 }
 
 /// One line per loop: name, branch, state, iteration, progress, cost.
@@ -118,7 +150,8 @@ fn print_all(ui: Ui, entries: &[loops::Entry]) {
         let s = &e.status;
         let state = match (&s.st, s.running, s.halt_reason) {
             (None, true, _) => format!("running (pid {}), no run recorded yet", pid_text(s)),
-            (None, false, _) => "no run".to_string(),
+            (None, _, _) if s.refused.is_some() => "task file refused".to_string(),
+            (None, _, _) => "no run".to_string(),
             (Some(_), true, _) => format!("running (pid {})", pid_text(s)),
             (Some(_), false, Some(r)) => format!("halted: {r}"),
             (Some(_), false, None) => "halted".to_string(),
@@ -130,18 +163,24 @@ fn print_all(ui: Ui, entries: &[loops::Entry]) {
                 st.cost_usd,
             )
         });
+        // No counts for a refused task file without a run: they are not known.
+        let counts = match (&s.st, &s.refused) {
+            (None, Some(_)) => String::new(),
+            _ => format!("{}/{} {unit}", s.done, s.total),
+        };
         let mut line = format!(
-            "{}  [{}]  {state}  {iteration}  {}/{} {unit}",
+            "{}  [{}]  {state}  {iteration}  {counts}",
             e.name,
             e.branch.as_deref().unwrap_or("detached"),
-            s.done,
-            s.total
         );
         if cost > 0.0 {
             line.push_str(&format!("  ${cost:.2}"));
         }
         ui.plain(line.trim_end());
         ui.plain(&format!("    {}", e.path.display()));
+        if let Some(r) = &s.refused {
+            ui.plain(&format!("    task file refused: {}", r.error));
+        }
     }
 }
 

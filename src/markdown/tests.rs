@@ -96,6 +96,42 @@ fn items_depth_numbers_tasks_and_own_text() {
     assert_eq!(md.items[3].markup, "plain");
 }
 
+/// Task items as cmark-gfm 0.29.0.gfm.6 (`cmark-gfm -e tasklist`) renders them: a box only
+/// when a space or a tab follows `]` on its line; the box may hold no text. pulldown-cmark
+/// alone also draws one for `- [ ]` ending its line (`- [ ]\n  next`, `- [ ]\n- [ ] b`).
+#[test]
+fn task_items_as_gfm_renders_them() {
+    type Rendered = Vec<(Option<bool>, &'static str)>;
+    let cases: Vec<(&str, Rendered)> = vec![
+        ("- [ ]", vec![(None, "[ ]")]),
+        ("- [ ]\n", vec![(None, "[ ]")]),
+        ("- [x]\n", vec![(None, "[x]")]),
+        ("1. [ ]\n", vec![(None, "[ ]")]),
+        ("- [ ]   \n", vec![(Some(false), "")]),
+        ("- [X] \t\n", vec![(Some(true), "")]),
+        ("- [ ] <!-- c -->\n", vec![(Some(false), "")]),
+        ("- [ ] a\n", vec![(Some(false), "a")]),
+        ("- [ ]\ttab\n", vec![(Some(false), "tab")]),
+        ("- [ ]\n  next line\n", vec![(None, "[ ] next line")]),
+        ("- [ ]\r\n  next\r\n", vec![(None, "[ ] next")]),
+        ("- [ ] \n  next line\n", vec![(Some(false), "next line")]),
+        ("- [x]  \n  lazy\n", vec![(Some(true), "lazy")]),
+        ("- [ ]\u{a0}\n", vec![(None, "[ ]")]),
+        ("- [ ]x\n", vec![(None, "[ ]x")]),
+        (
+            "- [ ]\n  - [ ] child\n",
+            vec![(None, "[ ]"), (Some(false), "child")],
+        ),
+        ("- [ ]\n- [ ] b\n", vec![(None, "[ ]"), (Some(false), "b")]),
+    ];
+    for (text, want) in cases {
+        let md = parse(text);
+        let got: Vec<(Option<bool>, &str)> =
+            md.items.iter().map(|i| (i.task, i.text.as_str())).collect();
+        assert_eq!(got, want, "{text:?}");
+    }
+}
+
 #[test]
 fn lines_split_at_breaks_with_markup_and_paragraphs() {
     let text = "**Status**: Done  \nGoal: *ship*\n\n> quoted `x`\n";
@@ -326,6 +362,8 @@ fn fragment() -> impl Strategy<Value = String> {
         Just("---\n".to_string()),
         Just("- [ ] ".to_string()),
         Just("* [x] ".to_string()),
+        Just("- [ ]".to_string()),
+        Just("[x]".to_string()),
         Just("1. ".to_string()),
         Just("  ".to_string()),
         Just("\t".to_string()),
@@ -369,6 +407,14 @@ proptest! {
                 prop_assert!(ok(&item.range));
                 prop_assert!(item.lines.end <= md.lines.len());
                 prop_assert!(item.parent.is_none_or(|p| p < i));
+                if item.task.is_some() {
+                    // A box only where GFM draws one: `[ ]`, `[x]` or `[X]`, then a space or tab.
+                    let marker = text.get(item.at..item.at + 4).unwrap_or("");
+                    prop_assert!(
+                        matches!(marker.as_bytes(), [b'[', b' ' | b'x' | b'X', b']', b' ' | b'\t']),
+                        "{:?}", marker
+                    );
+                }
                 for l in &md.lines[item.lines.clone()] {
                     prop_assert_eq!(l.item, Some(i));
                 }

@@ -1,10 +1,13 @@
 //! Success-criteria checklist extraction from the markdown body of a `RALPH_TASK.md`.
 //!
-//! A criterion is a GFM task-list item (`- [ ]`, `* [x]`, `1. [X]`, nested items included)
-//! under the first "criteria" heading (see [`parse_checklist`]). Everything is read with the
-//! one Markdown reader ([`crate::markdown`]), so items inside code blocks, HTML blocks/comments
-//! and block quotes never count. Parsing never fails and never panics; the caller decides what an
-//! empty checklist means.
+//! A criterion is a GFM task-list item (`- [ ]`, `* [x]`, `1. [X]`, nested items included) with
+//! text after its box, under **every** criteria heading (see [`parse_checklist`]): real task
+//! files hold one criteria section per phase, and the task is complete only when all are.
+//! Everything is read with the one Markdown reader ([`crate::markdown`]), so items inside code
+//! blocks, HTML blocks/comments and block quotes never count. Parsing never fails and never
+//! panics; the caller decides what an empty checklist means.
+
+use std::ops::Range;
 
 use crate::markdown;
 
@@ -19,17 +22,23 @@ pub struct Criterion {
     pub line: usize,
 }
 
+/// A criteria heading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    /// The heading's text (flattened, whitespace collapsed).
+    pub heading: String,
+    /// 1-based file line of the heading.
+    pub line: usize,
+}
+
 /// Where the criteria were taken from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
-    /// The section under a criteria heading (e.g. `## Success Criteria`).
-    Section {
-        /// The heading's text (flattened, whitespace collapsed).
-        heading: String,
-        /// 1-based file line of the heading.
-        line: usize,
-    },
-    /// No criteria heading exists: every task-list item in the document counts.
+    /// The sections under these criteria headings (e.g. `## Success Criteria` of each phase), in
+    /// document order.
+    Sections(Vec<Section>),
+    /// No criteria heading exists, or none holds a criterion: every task-list item in the
+    /// document counts.
     WholeDocument,
 }
 
@@ -40,9 +49,9 @@ pub struct Checklist {
     pub criteria: Vec<Criterion>,
     /// Which part of the document they came from.
     pub scope: Scope,
-    /// The unchecked task items outside that section (none for [`Scope::WholeDocument`]),
-    /// normalised: a criterion moved out of the section (a second criteria heading above it
-    /// with checked copies) is still there, unchecked.
+    /// The unchecked task items outside the criteria sections (none for
+    /// [`Scope::WholeDocument`]), normalised: a criterion moved out of the sections (its heading
+    /// renamed, a new criteria heading with checked copies) is still there, unchecked.
     pub unchecked_outside: Vec<String>,
 }
 
@@ -63,14 +72,11 @@ impl Checklist {
     }
 }
 
-/// Heading phrases that mark the criteria section, in priority order. Each phrase is tried
-/// over all headings before the next phrase is considered.
-const SECTION_PHRASES: [&str; 4] = [
-    "success criteria",
-    "acceptance criteria",
-    "criteria",
-    "definition of done",
-];
+/// The phrase that marks a criteria heading first; only when no heading holds it do the
+/// [`FALLBACK_PHRASES`] count.
+const SUCCESS_PHRASE: &str = "success criteria";
+/// Criteria headings when no heading says "success criteria".
+const FALLBACK_PHRASES: [&str; 3] = ["acceptance criteria", "criteria", "definition of done"];
 
 /// A heading found in the body (outside block quotes).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,21 +93,24 @@ pub(super) struct HeadingInfo {
     end: usize,
 }
 
-/// Everything one pass over the body yields; `document` uses the headings for the title.
+/// Everything one pass over the body yields; `document` uses the headings for the title and
+/// the criteria headings for its messages.
 #[derive(Debug)]
 pub(super) struct Scan {
     pub(super) checklist: Checklist,
     pub(super) headings: Vec<HeadingInfo>,
+    /// The criteria headings looked under, whether they hold a criterion or not.
+    pub(super) looked_under: Vec<Section>,
 }
 
 /// Parses the checklist of a task body.
 ///
 /// `body` is the markdown after the frontmatter; `first_line` is the file line number of
-/// body's first line. The criteria are the task-list items under the first heading whose
-/// text contains "Success Criteria" (case-insensitive), else "Acceptance Criteria", else
-/// "Criteria", else "Definition of Done"; the section ends at the next heading of the same
-/// or a higher level. Without such a heading every task-list item counts
-/// ([`Scope::WholeDocument`]).
+/// body's first line. The criteria are the task-list items with text under every heading whose
+/// text contains "Success Criteria" (case-insensitive), or, when there is none, under every
+/// heading containing "Acceptance Criteria", "Criteria" or "Definition of Done"; a section ends
+/// at the next heading of the same or a higher level. When there is no such heading, or the
+/// sections hold no criterion, every task-list item counts ([`Scope::WholeDocument`]).
 pub fn parse_checklist(body: &str, first_line: usize) -> Checklist {
     scan(body, first_line).checklist
 }
@@ -137,60 +146,103 @@ pub(super) fn scan(body: &str, first_line: usize) -> Scan {
             end: h.range.end,
         })
         .collect();
-
-    let section = SECTION_PHRASES.iter().find_map(|phrase| {
-        headings
-            .iter()
-            .position(|h| h.text.to_lowercase().contains(phrase))
-    });
-
-    let (range, scope) = match section {
-        Some(idx) => {
-            let h = &headings[idx];
-            let end = headings[idx + 1..]
-                .iter()
-                .find(|next| next.level <= h.level)
-                .map_or(body.len(), |next| next.start);
-            (
-                h.end..end,
-                Scope::Section {
-                    heading: h.text.clone(),
-                    line: h.line,
-                },
-            )
-        }
-        None => (0..body.len(), Scope::WholeDocument),
-    };
-
-    let (inside, outside): (Vec<_>, Vec<_>) = md
+    let chosen = criteria_headings(&headings);
+    let sections = section_ranges(&headings, &chosen, body.len());
+    // A task item with no text after its box is no criterion (GFM draws an empty box).
+    let tasks: Vec<(Criterion, usize)> = md
         .items
         .into_iter()
         .filter(|item| !item.quoted)
-        .partition(|item| range.contains(&item.at));
-    let criteria = inside
-        .into_iter()
         .filter_map(|item| {
-            Some(Criterion {
-                checked: item.task?,
-                text: normalize(&item.text),
-                line: item.line,
-            })
+            let text = normalize(&item.text);
+            let checked = item.task?;
+            (!text.is_empty()).then_some((
+                Criterion {
+                    text,
+                    checked,
+                    line: item.line,
+                },
+                item.at,
+            ))
         })
         .collect();
-    let unchecked_outside = outside
+    let (inside, outside): (Vec<_>, Vec<_>) = tasks
         .into_iter()
-        .filter(|item| item.task == Some(false))
-        .map(|item| normalize(&item.text))
+        .partition(|(_, at)| within(&sections, *at));
+    let looked_under: Vec<Section> = chosen
+        .iter()
+        .map(|&i| Section {
+            heading: headings[i].text.clone(),
+            line: headings[i].line,
+        })
         .collect();
-
+    let checklist = if inside.is_empty() {
+        Checklist {
+            criteria: outside.into_iter().map(|(c, _)| c).collect(),
+            scope: Scope::WholeDocument,
+            unchecked_outside: Vec::new(),
+        }
+    } else {
+        Checklist {
+            criteria: inside.into_iter().map(|(c, _)| c).collect(),
+            scope: Scope::Sections(looked_under.clone()),
+            unchecked_outside: outside
+                .into_iter()
+                .filter(|(c, _)| !c.checked)
+                .map(|(c, _)| c.text)
+                .collect(),
+        }
+    };
     Scan {
-        checklist: Checklist {
-            criteria,
-            scope,
-            unchecked_outside,
-        },
+        checklist,
         headings,
+        looked_under,
     }
+}
+
+/// The criteria headings: every one saying "success criteria", else every fallback one.
+fn criteria_headings(headings: &[HeadingInfo]) -> Vec<usize> {
+    let says = |phrases: &[&str]| -> Vec<usize> {
+        headings
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| {
+                let text = h.text.to_lowercase();
+                phrases.iter().any(|p| text.contains(p))
+            })
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let success = says(&[SUCCESS_PHRASE]);
+    if success.is_empty() {
+        says(&FALLBACK_PHRASES)
+    } else {
+        success
+    }
+}
+
+/// The byte ranges of the chosen headings' sections (each to the next heading of the same or a
+/// higher level), sorted and merged: a criteria section nested in another is already in it.
+fn section_ranges(headings: &[HeadingInfo], chosen: &[usize], len: usize) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::with_capacity(chosen.len());
+    for &i in chosen {
+        let h = &headings[i];
+        let end = headings[i + 1..]
+            .iter()
+            .find(|next| next.level <= h.level)
+            .map_or(len, |next| next.start);
+        match out.last_mut() {
+            Some(last) if h.end <= last.end => last.end = last.end.max(end),
+            _ => out.push(h.end..end),
+        }
+    }
+    out
+}
+
+/// `at` lies in one of the sorted, disjoint `ranges`.
+fn within(ranges: &[Range<usize>], at: usize) -> bool {
+    let next = ranges.partition_point(|r| r.start <= at);
+    next > 0 && ranges.get(next - 1).is_some_and(|r| r.contains(&at))
 }
 
 #[cfg(test)]
@@ -329,16 +381,29 @@ mod tests {
         }
     }
 
+    fn sections(list: &[(&str, usize)]) -> Scope {
+        Scope::Sections(
+            list.iter()
+                .map(|&(heading, line)| Section {
+                    heading: heading.to_string(),
+                    line,
+                })
+                .collect(),
+        )
+    }
+
     #[test]
     fn only_in_code_means_none() {
         let c = parse_checklist("## Success Criteria\n```\n- [ ] a\n```\n", 1);
         assert_eq!(c.total(), 0);
+        assert_eq!(c.scope, Scope::WholeDocument);
+        let s = scan("## Success Criteria\n```\n- [ ] a\n```\n", 1);
         assert_eq!(
-            c.scope,
-            Scope::Section {
+            s.looked_under,
+            vec![Section {
                 heading: "Success Criteria".into(),
                 line: 1
-            }
+            }]
         );
     }
 
@@ -349,91 +414,71 @@ mod tests {
                 "success criteria beats an earlier acceptance criteria",
                 "# T\n## Acceptance Criteria\n- [ ] acc\n## Success Criteria\n- [ ] succ\n",
                 vec!["succ"],
-                Scope::Section {
-                    heading: "Success Criteria".into(),
-                    line: 4,
-                },
+                sections(&[("Success Criteria", 4)]),
             ),
             (
                 "case-insensitive, any level, substring",
                 "# T\n#### our SUCCESS criteria (v2)\n- [ ] a\n",
                 vec!["a"],
-                Scope::Section {
-                    heading: "our SUCCESS criteria (v2)".into(),
-                    line: 2,
-                },
+                sections(&[("our SUCCESS criteria (v2)", 2)]),
             ),
             (
-                "first of several matching headings wins",
-                "## Success Criteria\n- [ ] first\n## Success Criteria again\n- [ ] second\n",
-                vec!["first"],
-                Scope::Section {
-                    heading: "Success Criteria".into(),
-                    line: 1,
-                },
+                "every matching heading counts, not the first alone",
+                "## Success Criteria\n- [ ] first\n## Notes\n- [ ] note\n## Success Criteria again\n- [ ] second\n",
+                vec!["first", "second"],
+                sections(&[("Success Criteria", 1), ("Success Criteria again", 5)]),
             ),
             (
                 "acceptance criteria fallback",
                 "# T\n- [ ] outside\n## Acceptance Criteria\n- [ ] acc\n",
                 vec!["acc"],
-                Scope::Section {
-                    heading: "Acceptance Criteria".into(),
-                    line: 3,
-                },
+                sections(&[("Acceptance Criteria", 3)]),
             ),
             (
-                "criteria fallback",
-                "## Definition of Done\n- [ ] dod\n## Criteria\n- [ ] crit\n",
-                vec!["crit"],
-                Scope::Section {
-                    heading: "Criteria".into(),
-                    line: 3,
-                },
+                "every fallback heading counts",
+                "## Definition of Done\n- [ ] dod\n## Notes\n- [ ] n\n## Criteria\n- [ ] crit\n## Acceptance criteria\n- [x] acc\n",
+                vec!["dod", "crit", "acc"],
+                sections(&[
+                    ("Definition of Done", 1),
+                    ("Criteria", 5),
+                    ("Acceptance criteria", 7),
+                ]),
             ),
             (
                 "definition of done fallback",
                 "## Notes\n- [ ] note\n## definition of done\n- [ ] dod\n",
                 vec!["dod"],
-                Scope::Section {
-                    heading: "definition of done".into(),
-                    line: 3,
-                },
+                sections(&[("definition of done", 3)]),
             ),
             (
                 "section ends at same level, includes deeper subsections",
                 "## Success Criteria\n- [ ] a\n### Sub\n- [ ] b\n## Notes\n- [ ] c\n",
                 vec!["a", "b"],
-                Scope::Section {
-                    heading: "Success Criteria".into(),
-                    line: 1,
-                },
+                sections(&[("Success Criteria", 1)]),
+            ),
+            (
+                "a criteria heading nested in another counts its items once",
+                "## Success Criteria\n- [ ] a\n### Success Criteria (API)\n- [ ] b\n## Notes\n",
+                vec!["a", "b"],
+                sections(&[("Success Criteria", 1), ("Success Criteria (API)", 3)]),
             ),
             (
                 "section ends at a higher level",
                 "### Success Criteria\n- [ ] a\n# Appendix\n- [ ] c\n",
                 vec!["a"],
-                Scope::Section {
-                    heading: "Success Criteria".into(),
-                    line: 1,
-                },
+                sections(&[("Success Criteria", 1)]),
             ),
             (
                 "setext headings",
                 "Task\n====\n- [ ] before\n\nSuccess Criteria\n----------------\n- [ ] a\n\nOther\n-----\n- [ ] b\n",
                 vec!["a"],
-                Scope::Section {
-                    heading: "Success Criteria".into(),
-                    line: 5,
-                },
+                sections(&[("Success Criteria", 5)]),
             ),
             (
                 "heading with inline markup",
                 "## *Success* `Criteria`\n- [ ] a\n",
                 vec!["a"],
-                Scope::Section {
-                    heading: "Success Criteria".into(),
-                    line: 1,
-                },
+                sections(&[("Success Criteria", 1)]),
             ),
             (
                 "heading inside a block quote is ignored",
@@ -447,6 +492,18 @@ mod tests {
                 vec!["a", "b"],
                 Scope::WholeDocument,
             ),
+            (
+                "an empty criteria heading does not hide the items elsewhere",
+                "# Task\n## Success Criteria\nSee the phases.\n## Phase 1\n- [ ] a\n1. [x] b\n",
+                vec!["a", "b"],
+                Scope::WholeDocument,
+            ),
+            (
+                "a criteria heading holding only empty boxes is empty",
+                "## Success Criteria\n- [ ]   \n- [ ]\n## Tasks\n- [ ] t\n",
+                vec!["t"],
+                Scope::WholeDocument,
+            ),
             ("empty body", "", vec![], Scope::WholeDocument),
         ];
         for (name, body, expected, scope) in cases {
@@ -457,18 +514,71 @@ mod tests {
         }
     }
 
+    /// Real task files: one `### Success Criteria` per `## Phase N`, criteria nested under
+    /// bullets and numbered, an `#### Acceptance criteria` inside a success section, open
+    /// questions as numbered task items outside every section.
+    #[test]
+    fn phases_each_with_their_criteria() {
+        let body = "# Task: Build it\n\n## Phase 1: Setup\nDo the setup.\n### Success Criteria\n- [x] repo builds\n- Backend\n  - [x] server starts\n### Notes\n- [ ] a note, not a criterion\n\n## Phase 2: API\n### Success Criteria\n1. [ ] GET /items lists items\n2. [ ] POST /items validates\n   - [ ] nested under a numbered item\n\n## Phase 3: UI\n### Success criteria\n#### Acceptance criteria\n* [ ] the page renders\n- [ ]\n- [ ]   \n\n## Open Questions\n1. [ ] which database?\n";
+        let c = parse_checklist(body, 4);
+        assert_eq!(
+            texts(&c),
+            vec![
+                ("repo builds", true, 9),
+                ("server starts", true, 11),
+                ("GET /items lists items", false, 17),
+                ("POST /items validates", false, 18),
+                ("nested under a numbered item", false, 19),
+                ("the page renders", false, 24),
+            ]
+        );
+        assert_eq!(
+            c.scope,
+            sections(&[
+                ("Success Criteria", 8),
+                ("Success Criteria", 16),
+                ("Success criteria", 22)
+            ])
+        );
+        assert_eq!((c.done(), c.total()), (2, 6));
+        assert_eq!(
+            c.unchecked_outside,
+            vec!["a note, not a criterion", "which database?"]
+        );
+    }
+
+    #[test]
+    fn a_box_without_text_is_no_criterion() {
+        let cases: Vec<(&str, Vec<&str>)> = vec![
+            ("- [ ]\n- [ ] real\n", vec!["real"]),
+            ("- [ ]   \n- [x] real\n", vec!["real"]),
+            (
+                "- [x]\n- [X] \n- [ ] <!-- later -->\n- [ ] real\n",
+                vec!["real"],
+            ),
+            ("- [ ] `x`\n", vec!["x"]),
+            (
+                "- [ ]\n  text on the next line is not a task in GFM\n",
+                vec![],
+            ),
+            (
+                "- [ ] \n  text on the next line after a space is\n",
+                vec!["text on the next line after a space is"],
+            ),
+        ];
+        for (items, expected) in cases {
+            let c = parse_checklist(&format!("## Success Criteria\n{items}"), 1);
+            let got: Vec<&str> = c.criteria.iter().map(|c| c.text.as_str()).collect();
+            assert_eq!(got, expected, "{items:?}");
+        }
+    }
+
     #[test]
     fn first_line_offsets_and_crlf() {
         let body = "\r\n## Success Criteria  \r\n- [ ] a  \r\n- [x] b\r\n";
         let c = parse_checklist(body, 5);
         assert_eq!(c.criteria, vec![crit("a", false, 7), crit("b", true, 8)],);
-        assert_eq!(
-            c.scope,
-            Scope::Section {
-                heading: "Success Criteria".into(),
-                line: 6
-            }
-        );
+        assert_eq!(c.scope, sections(&[("Success Criteria", 6)]));
         assert_eq!(c.done(), 1);
         assert_eq!(c.total(), 2);
         let remaining: Vec<&str> = c.remaining().map(|c| c.text.as_str()).collect();

@@ -1,5 +1,6 @@
-//! Checklist integrity (SPEC §3.1): the criteria recorded when a run starts must all still be
-//! there, so "all boxes checked" cannot be reached by deleting or rewording boxes.
+//! Checklist integrity (SPEC §3.1): the criteria recorded when a run starts — every criteria
+//! section's, one per phase — must all still be there, so "all boxes checked" cannot be reached
+//! by deleting or rewording boxes, or by moving them out of the sections.
 //!
 //! Texts compare normalised ([`normalize`]: Unicode NFC, whitespace collapsed). Criteria with
 //! the same text are distinct: each baseline criterion needs a criterion of its own. A criterion
@@ -20,7 +21,7 @@ pub struct Baseline {
     /// Already checked at the start: they may go (they are done), but they still take their
     /// own match, so a twin of an unchecked criterion cannot stand in for it.
     pub checked: Vec<String>,
-    /// Unchecked task items outside the criteria section at the start.
+    /// Unchecked task items outside the criteria sections at the start.
     pub unchecked_outside: Vec<String>,
 }
 
@@ -125,9 +126,10 @@ pub fn review(baseline: &Baseline, current: &Checklist) -> Review {
     out
 }
 
-/// Unchecked criteria of the baseline now standing, unchecked, outside the criteria section
-/// more often than they did at the start: the section was moved away from them (a new criteria
-/// heading above, with checked copies). Each is named once per extra occurrence.
+/// Unchecked criteria of the baseline now standing, unchecked, outside the criteria sections
+/// more often than they did at the start: a section was moved away from them (its heading
+/// renamed, a criterion written under a heading that held none, with checked copies inside).
+/// Each is named once per extra occurrence.
 fn moved_out(baseline: &Baseline, current: &Checklist) -> Vec<String> {
     fn count(list: &[String]) -> HashMap<&str, usize> {
         let mut m: HashMap<&str, usize> = HashMap::new();
@@ -297,6 +299,45 @@ mod tests {
             &list("## Success Criteria\n- [x] a b — done\n- [ ] a\n"),
         );
         assert!(r.tampered.is_empty(), "{r:?}");
+    }
+
+    /// The baseline holds every section's criteria; what leaves the sections unchecked (a
+    /// heading renamed, a first criterion written under a criteria heading that held none) is
+    /// still there, unchecked.
+    #[test]
+    fn every_section_is_in_the_baseline() {
+        let phased = "## Phase 1\n### Success Criteria\n- [ ] a\n## Phase 2\n### Success Criteria\n- [ ] b\n- [ ] c\n## Open\n- [ ] q\n";
+        let b = base(phased);
+        assert_eq!(b.unchecked, vec!["a", "b", "c"]);
+        assert_eq!(b.unchecked_outside, vec!["q"]);
+        let deleted = phased.replace("- [ ] c\n", "");
+        assert_eq!(review(&b, &list(&deleted)).tampered, vec!["c"]);
+        // Phase 2's heading renamed, checked copies under phase 1: every criterion in a section
+        // is checked, and phase 2's stand outside, unchecked.
+        let moved = "## Phase 1\n### Success Criteria\n- [x] a\n- [x] b\n- [x] c\n## Phase 2\n### Notes\n- [ ] b\n- [ ] c\n## Open\n- [ ] q\n";
+        assert_eq!(list(moved).remaining().count(), 0);
+        assert_eq!(
+            review(&b, &list(moved)).tampered,
+            vec![
+                "b (left unchecked outside the criteria section)",
+                "c (left unchecked outside the criteria section)"
+            ]
+        );
+        // A criteria heading that held nothing (every checkbox counted) given one checked
+        // criterion: the others are outside now, unchecked.
+        let empty = "## Success Criteria\nsee below\n## Tasks\n- [ ] a\n- [ ] b\n";
+        let b = base(empty);
+        assert_eq!((b.unchecked.len(), b.unchecked_outside.len()), (2, 0));
+        let one = "## Success Criteria\n- [x] a\n## Tasks\n- [ ] a\n- [ ] b\n";
+        assert_eq!(list(one).remaining().count(), 0);
+        assert_eq!(
+            review(&b, &list(one)).tampered,
+            vec![
+                "b",
+                "a (left unchecked outside the criteria section)",
+                "b (left unchecked outside the criteria section)"
+            ]
+        );
     }
 
     #[test]

@@ -36,10 +36,15 @@ fn head_files(env: &TestEnv) -> String {
     env.git(&["ls-tree", "-r", "--name-only", "HEAD"])
 }
 
+/// The halt reason `status --json` reports. A task file the agent left unreadable (emptied, a
+/// FIFO, a directory) is also reported as refused, and `status` then exits 1 (SPEC §3.1).
 #[track_caller]
 fn assert_halt_reason(env: &TestEnv, reason: &str) {
-    let v = status_json(env);
+    let out = env.ralph(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(v["halt_reason"], reason, "status --json: {v}");
+    let refused = !v["refused"].is_null();
+    assert_eq!(out.status.code(), Some(if refused { 1 } else { 0 }), "{v}");
 }
 
 // --- Checklist integrity (SPEC §3.1) ---
@@ -558,25 +563,31 @@ fn a_table_with_only_blocked_tasks_left_ends_partial_without_spawning() {
 }
 
 /// Promise: a second criteria heading put above the original, holding checked copies of the
-/// criteria, is tampering (exit 8): the criteria ralph started with are still in the file,
-/// unchecked, only outside the section ralph now reads. Bug caught: ralph read the new section
-/// (the first criteria heading), found every baseline text checked, and ended "complete".
+/// criteria, completes nothing: every criteria section counts, so the originals still stand
+/// unchecked (2/4). Bug caught before issue 18 read only the first section and ended
+/// "complete"; until then this was caught as tampering (the originals left outside the one
+/// section read), which `a_phase_moved_out_of_the_sections_with_checked_copies_is_tampering`
+/// (task_files) still holds for a section whose heading is renamed.
 #[test]
-fn a_new_criteria_section_above_the_original_is_tampering() {
+fn a_new_criteria_section_above_the_original_completes_nothing() {
     let env = checklist(&["- [ ] alpha", "- [ ] beta"]);
     let script = agent_sh(
         &env,
         "section",
         "sed -i 's/^## Success Criteria$/## Success Criteria (v2)\\n- [x] alpha\\n- [x] beta\\n\\n## Success Criteria/' RALPH_TASK.md",
     );
-    let out = env.run_fake(&script, &["--max-iterations", "3"]);
-    assert_exit(&out, 8);
-    let text = said(&out);
-    assert!(text.contains("outside the criteria section"), "{text}");
+    let out = env.run_fake(&format!("{script},idle"), &["--max-iterations", "2"]);
+    assert_exit(&out, 3);
+    assert!(
+        env.iter_records()[0].starts_with("ITER 1 | 2/4 criteria"),
+        "{}",
+        said(&out)
+    );
     assert!(
         env.read("RALPH_TASK.md")
             .contains("## Success Criteria (v2)")
     );
+    assert_halt_reason(&env, "max_iterations");
 }
 
 /// The control for the rule above: a task file that already has the same text as an unchecked

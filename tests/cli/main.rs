@@ -28,6 +28,7 @@ mod sandbox;
 mod status;
 mod supervise;
 mod table;
+mod task_files;
 mod verdict;
 mod watch;
 mod worktrees;

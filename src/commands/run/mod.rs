@@ -185,9 +185,9 @@ fn resolve(
         _ => plan::resolve_plan(ctx, &root, targets)?,
     };
     let frontmatter = match &plan {
-        Plan::Checklist { doc, path, .. } => {
+        Plan::Checklist { doc, .. } => {
             for w in &doc.warnings {
-                ctx.ui.warn(&format!("{}: {w}", path.display()));
+                ctx.ui.warn(&w.to_string());
             }
             doc.frontmatter.clone()
         }
