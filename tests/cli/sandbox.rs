@@ -19,12 +19,20 @@ fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-fn write_script(path: &Path, text: &str) {
+pub(crate) fn write_script(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// The user's own `~/.config/ralph/config.toml` (where `sandbox_writable` and
+/// `sandbox_env_keep` are taken from).
+pub(crate) fn write_user_config(env: &TestEnv, text: &str) {
+    let dir = env.home.join(".config/ralph");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), text).unwrap();
+}
+
 /// `ralph run --agent-cmd 'sh SCRIPT' --yes ARGS`, bounded.
-fn run_script(
+pub(crate) fn run_script(
     env: &TestEnv,
     script: &Path,
     args: &[&str],
@@ -98,8 +106,13 @@ fn an_agent_in_the_sandbox_cannot_write_outside_or_read_secrets() {
         return;
     }
     let etc_file = format!("/etc/ralph-x-{}", std::process::id());
-    for sandboxed in [true, false] {
+    // (sandboxed, `sandbox_writable = ["~/.claude"]` in the user's config): a custom command
+    // gets no CLI state unless the user names it.
+    for (sandboxed, state_named) in [(true, false), (true, true), (false, false)] {
         let env = escape_env();
+        if state_named {
+            write_user_config(&env, "sandbox_writable = [\"~/.claude\"]\n");
+        }
         let script = escape_script(&env, &etc_file);
         let args: &[&str] = if sandboxed { &["--sandbox"] } else { &[] };
         let out = run_script(&env, &script, args, &[]);
@@ -114,7 +127,7 @@ fn an_agent_in_the_sandbox_cannot_write_outside_or_read_secrets() {
             ("ssh", !sandboxed),
             ("aws", !sandboxed),
             ("tmp", true),
-            ("state", true),
+            ("state", !sandboxed || state_named),
             ("repo", true),
         ]
         .iter()
@@ -123,7 +136,10 @@ fn an_agent_in_the_sandbox_cannot_write_outside_or_read_secrets() {
         assert_eq!(got, want, "sandboxed: {sandboxed}\n{}", stderr(&out));
         assert_eq!(env.home.join("x").exists(), !sandboxed);
         assert_eq!(env.dir().join("sibling/x").exists(), !sandboxed);
-        assert!(env.home.join(".claude/x").exists());
+        assert_eq!(
+            env.home.join(".claude/x").exists(),
+            !sandboxed || state_named
+        );
         assert!(env.read("RALPH_TASK.md").contains("- [x] escape"));
     }
 }
