@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::paths::{ensure_dir, ensure_file, normal, within};
+use super::paths::{Make, normal, within};
 use crate::error::Result;
 
 /// What stands in for a file the CLI runs or obeys when it does not exist yet: it is created
@@ -28,6 +28,8 @@ enum Empty {
 struct Cli {
     /// The preset's name.
     name: &'static str,
+    /// The variable that moves its state directory elsewhere, and what lies in it with it.
+    moved_by: Option<&'static str>,
     /// Its state: the first is its state directory, created when missing.
     state: &'static [&'static str],
     /// What it later runs or obeys.
@@ -39,6 +41,7 @@ use Empty::{Dir, File, IfExists};
 const CLIS: &[Cli] = &[
     Cli {
         name: "claude",
+        moved_by: Some("CLAUDE_CONFIG_DIR"),
         state: &[".claude", ".config/claude", ".cache/claude"],
         runs: &[
             // `mcpServers` are commands; Claude cannot rewrite this file in the sandbox anyway
@@ -60,6 +63,7 @@ const CLIS: &[Cli] = &[
     },
     Cli {
         name: "copilot",
+        moved_by: Some("COPILOT_HOME"),
         state: &[".copilot", ".config/copilot", ".cache/copilot"],
         runs: &[
             (".copilot/config.json", File("{}")),
@@ -81,6 +85,7 @@ const CLIS: &[Cli] = &[
     },
     Cli {
         name: "codex",
+        moved_by: Some("CODEX_HOME"),
         state: &[".codex", ".config/codex", ".cache/codex"],
         runs: &[
             (".codex/config.toml", File("")),
@@ -94,6 +99,7 @@ const CLIS: &[Cli] = &[
     },
     Cli {
         name: "gemini",
+        moved_by: None,
         state: &[".gemini", ".config/gemini", ".cache/gemini"],
         runs: &[
             (".gemini/settings.json", File("{}")),
@@ -109,42 +115,71 @@ const CLIS: &[Cli] = &[
     },
 ];
 
-/// The state `agent`'s preset writes (those of its paths that exist), its state directory
-/// created first (mode 0700). A custom command gets none: what it needs, `sandbox_writable`
-/// names.
-pub(super) fn writable_state(home: &Path, agent: &str) -> Result<Vec<PathBuf>> {
+impl Cli {
+    /// Where `rel` (relative to `$HOME`) is: in the directory its variable names, when it lies
+    /// in its state directory and the variable is set.
+    fn place(&self, home: &Path, rel: &str) -> PathBuf {
+        let moved = self
+            .moved_by
+            .and_then(std::env::var_os)
+            .map(PathBuf::from)
+            .filter(|d| d.is_absolute());
+        relocate(home, self.state.first().copied(), moved.as_deref(), rel)
+    }
+}
+
+fn relocate(home: &Path, dir: Option<&str>, moved: Option<&Path>, rel: &str) -> PathBuf {
+    if let (Some(dir), Some(moved)) = (dir, moved)
+        && let Ok(rest) = Path::new(rel).strip_prefix(dir)
+    {
+        return moved.join(rest);
+    }
+    home.join(rel)
+}
+
+/// The state `agent`'s preset writes: its state directory (created when missing, mode 0700)
+/// and those of its other paths that exist. A custom command gets none: what it needs,
+/// `sandbox_writable` names.
+pub(super) fn writable_state(home: &Path, agent: &str, make: Make) -> Result<Vec<PathBuf>> {
     let Some(cli) = CLIS.iter().find(|c| c.name == agent) else {
         return Ok(Vec::new());
     };
-    if let Some(dir) = cli.state.first() {
-        ensure_dir(&home.join(dir))?;
+    let mut out = Vec::new();
+    for (i, rel) in cli.state.iter().enumerate() {
+        let p = cli.place(home, rel);
+        if i == 0 {
+            make.dir(&p)?;
+        } else if !p.exists() {
+            continue;
+        }
+        out.push(p);
     }
-    Ok(cli
-        .state
-        .iter()
-        .map(|p| home.join(p))
-        .filter(|p| p.exists())
-        .collect())
+    Ok(out)
 }
 
 /// Every file any known CLI runs or obeys that lies inside a writable place (not one named
 /// itself: `sandbox_writable = ["~/.claude/hooks"]` keeps that writable), made to exist (but
 /// for [`Empty::IfExists`]), and the files these name by path in such a place (a status-line
 /// script, a `notify` program).
-pub(super) fn run_files(home: &Path, writable: &[PathBuf]) -> Result<Vec<PathBuf>> {
+pub(super) fn run_files(home: &Path, writable: &[PathBuf], make: Make) -> Result<Vec<PathBuf>> {
     let places: Vec<PathBuf> = writable.iter().map(|p| normal(p)).collect();
     let inside = |p: &Path| within(p, &places) && !places.iter().any(|w| w == p);
     let mut out = Vec::new();
-    for (rel, empty) in CLIS.iter().flat_map(|c| c.runs) {
-        let p = normal(&home.join(rel));
+    let runs = CLIS.iter().flat_map(|c| {
+        c.runs
+            .iter()
+            .map(move |(rel, empty)| (c.place(home, rel), empty))
+    });
+    for (p, empty) in runs {
+        let p = normal(&p);
         if !inside(&p) {
             continue;
         }
         let exists = std::fs::symlink_metadata(&p).is_ok();
         match empty {
             _ if exists => {}
-            Dir => ensure_dir(&p)?,
-            File(text) => ensure_file(&p, text.as_bytes())?,
+            Dir => make.dir(&p)?,
+            File(text) => make.file(&p, text.as_bytes())?,
             IfExists => continue,
         }
         out.push(p);
@@ -202,15 +237,31 @@ mod tests {
     }
 
     #[test]
+    fn a_moved_state_directory_takes_its_files_along() {
+        let home = Path::new("/h");
+        let moved = Some(Path::new("/elsewhere/codex"));
+        let at = |rel| relocate(home, Some(".codex"), moved, rel);
+        assert_eq!(
+            at(".codex/config.toml"),
+            PathBuf::from("/elsewhere/codex/config.toml")
+        );
+        assert_eq!(at(".codex"), PathBuf::from("/elsewhere/codex"));
+        assert_eq!(at(".codexx/a"), PathBuf::from("/h/.codexx/a"));
+        assert_eq!(at(".config/codex"), PathBuf::from("/h/.config/codex"));
+        let not_moved = relocate(home, Some(".codex"), None, ".codex/config.toml");
+        assert_eq!(not_moved, PathBuf::from("/h/.codex/config.toml"));
+    }
+
+    #[test]
     fn a_custom_command_gets_no_state_and_a_preset_its_own() {
         let d = tempfile::tempdir().unwrap();
         let home = d.path();
         assert_eq!(
-            writable_state(home, "custom").unwrap(),
+            writable_state(home, "custom", Make::Create).unwrap(),
             Vec::<PathBuf>::new()
         );
         std::fs::create_dir_all(home.join(".cache/claude")).unwrap();
-        let got = writable_state(home, "claude").unwrap();
+        let got = writable_state(home, "claude", Make::Create).unwrap();
         assert_eq!(got, vec![home.join(".claude"), home.join(".cache/claude")]);
     }
 
@@ -225,7 +276,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(home.join(".claude/status.sh"), "echo hi").unwrap();
-        let got = run_files(&home, &[home.join(".claude")]).unwrap();
+        let got = run_files(&home, &[home.join(".claude")], Make::Create).unwrap();
         for want in [
             ".claude/settings.json",
             ".claude/settings.local.json",
@@ -244,11 +295,15 @@ mod tests {
         assert!(!home.join(".codex").exists());
         assert!(!got.iter().any(|p| p.starts_with("/etc")));
         // An override file is never created.
-        let got = run_files(&home, &[home.clone()]).unwrap();
+        let got = run_files(&home, &[home.clone()], Make::Create).unwrap();
         assert!(got.contains(&home.join(".codex/config.toml")));
         assert!(!home.join(".codex/AGENTS.override.md").exists());
         // A run file named itself stays writable.
         let hooks = home.join(".claude/hooks");
-        assert!(!run_files(&home, &[hooks.clone()]).unwrap().contains(&hooks));
+        assert!(
+            !run_files(&home, &[hooks.clone()], Make::Create)
+                .unwrap()
+                .contains(&hooks)
+        );
     }
 }

@@ -16,6 +16,8 @@ mod host;
 mod paths;
 mod repo;
 
+pub use paths::Make;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -107,10 +109,16 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Resolve the sandbox for `agent` (a preset name, or `custom`) on `repo`. Creates the
-    /// preset's missing state directory (mode 0700), and, empty, what a CLI or git would run or
-    /// read that does not exist yet where the agent could write it.
-    pub fn new(config: &Config, repo: RepoPaths, agent: &str, home: Option<&Path>) -> Result<Self> {
+    /// Resolve the sandbox for `agent` (a preset name, or `custom`) on `repo`. Creates (unless
+    /// `make` is a dry run) the preset's missing state directory (mode 0700), and, empty, what a
+    /// CLI or git would run or read that does not exist yet where the agent could write it.
+    pub fn new(
+        config: &Config,
+        repo: RepoPaths,
+        agent: &str,
+        home: Option<&Path>,
+        make: Make,
+    ) -> Result<Self> {
         if !cfg!(target_os = "linux") {
             return Err(Error::user(
                 "--sandbox needs Linux (bubblewrap); it is not available on this platform",
@@ -122,14 +130,14 @@ impl Sandbox {
         let bwrap = find_bwrap()?;
         probe(&bwrap)?;
         let mut writable = match home {
-            Some(h) => cli_state::writable_state(h, agent)?,
+            Some(h) => cli_state::writable_state(h, agent, make)?,
             None => Vec::new(),
         };
         writable.extend(config.writable.iter().filter(|p| p.exists()).cloned());
-        let binds = repo::repo_binds(&repo, &writable)?;
+        let binds = repo::repo_binds(&repo, &writable, make)?;
         let mut read_only = binds.read_only;
         if let Some(h) = home {
-            read_only.extend(cli_state::run_files(h, &writable)?);
+            read_only.extend(cli_state::run_files(h, &writable, make)?);
         }
         let mut hidden: Vec<PathBuf> = home
             .map(|h| SECRETS.iter().map(|s| h.join(s)).collect())

@@ -43,6 +43,32 @@ pub(super) fn within(p: &Path, places: &[PathBuf]) -> bool {
     places.iter().any(|place| p.starts_with(place))
 }
 
+/// Whether what the sandbox needs to exist is made, or only listed (`--dry-run`: the argv shows
+/// the binds, nothing is written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Make {
+    Create,
+    DryRun,
+}
+
+impl Make {
+    /// [`ensure_file`], unless this is a dry run.
+    pub(super) fn file(self, p: &Path, empty: &[u8]) -> Result<()> {
+        match self {
+            Make::Create => ensure_file(p, empty),
+            Make::DryRun => Ok(()),
+        }
+    }
+
+    /// [`ensure_dir`], unless this is a dry run.
+    pub(super) fn dir(self, p: &Path) -> Result<()> {
+        match self {
+            Make::Create => ensure_dir(p),
+            Make::DryRun => Ok(()),
+        }
+    }
+}
+
 /// Make `p` exist as a file holding `empty` when nothing is there (its missing directories
 /// created mode 0700); whatever is there is left as it is.
 pub(super) fn ensure_file(p: &Path, empty: &[u8]) -> Result<()> {

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::RepoPaths;
-use super::paths::{ensure_file, normal, within};
+use super::paths::{Make, normal, within};
 use crate::error::{Error, Result};
 
 /// The repository's binds.
@@ -22,7 +22,7 @@ pub(super) struct RepoBinds {
 /// state, `sandbox_writable`). A configuration file git would read that does not exist yet, in a
 /// place the agent can write (a `config.worktree`, a missing include target), is created empty
 /// first: else the agent could plant it.
-pub(super) fn repo_binds(repo: &RepoPaths, writable: &[PathBuf]) -> Result<RepoBinds> {
+pub(super) fn repo_binds(repo: &RepoPaths, writable: &[PathBuf], make: Make) -> Result<RepoBinds> {
     check_commondir(repo)?;
     let pinned = pinned_dirs(repo);
     let mut read_only = vec![
@@ -36,7 +36,7 @@ pub(super) fn repo_binds(repo: &RepoPaths, writable: &[PathBuf]) -> Result<RepoB
     for file in config_files(repo)? {
         let file = normal(&file);
         if within(&file, &reach) {
-            ensure_file(&file, b"")?;
+            make.file(&file, b"")?;
             read_only.push(file);
         }
     }
@@ -283,7 +283,7 @@ mod tests {
             "include.path",
             "/nonexistent-ralph-test/x.config",
         ]);
-        let b = repo_binds(&repo, &[]).unwrap();
+        let b = repo_binds(&repo, &[], Make::Create).unwrap();
         let git_dir = d.path().join(".git");
         for f in [
             git_dir.join("config"),

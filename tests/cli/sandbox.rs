@@ -270,15 +270,22 @@ fn dry_run_prints_the_bwrap_argv_and_no_bwrap_is_refused() {
     std::fs::create_dir_all(env.home.join(".ssh")).unwrap();
     env.write_task(&["a"], "");
     env.commit_all("initial");
-    let out = env.ralph(&[
-        "run",
-        "--dry-run",
-        "--sandbox",
-        "--sandbox-net",
-        "none",
-        "--agent-cmd",
-        "/bin/sh x.sh",
-    ]);
+    // A socket of the host's, and a variable naming an agent's.
+    let sock = env.dir().join("host.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let out = env.ralph_with_limit(
+        &[
+            "run",
+            "--dry-run",
+            "--sandbox",
+            "--sandbox-net",
+            "none",
+            "--agent-cmd",
+            "/bin/sh x.sh",
+        ],
+        &[("SSH_AUTH_SOCK", "/nonexistent/agent.sock")],
+        Duration::from_secs(30),
+    );
     assert_exit(&out, 0);
     let text = stdout(&out);
     let argv = text
@@ -288,15 +295,20 @@ fn dry_run_prints_the_bwrap_argv_and_no_bwrap_is_refused() {
     let repo = env.repo.display();
     let ssh = env.home.join(".ssh");
     for part in [
-        "bwrap --die-with-parent --new-session --unshare-pid --cap-drop ALL --unshare-net --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp ".to_string(),
+        "bwrap --die-with-parent --new-session --unshare-pid --cap-drop ALL --unshare-net --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --tmpfs /run ".to_string(),
         format!("--bind {repo} {repo} "),
         format!("--bind {repo}/.git {repo}/.git "),
         format!("--ro-bind {repo}/.git/config {repo}/.git/config "),
+        format!("--ro-bind {repo}/.git/config.worktree {repo}/.git/config.worktree "),
+        format!("--ro-bind /dev/null {} ", sock.display()),
         format!("--tmpfs {} ", ssh.display()),
-        " -- /bin/sh x.sh".to_string(),
+        " --unsetenv SSH_AUTH_SOCK ".to_string(),
+        " -- /run/ralph/ralph __confine -- /bin/sh x.sh".to_string(),
     ] {
         assert!(argv.contains(&part), "{part} not in {argv}");
     }
+    // A dry run lists what the sandbox would create, and creates nothing.
+    assert!(!env.repo.join(".git/config.worktree").exists());
     // Control: without --sandbox the agent runs as itself.
     let out = env.ralph(&["run", "--dry-run", "--agent-cmd", "/bin/sh x.sh"]);
     assert!(

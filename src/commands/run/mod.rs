@@ -151,7 +151,12 @@ fn sandbox(ui: Ui, r: &mut Resolved, agent: &Agent, dry_run: bool) -> Result<()>
     };
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let home = home.filter(|h| h.is_absolute());
-    let sandbox = crate::sandbox::Sandbox::new(config, paths, &agent.name, home.as_deref())?;
+    let make = if dry_run {
+        crate::sandbox::Make::DryRun
+    } else {
+        crate::sandbox::Make::Create
+    };
+    let sandbox = crate::sandbox::Sandbox::new(config, paths, &agent.name, home.as_deref(), make)?;
     if let Some(open) = sandbox.open_here() {
         ui.warn(&open);
     }
