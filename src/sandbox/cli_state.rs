@@ -66,7 +66,8 @@ const CLIS: &[Cli] = &[
         moved_by: Some("COPILOT_HOME"),
         state: &[".copilot", ".config/copilot", ".cache/copilot"],
         runs: &[
-            (".copilot/config.json", File("{}")),
+            // Not `config.json`: the CLI rewrites it at every start (and fails on a read-only
+            // one); its settings moved to `settings.json`.
             (".copilot/settings.json", File("{}")),
             (".copilot/mcp-config.json", File("{}")),
             (".copilot/lsp-config.json", IfExists),
@@ -295,13 +296,13 @@ mod tests {
         assert!(!home.join(".codex").exists());
         assert!(!got.iter().any(|p| p.starts_with("/etc")));
         // An override file is never created.
-        let got = run_files(&home, &[home.clone()], Make::Create).unwrap();
+        let got = run_files(&home, std::slice::from_ref(&home), Make::Create).unwrap();
         assert!(got.contains(&home.join(".codex/config.toml")));
         assert!(!home.join(".codex/AGENTS.override.md").exists());
         // A run file named itself stays writable.
         let hooks = home.join(".claude/hooks");
         assert!(
-            !run_files(&home, &[hooks.clone()], Make::Create)
+            !run_files(&home, std::slice::from_ref(&hooks), Make::Create)
                 .unwrap()
                 .contains(&hooks)
         );

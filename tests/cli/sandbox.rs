@@ -426,6 +426,44 @@ fn claude_completes_two_iterations_in_the_sandbox_as_a_normal_user() {
     assert_eq!(meta.uid(), NOBODY);
 }
 
+/// Copilot and Codex in the sandbox against the stand-in server: they work with what they run
+/// later (settings, MCP and hook files, skills, rules) read-only and created empty.
+fn completes_two_iterations_in_the_sandbox(cli: &str) {
+    if crate::real_agents::installed(cli).is_none() || !bwrap_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    env.write_task(&["first box", "second box"], "");
+    env.commit_all("initial");
+    let out = crate::real_agents::with_standin(
+        &env,
+        cli,
+        None,
+        &[],
+        &crate::real_agents::run_args(cli, &["--max-iterations", "4", "--sandbox"]),
+    );
+    assert_exit(&out, 0);
+    let recs = env.iter_records();
+    assert_eq!(
+        recs.len(),
+        2,
+        "{recs:?}\n{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(env.read("RALPH_TASK.md").contains("- [x] second box"));
+}
+
+#[test]
+fn copilot_completes_two_iterations_in_the_sandbox() {
+    completes_two_iterations_in_the_sandbox("copilot");
+}
+
+#[test]
+fn codex_completes_two_iterations_in_the_sandbox() {
+    completes_two_iterations_in_the_sandbox("codex");
+}
+
 /// An agent that says so in the repository when SIGTERM reaches it, then exits.
 fn graceful_script(env: &TestEnv) -> PathBuf {
     let script = env.dir().join("graceful.sh");

@@ -412,7 +412,11 @@ fn a_resumed_sandboxed_run_is_still_sandboxed() {
         );
         let state: serde_json::Value =
             serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
-        let net = flags.contains(&"none").then_some("none").unwrap_or("host");
+        let net = if flags.contains(&"none") {
+            "none"
+        } else {
+            "host"
+        };
         let want = sandboxed.then(|| serde_json::json!({ "net": net }));
         assert_eq!(state["pinned"].get("sandbox").cloned(), want, "{state}");
     }
