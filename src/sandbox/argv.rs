@@ -1,6 +1,7 @@
 //! The `bwrap` argv: the one place it is built. Later mounts cover earlier ones, so the order is
 //! the design: the read-only root, the private directories, ralph's binary, the writable state,
-//! the pinned repository, the read-only files inside both, the host's sockets, the secrets.
+//! the pinned repository, the read-only files inside both, the host's sockets, the secrets, the
+//! sockets kept on purpose.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -74,6 +75,10 @@ impl Sandbox {
         }
         for p in &self.hidden_dirs {
             args.extend(["--tmpfs".into(), p.into()]);
+        }
+        // Last: a kept socket may lie in a private or hidden directory.
+        for p in &host.passed {
+            args.extend(["--bind".into(), p.into(), p.into()]);
         }
         for v in &host.unset {
             args.extend(["--unsetenv".into(), v.clone()]);
@@ -174,7 +179,8 @@ mod tests {
     fn host() -> Host {
         Host {
             sockets: vec!["/r/agent.sock".into(), "/var/lib/docker.sock".into()],
-            unset: vec!["SSH_AUTH_SOCK".into()],
+            unset: vec!["DISPLAY".into()],
+            passed: vec!["/run/user/1/ssh.sock".into()],
         }
     }
 
@@ -205,7 +211,8 @@ mod tests {
         assert!(at("--bind /r /r") < at("--ro-bind /dev/null /r/agent.sock"));
         assert!(at("--ro-bind /dev/null /var/lib/docker.sock") < at("--tmpfs /h/.ssh"));
         assert!(at("--ro-bind /dev/null /h/.netrc") > at("--bind /r /r"));
-        assert!(line.contains(" --unsetenv SSH_AUTH_SOCK -- "), "{line}");
+        assert!(at("--tmpfs /h/.ssh") < at("--bind /run/user/1/ssh.sock /run/user/1/ssh.sock"));
+        assert!(line.contains(" --unsetenv DISPLAY -- "), "{line}");
         assert_eq!(argv.iter().filter(|a| *a == "--").count(), 2);
     }
 

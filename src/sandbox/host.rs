@@ -89,6 +89,8 @@ pub(super) struct Host {
     pub sockets: Vec<PathBuf>,
     /// Environment variables to unset.
     pub unset: Vec<OsString>,
+    /// Sockets a variable kept on purpose (`sandbox_env_keep`) names: bound in, reachable.
+    pub passed: Vec<PathBuf>,
 }
 
 /// Where the sandbox's mounts put things, for deciding what of the host stays visible.
@@ -101,24 +103,41 @@ pub(super) struct Layout<'a> {
 
 impl Host {
     /// The host now: its bound sockets that `layout` leaves visible, and the variables of
-    /// ralph's environment and `extra` (what ralph sets for the command) that the rule drops.
+    /// ralph's environment and `extra` (what ralph sets for the command) that the rule drops —
+    /// but those `keep` names, which pass on with the socket they name (an ssh agent's).
     pub fn now(layout: &Layout<'_>, extra: &[(String, String)], keep: &[String]) -> Host {
-        let sockets = bound_sockets()
-            .into_iter()
-            .filter(|s| visible(s, layout))
+        let vars: Vec<(OsString, OsString)> = std::env::vars_os()
+            .chain(
+                extra
+                    .iter()
+                    .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+            )
+            .filter(|(k, v)| drops(k, v))
             .collect();
-        let vars = std::env::vars_os().chain(
-            extra
-                .iter()
-                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-        );
+        let kept = |k: &OsStr| keep.iter().any(|n| OsStr::new(n) == k);
         let mut unset: Vec<OsString> = vars
-            .filter(|(k, v)| drops(k, v) && !keep.iter().any(|n| OsStr::new(n) == k))
-            .map(|(k, _)| k)
+            .iter()
+            .filter(|(k, _)| !kept(k))
+            .map(|(k, _)| k.clone())
             .collect();
         unset.sort();
         unset.dedup();
-        Host { sockets, unset }
+        let mut passed: Vec<PathBuf> = vars
+            .iter()
+            .filter(|(k, v)| kept(k) && is_socket(Path::new(v)))
+            .map(|(_, v)| normal(Path::new(v)))
+            .collect();
+        passed.sort();
+        passed.dedup();
+        let sockets = bound_sockets()
+            .into_iter()
+            .filter(|s| visible(s, layout) && !passed.contains(s))
+            .collect();
+        Host {
+            sockets,
+            unset,
+            passed,
+        }
     }
 }
 
@@ -152,10 +171,7 @@ fn bound_sockets() -> BTreeSet<PathBuf> {
             read_unix(&proc.join("net/unix"), &mut out);
         }
     }
-    out.retain(|p| {
-        use std::os::unix::fs::FileTypeExt;
-        std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket())
-    });
+    out.retain(|p| is_socket(p));
     out.into_iter().map(|p| normal(&p)).collect()
 }
 
@@ -225,9 +241,13 @@ pub(super) fn drops(name: &OsStr, value: &OsStr) -> bool {
     if v.starts_with("unix:") {
         return true;
     }
+    v.starts_with('/') && is_socket(Path::new(value))
+}
+
+/// Whether an absolute path is a UNIX socket now (following links).
+fn is_socket(p: &Path) -> bool {
     use std::os::unix::fs::FileTypeExt;
-    v.starts_with('/')
-        && std::fs::metadata(Path::new(value)).is_ok_and(|m| m.file_type().is_socket())
+    p.is_absolute() && std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket())
 }
 
 #[cfg(test)]
@@ -313,8 +333,11 @@ mod tests {
     }
 
     #[test]
-    fn kept_variables_stay() {
-        let extra = [("SSH_AUTH_SOCK".to_string(), "/x".to_string())];
+    fn kept_variables_stay_with_their_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = normal(&dir.path().join("agent.sock"));
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let extra = [("SSH_AUTH_SOCK".to_string(), sock.display().to_string())];
         let none: [PathBuf; 0] = [];
         let layout = Layout {
             private: &none,
@@ -323,8 +346,11 @@ mod tests {
         };
         let host = Host::now(&layout, &extra, &[]);
         assert!(host.unset.contains(&OsString::from("SSH_AUTH_SOCK")));
+        assert!(host.sockets.contains(&sock) && host.passed.is_empty());
         let host = Host::now(&layout, &extra, &["SSH_AUTH_SOCK".to_string()]);
         assert!(!host.unset.contains(&OsString::from("SSH_AUTH_SOCK")));
+        assert!(!host.sockets.contains(&sock));
+        assert_eq!(host.passed, vec![sock]);
     }
 
     #[test]
