@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::paths::{Make, normal, within};
+use super::paths::{Make, normal, pinnable, within};
 use crate::error::Result;
 
 /// What stands in for a file the CLI runs or obeys when it does not exist yet: it is created
@@ -172,6 +172,7 @@ pub(super) fn run_files(home: &Path, writable: &[PathBuf], make: Make) -> Result
             .map(move |(rel, empty)| (c.place(home, rel), empty))
     });
     for (p, empty) in runs {
+        pinnable(&p, &places)?;
         let p = normal(&p);
         if !inside(&p) {
             continue;
@@ -190,10 +191,14 @@ pub(super) fn run_files(home: &Path, writable: &[PathBuf], make: Make) -> Result
         .filter(|p| p.is_file())
         .filter_map(|p| crate::files::read_text(p).ok())
         .flat_map(|text| named_paths(&text, home))
-        .map(|p| normal(&p))
-        .filter(|p| inside(p) && p.is_file())
         .collect();
-    out.extend(named);
+    for p in named {
+        pinnable(&p, &places)?;
+        let p = normal(&p);
+        if inside(&p) && p.is_file() {
+            out.push(p);
+        }
+    }
     out.sort();
     out.dedup();
     Ok(out)

@@ -43,6 +43,27 @@ pub(super) fn within(p: &Path, places: &[PathBuf]) -> bool {
     places.iter().any(|place| p.starts_with(place))
 }
 
+/// `p` can be pinned read-only: it is not a symbolic link in a directory that lies in one of
+/// `places` (where the agent could replace the link itself — a mount follows a link, it cannot
+/// pin one).
+pub(super) fn pinnable(p: &Path, places: &[PathBuf]) -> Result<()> {
+    let is_link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+    if !is_link || !p.parent().is_some_and(|dir| within(&normal(dir), places)) {
+        return Ok(());
+    }
+    let target = std::fs::read_link(p).unwrap_or_default();
+    Err(Error::user(format!(
+        "--sandbox: `{}` is a symbolic link (to `{}`) where the agent can write: it could replace the link, and what it points to would be its own",
+        p.display(),
+        target.display()
+    ))
+    .with_hint(format!(
+        "replace the link by the file itself: a copy, or a hard link (`ln -f '{}' '{}'`)",
+        normal(p).display(),
+        p.display()
+    )))
+}
+
 /// Whether what the sandbox needs to exist is made, or only listed (`--dry-run`: the argv shows
 /// the binds, nothing is written).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +140,32 @@ mod tests {
         assert_eq!(normal(&real.join("a/./b/c")), real.join("a/b/c"));
         assert!(within(&real.join("a/y"), &[real.join("a")]));
         assert!(!within(&real.join("ab"), &[real.join("a")]));
+    }
+
+    #[test]
+    fn a_link_in_a_writable_place_cannot_be_pinned() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().canonicalize().unwrap();
+        let (state, dotfiles) = (real.join("state"), real.join("dotfiles"));
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::create_dir_all(&dotfiles).unwrap();
+        std::fs::write(dotfiles.join("settings.json"), "{}").unwrap();
+        std::os::unix::fs::symlink(dotfiles.join("settings.json"), state.join("settings.json"))
+            .unwrap();
+        let places = [state.clone()];
+        let e = pinnable(&state.join("settings.json"), &places)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("symbolic link") && e.contains("settings.json"),
+            "{e}"
+        );
+        // The file it points to, a link outside the places, a missing file: fine.
+        assert!(pinnable(&dotfiles.join("settings.json"), &places).is_ok());
+        assert!(pinnable(&state.join("settings.json"), &[dotfiles]).is_ok());
+        assert!(pinnable(&state.join("missing"), &places).is_ok());
+        // A link named itself as writable (its directory is not) is the user's choice.
+        assert!(pinnable(&state.join("settings.json"), &[state.join("settings.json")]).is_ok());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::RepoPaths;
-use super::paths::{Make, normal, within};
+use super::paths::{Make, normal, pinnable, within};
 use crate::error::{Error, Result};
 
 /// The repository's binds.
@@ -34,6 +34,7 @@ pub(super) fn repo_binds(repo: &RepoPaths, writable: &[PathBuf], make: Make) -> 
     read_only.retain(|p| p.is_file());
     let reach: Vec<PathBuf> = pinned.iter().chain(writable).map(|p| normal(p)).collect();
     for file in config_files(repo)? {
+        pinnable(&file, &reach)?;
         let file = normal(&file);
         if within(&file, &reach) {
             make.file(&file, b"")?;

@@ -507,3 +507,75 @@ fn git_configuration_planted_through_includes_and_config_worktree_is_refused() {
         }
     }
 }
+
+#[test]
+fn a_settings_link_in_the_cli_state_is_refused_since_a_mount_cannot_pin_a_link() {
+    if !bwrap_works() {
+        return;
+    }
+    let env = doors_env();
+    let dotfiles = env.dir().join("dotfiles/settings.json");
+    std::fs::create_dir_all(dotfiles.parent().unwrap()).unwrap();
+    std::fs::write(&dotfiles, SETTINGS).unwrap();
+    let state = env.home.join(".claude");
+    std::fs::create_dir_all(&state).unwrap();
+    let link = state.join("settings.json");
+    std::os::unix::fs::symlink(&dotfiles, &link).unwrap();
+    // The control: a mount cannot pin the link (bwrap refuses to bind onto it), and with the
+    // state bound writable, as the CLI needs it, the agent replaces the link itself.
+    let bwrap = |pin: bool, cmd: &str| {
+        let mut c = std::process::Command::new("bwrap");
+        c.args(["--ro-bind", "/", "/", "--dev", "/dev", "--bind"])
+            .args([&state, &state]);
+        if pin {
+            c.arg("--ro-bind").args([&link, &link]);
+        }
+        c.args(["sh", "-c", cmd])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+    };
+    assert!(!bwrap(true, "true").success(), "a link cannot be pinned");
+    let replace = format!(
+        "rm -f '{0}' && echo '{{\"hooks\":{{}}}}' > '{0}'",
+        link.display()
+    );
+    assert!(bwrap(false, &replace).success());
+    assert!(!link.is_symlink(), "the control: the link was replaced");
+    assert_eq!(std::fs::read_to_string(&dotfiles).unwrap(), SETTINGS);
+    // ralph refuses to start so, naming the link and the cure.
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&dotfiles, &link).unwrap();
+    let script = env.dir().join("noop.sh");
+    write_script(&script, "true\n");
+    let path = claude_running(&env, &script);
+    let out = env.ralph_with_limit(
+        &["run", "--agent", "claude", "--yes", "--sandbox"],
+        &[("PATH", path.as_str())],
+        Duration::from_secs(60),
+    );
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        err.contains("symbolic link") && err.contains("settings.json") && err.contains("ln -f"),
+        "{err}"
+    );
+    assert!(link.is_symlink());
+    // A hard link is a file: pinned, and the run goes.
+    std::fs::remove_file(&link).unwrap();
+    std::fs::hard_link(&dotfiles, &link).unwrap();
+    let out = env.ralph_with_limit(
+        &[
+            "run",
+            "--agent",
+            "claude",
+            "--yes",
+            "--sandbox",
+            "--max-iterations",
+            "1",
+        ],
+        &[("PATH", path.as_str())],
+        Duration::from_secs(60),
+    );
+    assert_exit(&out, 3);
+}
