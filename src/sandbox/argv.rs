@@ -83,13 +83,11 @@ impl Sandbox {
         for v in &host.unset {
             args.extend(["--unsetenv".into(), v.clone()]);
         }
-        args.extend([
-            "--".into(),
-            confine_at.into(),
-            confine::COMMAND.into(),
-            "--".into(),
-            inv.program.into(),
-        ]);
+        args.extend(["--".into(), confine_at.into(), confine::COMMAND.into()]);
+        if self.scoped {
+            args.push(confine::SCOPED.into());
+        }
+        args.extend(["--".into(), inv.program.into()]);
         args.extend(inv.args);
         Invocation {
             program: self.bwrap.to_string_lossy().into_owned(),
@@ -199,7 +197,7 @@ mod tests {
             "{line}"
         );
         assert!(
-            line.ends_with(" -- /run/ralph/ralph __confine -- claude -p hi there"),
+            line.ends_with(" -- /run/ralph/ralph __confine --scoped -- claude -p hi there"),
             "{line}"
         );
         assert!(!line.contains("--unshare-net"), "{line}");
@@ -214,6 +212,15 @@ mod tests {
         assert!(at("--tmpfs /h/.ssh") < at("--bind /run/user/1/ssh.sock /run/user/1/ssh.sock"));
         assert!(line.contains(" --unsetenv DISPLAY -- "), "{line}");
         assert_eq!(argv.iter().filter(|a| *a == "--").count(), 2);
+    }
+
+    #[test]
+    fn without_the_scopes_the_confinement_does_what_it_can() {
+        let mut s = sandbox(Net::Host);
+        s.scoped = false;
+        let w = s.wrap_on(&Host::default(), inv());
+        let line: Vec<String> = w.args.iter().map(|a| a.to_string_lossy().into()).collect();
+        assert!(line.join(" ").ends_with(" __confine -- claude -p hi there"));
     }
 
     #[test]

@@ -10,17 +10,26 @@ use std::ffi::OsString;
 /// The hidden subcommand.
 pub const COMMAND: &str = "__confine";
 
-/// `ralph __confine -- PROGRAM [ARGS...]`: returns only when the program could not be run (127
-/// when it is not there, 126 otherwise, as a shell does), or the restriction failed (126).
+/// Its flag: every scope is required.
+pub const SCOPED: &str = "--scoped";
+
+/// `ralph __confine [--scoped] -- PROGRAM [ARGS...]`: returns only when the program could not be
+/// run (127 when it is not there, 126 otherwise, as a shell does), or the restriction failed
+/// (126). `--scoped`: the kernel has the scopes (ralph probed it outside), so anything less than
+/// all of them is a failure, not a degraded sandbox.
 pub fn main(args: &[OsString]) -> i32 {
+    let (scoped, args) = match args.split_first() {
+        Some((flag, rest)) if flag == SCOPED => (true, rest),
+        _ => (false, args),
+    };
     let Some((program, rest)) = (match args.split_first() {
         Some((dashes, rest)) if dashes == "--" => rest.split_first(),
         _ => None,
     }) else {
-        eprintln!("ralph {COMMAND}: -- PROGRAM [ARGS...]");
+        eprintln!("ralph {COMMAND}: [{SCOPED}] -- PROGRAM [ARGS...]");
         return 2;
     };
-    if let Err(e) = restrict() {
+    if let Err(e) = restrict(scoped) {
         eprintln!("ralph {COMMAND}: cannot confine the sandbox with Landlock: {e}");
         return 126;
     }
@@ -45,15 +54,22 @@ fn ruleset(
         .create()
 }
 
-/// Restrict this process and what it becomes, as far as the kernel can.
+/// Restrict this process and what it becomes: with every scope (`required`), or as far as the
+/// kernel can.
 #[cfg(target_os = "linux")]
-fn restrict() -> Result<(), landlock::RulesetError> {
-    ruleset(landlock::CompatLevel::BestEffort)?.restrict_self()?;
+fn restrict(required: bool) -> Result<(), landlock::RulesetError> {
+    use landlock::CompatLevel;
+    let level = if required {
+        CompatLevel::HardRequirement
+    } else {
+        CompatLevel::BestEffort
+    };
+    ruleset(level)?.restrict_self()?;
     Ok(())
 }
 
 #[cfg(not(target_os = "linux"))]
-fn restrict() -> Result<(), std::io::Error> {
+fn restrict(_required: bool) -> Result<(), std::io::Error> {
     Ok(())
 }
 
