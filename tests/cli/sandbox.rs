@@ -308,8 +308,13 @@ fn dry_run_prints_the_bwrap_argv_and_no_bwrap_is_refused() {
         assert!(argv.contains(&part), "{part} not in {argv}");
     }
     // `--scoped` where the kernel has Landlock's scopes.
-    let program = argv.find(" -- /bin/sh x.sh").unwrap_or_else(|| panic!("{argv}"));
-    assert!(argv.find(" __confine ").is_some_and(|c| c < program), "{argv}");
+    let program = argv
+        .find(" -- /bin/sh x.sh")
+        .unwrap_or_else(|| panic!("{argv}"));
+    assert!(
+        argv.find(" __confine ").is_some_and(|c| c < program),
+        "{argv}"
+    );
     // A dry run lists what the sandbox would create, and creates nothing.
     assert!(!env.repo.join(".git/config.worktree").exists());
     // Control: without --sandbox the agent runs as itself.
