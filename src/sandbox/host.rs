@@ -32,7 +32,7 @@ impl Private {
             .filter(|d| d.is_dir())
             .collect();
         dirs.dedup();
-        let files = etc_targets(&dirs);
+        let files = etc_targets(Path::new("/etc"), &dirs);
         let links = top_links(Path::new("/run"), &dirs);
         Private { dirs, files, links }
     }
@@ -49,9 +49,9 @@ impl Private {
     }
 }
 
-/// The regular files that `/etc`'s symlinks lead to inside a private directory.
-fn etc_targets(private: &[PathBuf]) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir("/etc") else {
+/// The regular files that `etc`'s symlinks lead to inside a private directory.
+fn etc_targets(etc: &Path, private: &[PathBuf]) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(etc) else {
         return Vec::new();
     };
     let mut out: Vec<PathBuf> = entries
@@ -351,6 +351,34 @@ mod tests {
         assert!(!host.unset.contains(&OsString::from("SSH_AUTH_SOCK")));
         assert!(!host.sockets.contains(&sock));
         assert_eq!(host.passed, vec![sock]);
+    }
+
+    #[test]
+    fn what_etc_links_into_a_private_directory_is_bound_back_and_its_links_made_again() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let (etc, run) = (root.join("etc"), root.join("run"));
+        std::fs::create_dir_all(run.join("resolve")).unwrap();
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::write(
+            run.join("resolve/stub-resolv.conf"),
+            "nameserver 127.0.0.53\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("../run/resolve/stub-resolv.conf", etc.join("resolv.conf"))
+            .unwrap();
+        std::os::unix::fs::symlink("/usr/share/zoneinfo/UTC", etc.join("localtime")).unwrap();
+        std::os::unix::fs::symlink("/dev/shm", run.join("shm")).unwrap();
+        let private = [run.clone()];
+        assert_eq!(
+            etc_targets(&etc, &private),
+            vec![run.join("resolve/stub-resolv.conf")]
+        );
+        assert_eq!(
+            top_links(&run, &private),
+            vec![(PathBuf::from("/dev/shm"), run.join("shm"))]
+        );
+        assert!(top_links(&run, &[]).is_empty());
     }
 
     #[test]
