@@ -229,12 +229,14 @@ const DROPPED: &[&str] = &[
     "KRB5CCNAME",
 ];
 
-/// The rule for the agent's environment: a variable goes when its name is one of [`DROPPED`]
-/// or holds `SOCK` or `IPC` (`I3SOCK`, `GNOME_KEYRING_SOCKET`, `VSCODE_IPC_HOOK_CLI`), or its
+/// The rule for the agent's environment: a variable goes when its name is one of [`DROPPED`],
+/// ends in `SOCK` or holds `SOCKET` or `_IPC_` (`I3SOCK`, `GNOME_KEYRING_SOCKET`,
+/// `VSCODE_IPC_HOOK_CLI` — not `SOCKS_PROXY`, which the agent may need for its API), or its
 /// value is a UNIX socket's address (`unix:…`) or the path of one.
 pub(super) fn drops(name: &OsStr, value: &OsStr) -> bool {
     let n = name.to_string_lossy().to_ascii_uppercase();
-    if DROPPED.contains(&n.as_str()) || n.contains("SOCK") || n.contains("IPC") {
+    let named = n.ends_with("SOCK") || n.contains("SOCKET") || n.contains("_IPC_");
+    if DROPPED.contains(&n.as_str()) || named {
         return true;
     }
     let v = value.to_string_lossy();
@@ -266,7 +268,9 @@ mod tests {
             "WAYLAND_DISPLAY",
             "DISPLAY",
             "I3SOCK",
+            "GNOME_KEYRING_SOCKET",
             "VSCODE_IPC_HOOK_CLI",
+            "VSCODE_GIT_IPC_HANDLE",
         ] {
             assert!(d(n, "x"), "{n}");
         }
