@@ -371,12 +371,13 @@ fn what_the_cli_runs_later_is_read_only_while_its_state_stays_writable() {
 }
 
 /// An agent that records whether it runs in the sandbox's pid namespace (its pid 1 is bwrap;
-/// the host's is its init) and ticks one box per iteration.
+/// the host's is its init) and whether it has a network (more interfaces than loopback), and
+/// ticks one box per iteration.
 fn pid1_script(env: &TestEnv) -> PathBuf {
     let path = env.dir().join("pid1.sh");
     write_script(
         &path,
-        "echo \"$RALPH_ITERATION $(cat /proc/1/comm)\" >> pid1.txt\n\
+        "echo \"$RALPH_ITERATION $(grep -c : /proc/net/dev) $(cat /proc/1/comm)\" >> pid1.txt\n\
          if grep -q -- '- \\[ \\] first' RALPH_TASK.md; then\n\
          \x20 sed -i 's/- \\[ \\] first/- [x] first/' RALPH_TASK.md\n\
          else\n\
@@ -423,6 +424,16 @@ fn a_resumed_sandboxed_run_is_still_sandboxed() {
             "{flags:?} {resume:?}\n{}",
             stderr(&out)
         );
+        // `--sandbox-net none` holds on resume: loopback alone, both times.
+        let lo_only: Vec<bool> = seen
+            .lines()
+            .map(|l| l.split(' ').nth(1) == Some("1"))
+            .collect();
+        let none = flags.contains(&"none");
+        let host = std::fs::read_to_string("/proc/net/dev").unwrap_or_default();
+        if host.matches(':').count() > 1 {
+            assert_eq!(lo_only, [none, none], "{seen}");
+        }
         let state: serde_json::Value =
             serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
         let net = if flags.contains(&"none") {
