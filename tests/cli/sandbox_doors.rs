@@ -590,3 +590,51 @@ fn a_settings_link_in_the_cli_state_is_refused_since_a_mount_cannot_pin_a_link()
     );
     assert_exit(&out, 3);
 }
+
+#[test]
+fn a_sandboxed_run_killed_after_its_agent_unpinned_the_sandbox_resumes_sandboxed() {
+    let Some(python) = python() else { return };
+    if !bwrap_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    env.write_task(&["first", "second"], "");
+    env.commit_all("initial");
+    // The first agent takes the sandbox out of the repository's state.json, then waits to be
+    // killed with ralph; the next ticks the boxes and says where it runs.
+    let script = env.dir().join("unpin.sh");
+    write_script(
+        &script,
+        &format!(
+            "if [ ! -e ../unpinned ] && [ ! -e unpinned ]; then\n\
+             \x20 {python} -c \"import json; p='.ralph/state.json'; d=json.load(open(p)); \
+             d['pinned'].pop('sandbox'); json.dump(d, open(p, 'w'))\"\n\
+             \x20 touch unpinned\n\
+             \x20 sleep 30\n\
+             fi\n\
+             echo \"$(cat /proc/1/comm)\" >> pid1.txt\n\
+             sed -i 's/- \\[ \\] first/- [x] first/; s/- \\[ \\] second/- [x] second/' RALPH_TASK.md\n"
+        ),
+    );
+    let agent = format!("sh '{}'", script.display());
+    let mut cmd = env.ralph_cmd();
+    cmd.args(["run", "--agent-cmd", &agent, "--yes", "--sandbox"]);
+    let bg = env.spawn(cmd);
+    assert!(
+        wait_until(Duration::from_secs(20), || env
+            .repo
+            .join("unpinned")
+            .exists()),
+        "the agent did not start"
+    );
+    bg.signal(libc::SIGKILL);
+    let (code, _, _) = bg.wait(Duration::from_secs(10));
+    assert_eq!(code, None, "killed by SIGKILL");
+    // The fault happened: the repository's state.json no longer says the run is sandboxed.
+    let state: serde_json::Value = serde_json::from_str(&env.read(".ralph/state.json")).unwrap();
+    assert!(state["pinned"].get("sandbox").is_none(), "{state}");
+    // The resume, without --sandbox, runs in the sandbox all the same (ralph's own copy).
+    let out = env.ralph_with_limit(&["resume", "--yes"], &[], Duration::from_secs(60));
+    assert_exit(&out, 0);
+    assert_eq!(env.read("pid1.txt"), "bwrap\n", "{}", stderr(&out));
+}
