@@ -303,6 +303,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ralphs_binary_in_the_agents_reach_is_a_private_copy() {
+        let exe = paths::normal(&std::env::current_exe().unwrap());
+        let own = OwnBinary::resolve(&[]).unwrap();
+        assert_eq!(own.path, exe);
+        let dir = exe.parent().unwrap().to_path_buf();
+        let own = OwnBinary::resolve(&[dir]).unwrap();
+        assert_ne!(own.path, exe);
+        let len = |p: &Path| std::fs::metadata(p).unwrap().len();
+        assert_eq!(len(&own.path), len(&exe));
+        let copy = own.path.clone();
+        drop(own);
+        assert!(!copy.exists(), "the copy lives as long as the sandbox");
+    }
+
+    #[test]
     fn config_paths_are_absolute_or_under_home() {
         let home = Path::new("/home/u");
         let ok = |e: &str| parse_path("c.toml", "sandbox_hidden", e, Some(home)).unwrap();
