@@ -55,6 +55,9 @@ pub struct Layer {
     pub sandbox_writable: Option<Vec<String>>,
     /// Paths the sandbox hides, besides `~/.ssh`, `~/.aws`, …
     pub sandbox_hidden: Option<Vec<String>>,
+    /// Variables the sandboxed agent keeps although the sandbox drops them (`SSH_AUTH_SOCK`,
+    /// …; the user's own layers only).
+    pub sandbox_env_keep: Option<Vec<String>>,
 }
 
 /// `[hooks]` of a config file (SPEC §10): a shell command per event, run with the event's JSON
@@ -172,13 +175,30 @@ impl Settings {
             agent_cmd,
             test_command: self.test_command.clone(),
             verdict_command: self.verdict_command.clone(),
+            sandbox: self
+                .sandbox
+                .as_ref()
+                .map(|c| crate::sandbox::Pinned { net: c.net }),
         }
     }
 
     /// Resuming: the recorded run's agent and checks, except where the resume's own flags
-    /// (`now`) name one. A command taken from `state.json` counts as the repository's: the agent
-    /// can write that file, so under `--sandbox` it runs in the sandbox (SPEC §4).
-    pub fn keep_pinned(&mut self, pinned: &crate::state::Pinned, now: &Layer) {
+    /// (`layers[0]`) name one. A command taken from `state.json` counts as the repository's: the
+    /// agent can write that file, so under `--sandbox` it runs in the sandbox (SPEC §4). The
+    /// sandbox is part of the run: a resume can turn it on or take its network away, never the
+    /// reverse.
+    pub fn keep_pinned(&mut self, pinned: &crate::state::Pinned, layers: &[Source]) -> Result<()> {
+        if let Some(was) = &pinned.sandbox {
+            let config = self.sandbox.get_or_insert(sandbox_config(layers)?);
+            if was.net == crate::sandbox::Net::None {
+                config.net = crate::sandbox::Net::None;
+            }
+        }
+        let now = layers
+            .first()
+            .map(|s| &s.layer)
+            .cloned()
+            .unwrap_or_default();
         if now.agent.is_none() && now.agent_cmd.is_none() {
             match (&pinned.agent, &pinned.agent_cmd) {
                 (_, Some(t)) => self.agent = AgentChoice::Template(t.clone()),
@@ -194,6 +214,7 @@ impl Settings {
             self.verdict_command.clone_from(&pinned.verdict_command);
             self.verdict_command_from_repo = pinned.verdict_command.is_some();
         }
+        Ok(())
     }
 }
 
@@ -225,6 +246,7 @@ impl Layer {
             sandbox_net: o.sandbox_net,
             sandbox_writable: None,
             sandbox_hidden: None,
+            sandbox_env_keep: None,
         }
     }
 
@@ -255,6 +277,7 @@ impl Layer {
             sandbox_net: None,
             sandbox_writable: None,
             sandbox_hidden: None,
+            sandbox_env_keep: None,
         }
     }
 
@@ -427,8 +450,16 @@ pub fn merge(layers: &[Source]) -> Result<Settings> {
 
 /// The sandbox's settings. Deliberately not by precedence: a repository layer (which the agent
 /// can write) can turn the sandbox on, hide more and take the network away, never the reverse;
-/// `sandbox_writable` is taken from the user's own layers only.
+/// `sandbox_writable` and `sandbox_env_keep` are taken from the user's own layers only.
 fn merge_sandbox(layers: &[Source]) -> Result<Option<crate::sandbox::Config>> {
+    let config = sandbox_config(layers)?;
+    let on = layers.iter().any(|s| s.layer.sandbox == Some(true))
+        || config.net == crate::sandbox::Net::None;
+    Ok(on.then_some(config))
+}
+
+/// The sandbox's configuration from every layer, whether it is on or not.
+fn sandbox_config(layers: &[Source]) -> Result<crate::sandbox::Config> {
     use crate::sandbox::{Config, Net, parse_path};
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let home = home.as_deref().filter(|h| !h.as_os_str().is_empty());
@@ -442,24 +473,41 @@ fn merge_sandbox(layers: &[Source]) -> Result<Option<crate::sandbox::Config>> {
                 .hidden
                 .push(parse_path(&s.name, "sandbox_hidden", entry, home)?);
         }
-        let Some(writable) = &s.layer.sandbox_writable else {
-            continue;
-        };
-        if s.from_repo {
-            return Err(Error::user(format!(
-                "{}: `sandbox_writable` is not taken from the repository (the agent can write it)",
-                s.name
-            ))
-            .with_hint("set it in ~/.config/ralph/config.toml"));
+        for (key, set) in [
+            ("sandbox_writable", s.layer.sandbox_writable.is_some()),
+            ("sandbox_env_keep", s.layer.sandbox_env_keep.is_some()),
+        ] {
+            if set && s.from_repo {
+                return Err(Error::user(format!(
+                    "{}: `{key}` is not taken from the repository (the agent can write it)",
+                    s.name
+                ))
+                .with_hint("set it in ~/.config/ralph/config.toml"));
+            }
         }
-        for entry in writable {
+        for entry in s.layer.sandbox_writable.iter().flatten() {
             config
                 .writable
                 .push(parse_path(&s.name, "sandbox_writable", entry, home)?);
         }
+        for name in s.layer.sandbox_env_keep.iter().flatten() {
+            config.env_keep.push(env_name(&s.name, name)?);
+        }
     }
-    let on = layers.iter().any(|s| s.layer.sandbox == Some(true)) || config.net == Net::None;
-    Ok(on.then_some(config))
+    Ok(config)
+}
+
+/// A `sandbox_env_keep` entry: a variable's name.
+fn env_name(source: &str, name: &str) -> Result<String> {
+    let ok = !name.is_empty() && !name.contains(['=', '\0']) && !name.contains(char::is_whitespace);
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(Error::user(format!(
+            "{source}: `sandbox_env_keep` entry `{name}` is not a variable's name"
+        ))
+        .with_hint("write names like `SSH_AUTH_SOCK`"))
+    }
 }
 
 impl Settings {
@@ -740,7 +788,7 @@ mod tests {
             verdict_command: Some("bin/verdict".into()),
             ..Default::default()
         };
-        s.keep_pinned(&pinned, &Layer::default());
+        s.keep_pinned(&pinned, &[]).unwrap();
         assert_eq!(s.agent, AgentChoice::Template("my-agent {prompt}".into()));
         assert_eq!(s.test_command.as_deref(), Some("make test"));
         assert!(s.test_command_from_repo && s.verdict_command_from_repo);
@@ -751,8 +799,75 @@ mod tests {
             ..Layer::default()
         };
         s.test_command = Some("cargo test".into());
-        s.keep_pinned(&pinned, &now);
+        s.keep_pinned(&pinned, &[src("flags", now)]).unwrap();
         assert_eq!(s.test_command.as_deref(), Some("cargo test"));
         assert!(!s.test_command_from_repo);
+    }
+
+    #[test]
+    fn a_resume_keeps_the_runs_sandbox_and_can_only_tighten_it() {
+        use crate::sandbox::Net;
+        let pinned = |net| crate::state::Pinned {
+            sandbox: Some(crate::sandbox::Pinned { net }),
+            ..Default::default()
+        };
+        let user = |text: &str| src("u", Layer::parse_toml(Path::new("u"), text).unwrap());
+        // Recorded with the sandbox, resumed without a word of it: still sandboxed, with the
+        // user's hidden paths and its network.
+        let layers = [user("sandbox_hidden = [\"/srv/keys\"]")];
+        let mut s = merge(&layers).unwrap();
+        assert!(s.sandbox.is_none());
+        s.keep_pinned(&pinned(Net::None), &layers).unwrap();
+        let c = s.sandbox.clone().unwrap();
+        assert_eq!(c.net, Net::None);
+        assert_eq!(c.hidden, vec![PathBuf::from("/srv/keys")]);
+        assert_eq!(
+            s.pinned().sandbox,
+            Some(crate::sandbox::Pinned { net: Net::None })
+        );
+        // Taking the network away on resume is allowed; giving it back is not.
+        let flags = [src(
+            "flags",
+            Layer {
+                sandbox_net: Some(Net::None),
+                ..Layer::default()
+            },
+        )];
+        let mut s = merge(&flags).unwrap();
+        s.keep_pinned(&pinned(Net::Host), &flags).unwrap();
+        assert_eq!(s.sandbox.unwrap().net, Net::None);
+        // A run recorded without the sandbox resumes as today's settings say.
+        let mut s = merge(&[]).unwrap();
+        s.keep_pinned(&crate::state::Pinned::default(), &[])
+            .unwrap();
+        assert!(s.sandbox.is_none());
+    }
+
+    #[test]
+    fn sandbox_env_keep_is_the_users_and_holds_names() {
+        let repo = Source {
+            name: ".ralph/config.toml".into(),
+            layer: Layer::parse_toml(Path::new("c"), "sandbox_env_keep = [\"SSH_AUTH_SOCK\"]")
+                .unwrap(),
+            from_repo: true,
+        };
+        let e = merge(&[repo]).unwrap_err().to_string();
+        assert!(
+            e.contains(".ralph/config.toml") && e.contains("sandbox_env_keep"),
+            "{e}"
+        );
+        let user = |t: &str| src("u.toml", Layer::parse_toml(Path::new("u"), t).unwrap());
+        let s = merge(&[user(
+            "sandbox = true\nsandbox_env_keep = [\"SSH_AUTH_SOCK\"]",
+        )])
+        .unwrap();
+        assert_eq!(
+            s.sandbox.unwrap().env_keep,
+            vec!["SSH_AUTH_SOCK".to_string()]
+        );
+        let e = merge(&[user("sandbox = true\nsandbox_env_keep = [\"A=B\"]")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("u.toml") && e.contains("`A=B`"), "{e}");
     }
 }

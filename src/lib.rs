@@ -40,6 +40,9 @@ pub fn main() -> i32 {
     if first.as_deref() == Some(std::ffi::OsStr::new(agent::reaper::GUARD_COMMAND)) {
         return agent::reaper::main(&args.collect::<Vec<_>>());
     }
+    if first.as_deref() == Some(std::ffi::OsStr::new(sandbox::confine::COMMAND)) {
+        return sandbox::confine::main(&args.collect::<Vec<_>>());
+    }
     let cli = Cli::parse();
     ui::init_color(cli.color);
     init_tracing(cli.verbose);

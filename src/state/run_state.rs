@@ -200,6 +200,9 @@ pub struct Pinned {
     pub test_command: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict_command: Option<String>,
+    /// The run's sandbox (`--sandbox`): a resume runs in it too, whatever its flags say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::Pinned>,
 }
 
 /// What is recorded of a work tree's run (SPEC §11): ralph's own record when it has one, and

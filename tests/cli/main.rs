@@ -25,6 +25,7 @@ mod own_files;
 mod real_agents;
 mod run;
 mod sandbox;
+mod sandbox_doors;
 mod status;
 mod supervise;
 mod table;

@@ -19,12 +19,20 @@ fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-fn write_script(path: &Path, text: &str) {
+pub(crate) fn write_script(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// The user's own `~/.config/ralph/config.toml` (where `sandbox_writable` and
+/// `sandbox_env_keep` are taken from).
+pub(crate) fn write_user_config(env: &TestEnv, text: &str) {
+    let dir = env.home.join(".config/ralph");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), text).unwrap();
+}
+
 /// `ralph run --agent-cmd 'sh SCRIPT' --yes ARGS`, bounded.
-fn run_script(
+pub(crate) fn run_script(
     env: &TestEnv,
     script: &Path,
     args: &[&str],
@@ -98,8 +106,13 @@ fn an_agent_in_the_sandbox_cannot_write_outside_or_read_secrets() {
         return;
     }
     let etc_file = format!("/etc/ralph-x-{}", std::process::id());
-    for sandboxed in [true, false] {
+    // (sandboxed, `sandbox_writable = ["~/.claude"]` in the user's config): a custom command
+    // gets no CLI state unless the user names it.
+    for (sandboxed, state_named) in [(true, false), (true, true), (false, false)] {
         let env = escape_env();
+        if state_named {
+            write_user_config(&env, "sandbox_writable = [\"~/.claude\"]\n");
+        }
         let script = escape_script(&env, &etc_file);
         let args: &[&str] = if sandboxed { &["--sandbox"] } else { &[] };
         let out = run_script(&env, &script, args, &[]);
@@ -114,7 +127,7 @@ fn an_agent_in_the_sandbox_cannot_write_outside_or_read_secrets() {
             ("ssh", !sandboxed),
             ("aws", !sandboxed),
             ("tmp", true),
-            ("state", true),
+            ("state", !sandboxed || state_named),
             ("repo", true),
         ]
         .iter()
@@ -123,7 +136,10 @@ fn an_agent_in_the_sandbox_cannot_write_outside_or_read_secrets() {
         assert_eq!(got, want, "sandboxed: {sandboxed}\n{}", stderr(&out));
         assert_eq!(env.home.join("x").exists(), !sandboxed);
         assert_eq!(env.dir().join("sibling/x").exists(), !sandboxed);
-        assert!(env.home.join(".claude/x").exists());
+        assert_eq!(
+            env.home.join(".claude/x").exists(),
+            !sandboxed || state_named
+        );
         assert!(env.read("RALPH_TASK.md").contains("- [x] escape"));
     }
 }
@@ -265,15 +281,22 @@ fn dry_run_prints_the_bwrap_argv_and_no_bwrap_is_refused() {
     std::fs::create_dir_all(env.home.join(".ssh")).unwrap();
     env.write_task(&["a"], "");
     env.commit_all("initial");
-    let out = env.ralph(&[
-        "run",
-        "--dry-run",
-        "--sandbox",
-        "--sandbox-net",
-        "none",
-        "--agent-cmd",
-        "/bin/sh x.sh",
-    ]);
+    // A socket of the host's, and a variable naming an agent's.
+    let sock = env.dir().join("host.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let out = env.ralph_with_limit(
+        &[
+            "run",
+            "--dry-run",
+            "--sandbox",
+            "--sandbox-net",
+            "none",
+            "--agent-cmd",
+            "/bin/sh x.sh",
+        ],
+        &[("SSH_AUTH_SOCK", "/nonexistent/agent.sock")],
+        Duration::from_secs(30),
+    );
     assert_exit(&out, 0);
     let text = stdout(&out);
     let argv = text
@@ -283,15 +306,28 @@ fn dry_run_prints_the_bwrap_argv_and_no_bwrap_is_refused() {
     let repo = env.repo.display();
     let ssh = env.home.join(".ssh");
     for part in [
-        "bwrap --die-with-parent --new-session --unshare-pid --cap-drop ALL --unshare-net --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp ".to_string(),
+        "bwrap --die-with-parent --new-session --unshare-pid --cap-drop ALL --unshare-net --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --tmpfs /run ".to_string(),
         format!("--bind {repo} {repo} "),
         format!("--bind {repo}/.git {repo}/.git "),
         format!("--ro-bind {repo}/.git/config {repo}/.git/config "),
+        format!("--ro-bind {repo}/.git/config.worktree {repo}/.git/config.worktree "),
+        format!("--ro-bind /dev/null {} ", sock.display()),
         format!("--tmpfs {} ", ssh.display()),
-        " -- /bin/sh x.sh".to_string(),
+        " --unsetenv SSH_AUTH_SOCK ".to_string(),
+        " -- /run/ralph/ralph __confine ".to_string(),
     ] {
         assert!(argv.contains(&part), "{part} not in {argv}");
     }
+    // `--scoped` where the kernel has Landlock's scopes.
+    let program = argv
+        .find(" -- /bin/sh x.sh")
+        .unwrap_or_else(|| panic!("{argv}"));
+    assert!(
+        argv.find(" __confine ").is_some_and(|c| c < program),
+        "{argv}"
+    );
+    // A dry run lists what the sandbox would create, and creates nothing.
+    assert!(!env.repo.join(".git/config.worktree").exists());
     // Control: without --sandbox the agent runs as itself.
     let out = env.ralph(&["run", "--dry-run", "--agent-cmd", "/bin/sh x.sh"]);
     assert!(
@@ -407,6 +443,44 @@ fn claude_completes_two_iterations_in_the_sandbox_as_a_normal_user() {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(env.repo.join(".ralph/state.json")).unwrap();
     assert_eq!(meta.uid(), NOBODY);
+}
+
+/// Copilot and Codex in the sandbox against the stand-in server: they work with what they run
+/// later (settings, MCP and hook files, skills, rules) read-only and created empty.
+fn completes_two_iterations_in_the_sandbox(cli: &str) {
+    if crate::real_agents::installed(cli).is_none() || !bwrap_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    env.write_task(&["first box", "second box"], "");
+    env.commit_all("initial");
+    let out = crate::real_agents::with_standin(
+        &env,
+        cli,
+        None,
+        &[],
+        &crate::real_agents::run_args(cli, &["--max-iterations", "4", "--sandbox"]),
+    );
+    assert_exit(&out, 0);
+    let recs = env.iter_records();
+    assert_eq!(
+        recs.len(),
+        2,
+        "{recs:?}\n{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(env.read("RALPH_TASK.md").contains("- [x] second box"));
+}
+
+#[test]
+fn copilot_completes_two_iterations_in_the_sandbox() {
+    completes_two_iterations_in_the_sandbox("copilot");
+}
+
+#[test]
+fn codex_completes_two_iterations_in_the_sandbox() {
+    completes_two_iterations_in_the_sandbox("codex");
 }
 
 /// An agent that says so in the repository when SIGTERM reaches it, then exits.

@@ -121,7 +121,7 @@ fn start(
     // changed in its own (writable) state: no probe then.
     let probe = !dry_run && r.settings.sandbox.is_none();
     let agent = Agent::resolve(&r.settings.agent, probe)?;
-    sandbox(&mut r, &agent, dry_run)?;
+    sandbox(ui, &mut r, &agent, dry_run)?;
     let rollup = resolve_rollup(ui, &r.plan, options)?;
     if dry_run {
         return dry_run::report(ctx, &r, options, rollup, &agent);
@@ -135,7 +135,7 @@ fn start(
 
 /// `--sandbox`: resolve the sandbox for this repository and agent (refusing without a usable
 /// bwrap), and pin ralph's own git commands (SPEC §4).
-fn sandbox(r: &mut Resolved, agent: &Agent, dry_run: bool) -> Result<()> {
+fn sandbox(ui: Ui, r: &mut Resolved, agent: &Agent, dry_run: bool) -> Result<()> {
     let Some(config) = &r.settings.sandbox else {
         return Ok(());
     };
@@ -151,7 +151,15 @@ fn sandbox(r: &mut Resolved, agent: &Agent, dry_run: bool) -> Result<()> {
     };
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let home = home.filter(|h| h.is_absolute());
-    let sandbox = crate::sandbox::Sandbox::new(config, paths, &agent.name, home.as_deref())?;
+    let make = if dry_run {
+        crate::sandbox::Make::DryRun
+    } else {
+        crate::sandbox::Make::Create
+    };
+    let sandbox = crate::sandbox::Sandbox::new(config, paths, &agent.name, home.as_deref(), make)?;
+    if let Some(open) = sandbox.open_here() {
+        ui.warn(&open);
+    }
     r.repo.sandbox_git(&sandbox.repo.common_dir);
     r.settings.sandboxed = Some(std::sync::Arc::new(sandbox));
     Ok(())
@@ -211,7 +219,7 @@ fn resolve(
     if how == Continuation::Resume
         && let Some(pinned) = prior.as_ref().and_then(|p| p.pinned.as_ref())
     {
-        settings.keep_pinned(pinned, &layers[0].layer);
+        settings.keep_pinned(pinned, &layers)?;
     }
     let written_max = layers.iter().skip(1).find_map(|s| s.layer.max_iterations);
     Ok(Resolved {

@@ -1,0 +1,241 @@
+//! The `bwrap` argv: the one place it is built. Later mounts cover earlier ones, so the order is
+//! the design: the read-only root, the private directories, ralph's binary, the writable state,
+//! the pinned repository, the read-only files inside both, the host's sockets, the secrets, the
+//! sockets kept on purpose.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::host::{Host, Layout};
+use super::paths::normal;
+use super::{Net, Sandbox, confine};
+use crate::agent::Invocation;
+
+impl Sandbox {
+    /// `inv` run inside the sandbox: `bwrap FLAGS -- ralph __confine -- program args…`, stdin
+    /// kept, the environment less what the rule drops (`host.rs`). What the host has to cover
+    /// (its sockets, ralph's environment) is looked at now, for this attempt.
+    pub fn wrap(&self, inv: Invocation) -> Invocation {
+        let layout = self.layout_now();
+        let host = Host::now(&Layout::from(&layout), &inv.env, &self.env_keep);
+        self.wrap_on(&host, inv)
+    }
+
+    /// A `std::process::Command` for `program ARGS` inside the sandbox (for git hooks).
+    pub fn command(&self, program: &Path, args: &[&std::ffi::OsStr]) -> std::process::Command {
+        let inv = self.wrap(Invocation {
+            program: program.to_string_lossy().into_owned(),
+            args: args.iter().map(|a| a.into()).collect(),
+            stdin: None,
+            env: Vec::new(),
+        });
+        let mut cmd = std::process::Command::new(inv.program);
+        cmd.args(inv.args);
+        cmd
+    }
+
+    fn layout_now(&self) -> OwnedLayout {
+        let n = |v: &[PathBuf]| v.iter().map(|p| normal(p)).collect::<Vec<_>>();
+        OwnedLayout {
+            private: n(&self.private.dirs),
+            bound: n(&[self.writable.as_slice(), &self.pinned].concat()),
+            hidden: n(&self.hidden_dirs),
+        }
+    }
+
+    /// [`Sandbox::wrap`] with the host as `host` found it.
+    fn wrap_on(&self, host: &Host, inv: Invocation) -> Invocation {
+        let mut args: Vec<OsString> = Vec::new();
+        let mut words = |ws: &[&str]| args.extend(ws.iter().map(OsString::from));
+        // A session of its own: no TIOCSTI into ralph's terminal. A pid namespace: the agent
+        // cannot see or signal ralph's processes, and all of it dies with the sandbox.
+        words(&["--die-with-parent", "--new-session", "--unshare-pid"]);
+        // As root, bwrap keeps every capability unless told otherwise (CAP_SYS_ADMIN would undo
+        // the read-only binds).
+        words(&["--cap-drop", "ALL"]);
+        if self.net == Net::None {
+            words(&["--unshare-net"]);
+        }
+        words(&["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]);
+        let confine_at = self.private.confine_at();
+        self.push_private(&mut args, &confine_at);
+        let mut bind = |flag: &str, from: &Path, to: &Path| {
+            args.extend([flag.into(), from.into(), to.into()]);
+        };
+        bind("--ro-bind", &self.own.path, &confine_at);
+        for p in self.writable.iter().chain(&self.pinned) {
+            bind("--bind", p, p);
+        }
+        for p in &self.read_only {
+            bind("--ro-bind", p, p);
+        }
+        let null = Path::new("/dev/null");
+        for p in host.sockets.iter().chain(&self.hidden_files) {
+            bind("--ro-bind", null, p);
+        }
+        for p in &self.hidden_dirs {
+            args.extend(["--tmpfs".into(), p.into()]);
+        }
+        // Last: a kept socket may lie in a private or hidden directory.
+        for p in &host.passed {
+            args.extend(["--bind".into(), p.into(), p.into()]);
+        }
+        for v in &host.unset {
+            args.extend(["--unsetenv".into(), v.clone()]);
+        }
+        args.extend(["--".into(), confine_at.into(), confine::COMMAND.into()]);
+        if self.scoped {
+            args.push(confine::SCOPED.into());
+        }
+        args.extend(["--".into(), inv.program.into()]);
+        args.extend(inv.args);
+        Invocation {
+            program: self.bwrap.to_string_lossy().into_owned(),
+            args,
+            stdin: inv.stdin,
+            env: inv.env,
+        }
+    }
+
+    /// The private directories, the files of theirs bound back and their links made again
+    /// (not one in the way of ralph's binary).
+    fn push_private(&self, args: &mut Vec<OsString>, confine_at: &Path) {
+        for d in &self.private.dirs {
+            args.extend(["--tmpfs".into(), d.into()]);
+        }
+        for f in &self.private.files {
+            args.extend(["--ro-bind".into(), f.into(), f.into()]);
+        }
+        for (target, link) in &self.private.links {
+            if !confine_at.starts_with(link) {
+                args.extend(["--symlink".into(), target.into(), link.into()]);
+            }
+        }
+    }
+}
+
+/// A [`Layout`] of owned, normalised paths.
+struct OwnedLayout {
+    private: Vec<PathBuf>,
+    bound: Vec<PathBuf>,
+    hidden: Vec<PathBuf>,
+}
+
+impl<'a> From<&'a OwnedLayout> for Layout<'a> {
+    fn from(l: &'a OwnedLayout) -> Layout<'a> {
+        Layout {
+            private: &l.private,
+            bound: &l.bound,
+            hidden: &l.hidden,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::host::Private;
+    use super::super::{OwnBinary, RepoPaths};
+    use super::*;
+
+    fn sandbox(net: Net) -> Sandbox {
+        Sandbox {
+            bwrap: "/usr/bin/bwrap".into(),
+            net,
+            private: Private {
+                dirs: vec!["/tmp".into(), "/run".into()],
+                files: vec!["/run/resolve/resolv.conf".into()],
+                links: vec![("/dev/shm".into(), "/run/shm".into())],
+            },
+            own: OwnBinary {
+                path: "/usr/bin/ralph".into(),
+                _copy: None,
+            },
+            writable: vec!["/h/.claude".into()],
+            pinned: vec!["/r".into(), "/r/.git".into()],
+            read_only: vec!["/r/.git/config".into(), "/h/.claude/settings.json".into()],
+            hidden_dirs: vec!["/h/.ssh".into()],
+            hidden_files: vec!["/h/.netrc".into()],
+            env_keep: Vec::new(),
+            scoped: true,
+            repo: RepoPaths {
+                work_tree: "/r".into(),
+                git_dir: "/r/.git".into(),
+                common_dir: "/r/.git".into(),
+            },
+        }
+    }
+
+    fn inv() -> Invocation {
+        Invocation {
+            program: "claude".into(),
+            args: vec!["-p".into(), "hi there".into()],
+            stdin: Some(b"x".to_vec()),
+            env: vec![("A".into(), "1".into())],
+        }
+    }
+
+    fn host() -> Host {
+        Host {
+            sockets: vec!["/r/agent.sock".into(), "/var/lib/docker.sock".into()],
+            unset: vec!["DISPLAY".into()],
+            passed: vec!["/run/user/1/ssh.sock".into()],
+        }
+    }
+
+    #[test]
+    fn wrap_puts_bwrap_and_the_confinement_in_front_and_keeps_stdin_and_env() {
+        let w = sandbox(Net::Host).wrap_on(&host(), inv());
+        assert_eq!(w.program, "/usr/bin/bwrap");
+        assert_eq!(w.stdin.as_deref(), Some(&b"x"[..]));
+        assert_eq!(w.env, inv().env);
+        let argv: Vec<String> = w.args.iter().map(|a| a.to_string_lossy().into()).collect();
+        let line = argv.join(" ");
+        assert!(
+            line.starts_with(
+                "--die-with-parent --new-session --unshare-pid --cap-drop ALL --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --tmpfs /run --ro-bind /run/resolve/resolv.conf /run/resolve/resolv.conf --symlink /dev/shm /run/shm --ro-bind /usr/bin/ralph /run/ralph/ralph "
+            ),
+            "{line}"
+        );
+        assert!(
+            line.ends_with(" -- /run/ralph/ralph __confine --scoped -- claude -p hi there"),
+            "{line}"
+        );
+        assert!(!line.contains("--unshare-net"), "{line}");
+        // Order: state, the pinned repository, read-only files in both, sockets, secrets.
+        let at = |w: &str| line.find(w).unwrap_or_else(|| panic!("{w} in {line}"));
+        assert!(at("--bind /h/.claude /h/.claude") < at("--bind /r /r"));
+        assert!(at("--bind /r/.git /r/.git") < at("--ro-bind /r/.git/config /r/.git/config"));
+        assert!(at("--bind /h/.claude ") < at("--ro-bind /h/.claude/settings.json"));
+        assert!(at("--bind /r /r") < at("--ro-bind /dev/null /r/agent.sock"));
+        assert!(at("--ro-bind /dev/null /var/lib/docker.sock") < at("--tmpfs /h/.ssh"));
+        assert!(at("--ro-bind /dev/null /h/.netrc") > at("--bind /r /r"));
+        assert!(at("--tmpfs /h/.ssh") < at("--bind /run/user/1/ssh.sock /run/user/1/ssh.sock"));
+        assert!(line.contains(" --unsetenv DISPLAY -- "), "{line}");
+        assert_eq!(argv.iter().filter(|a| *a == "--").count(), 2);
+    }
+
+    #[test]
+    fn without_the_scopes_the_confinement_does_what_it_can() {
+        let mut s = sandbox(Net::Host);
+        s.scoped = false;
+        let w = s.wrap_on(&Host::default(), inv());
+        let line: Vec<String> = w.args.iter().map(|a| a.to_string_lossy().into()).collect();
+        assert!(line.join(" ").ends_with(" __confine -- claude -p hi there"));
+    }
+
+    #[test]
+    fn no_network_unshares_it() {
+        let w = sandbox(Net::None).wrap_on(&Host::default(), inv());
+        assert!(w.args.iter().any(|a| a == "--unshare-net"));
+    }
+
+    #[test]
+    fn a_run_link_in_the_way_of_ralphs_binary_is_not_made() {
+        let mut s = sandbox(Net::Host);
+        s.private
+            .links
+            .push(("/elsewhere".into(), "/run/ralph".into()));
+        let w = s.wrap_on(&Host::default(), inv());
+        assert!(!w.args.iter().any(|a| a == "/elsewhere"));
+    }
+}

@@ -1,0 +1,333 @@
+//! `--sandbox` (SPEC §4): every agent attempt, and everything ralph runs on the repository's say,
+//! under bubblewrap — the file system read-only but for the repository, a private `/tmp`, `/run`
+//! and `/dev/shm`, and the agent CLI's own state (what that CLI later runs read-only); the user's
+//! secrets hidden; no host sockets; the repository's git configuration pinned. The rule: nothing
+//! the agent can write is later read, followed or run by ralph outside the sandbox.
+//!
+//! One file per room: [`argv`] builds the `bwrap` argv ([`Sandbox::wrap`], the one place),
+//! [`host`] covers the host's sockets and environment, [`cli_state`] holds each CLI's files,
+//! [`repo`] the repository's binds, [`confine`] the Landlock step inside. What is closed and
+//! what is not is written down in ARCHITECTURE.md ("The sandbox").
+
+mod argv;
+mod cli_state;
+pub mod confine;
+mod host;
+mod paths;
+mod repo;
+
+pub use paths::Make;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// The Debian/Ubuntu/Fedora/Arch package that ships `bwrap`.
+pub const PACKAGE: &str = "bubblewrap";
+
+/// The network inside the sandbox.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Deserialize,
+    serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Net {
+    /// The host's network (the agent needs its model API).
+    #[default]
+    Host,
+    /// No network at all (`--unshare-net`): only loopback, and nothing listens there.
+    None,
+}
+
+/// The merged configuration of the sandbox (SPEC §10): present when it is on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Config {
+    pub net: Net,
+    /// `sandbox_writable`: absolute paths (with `~` expanded), from the user's own layers only.
+    pub writable: Vec<PathBuf>,
+    /// `sandbox_hidden`: absolute paths hidden besides the built-in secrets.
+    pub hidden: Vec<PathBuf>,
+    /// `sandbox_env_keep`: variables the agent keeps although the rule drops them (the user's
+    /// own layers only).
+    pub env_keep: Vec<String>,
+}
+
+/// The sandbox as `state.json` records it for a resume (SPEC §2.3): on, with this network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Pinned {
+    pub net: Net,
+}
+
+/// Hidden whatever the configuration says, when they exist (relative to `$HOME`).
+const SECRETS: &[&str] = &[".ssh", ".aws", ".gnupg", ".config/gcloud", ".netrc"];
+
+/// The repository as the sandbox sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoPaths {
+    pub work_tree: PathBuf,
+    /// The git directory (`.git`, or `<common>/worktrees/<name>` for a linked worktree).
+    pub git_dir: PathBuf,
+    /// The common git directory (the same as `git_dir` but for linked worktrees).
+    pub common_dir: PathBuf,
+}
+
+/// A sandbox resolved for one run: every path it binds, checked to exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    bwrap: PathBuf,
+    net: Net,
+    /// `/tmp`, `/run`, `/var/run` replaced, and what of them stays.
+    private: host::Private,
+    /// ralph's own binary, for the confinement step inside.
+    own: OwnBinary,
+    /// Bound writable onto themselves, in this order: the CLI's state and `sandbox_writable`.
+    writable: Vec<PathBuf>,
+    /// Bound writable onto themselves after the state: the work tree, `.ralph`, the git
+    /// directories (see `repo.rs`).
+    pinned: Vec<PathBuf>,
+    /// Bound read-only: the git configuration in the agent's reach, `.git` files, `commondir`,
+    /// `.ralph/config.toml`, and what the CLIs run or obey that lies in their writable state.
+    read_only: Vec<PathBuf>,
+    /// Directories hidden under an empty tmpfs.
+    hidden_dirs: Vec<PathBuf>,
+    /// Files hidden under `/dev/null`.
+    hidden_files: Vec<PathBuf>,
+    /// Variables kept although the rule drops them.
+    env_keep: Vec<String>,
+    /// The kernel has Landlock's scopes (abstract sockets, signals).
+    scoped: bool,
+    /// The repository, for ralph's own git commands.
+    pub repo: RepoPaths,
+}
+
+impl Sandbox {
+    /// Resolve the sandbox for `agent` (a preset name, or `custom`) on `repo`. Creates (unless
+    /// `make` is a dry run) the preset's missing state directory (mode 0700), and, empty, what a
+    /// CLI or git would run or read that does not exist yet where the agent could write it.
+    pub fn new(
+        config: &Config,
+        repo: RepoPaths,
+        agent: &str,
+        home: Option<&Path>,
+        make: Make,
+    ) -> Result<Self> {
+        if !cfg!(target_os = "linux") {
+            return Err(Error::user(
+                "--sandbox needs Linux (bubblewrap); it is not available on this platform",
+            )
+            .with_hint(
+                "run without --sandbox (or `sandbox = true` in the configuration), or on Linux",
+            ));
+        }
+        let bwrap = find_bwrap()?;
+        probe(&bwrap)?;
+        let mut writable = match home {
+            Some(h) => cli_state::writable_state(h, agent, make)?,
+            None => Vec::new(),
+        };
+        writable.extend(config.writable.iter().filter(|p| p.exists()).cloned());
+        let binds = repo::repo_binds(&repo, &writable, make)?;
+        let mut read_only = binds.read_only;
+        if let Some(h) = home {
+            read_only.extend(cli_state::run_files(h, &writable, make)?);
+        }
+        let mut hidden: Vec<PathBuf> = home
+            .map(|h| SECRETS.iter().map(|s| h.join(s)).collect())
+            .unwrap_or_default();
+        hidden.extend(config.hidden.iter().cloned());
+        let (hidden_dirs, hidden_files) = split_hidden(hidden);
+        let reach: Vec<PathBuf> = writable.iter().chain(&binds.pinned).cloned().collect();
+        Ok(Sandbox {
+            bwrap,
+            net: config.net,
+            private: host::Private::of_host(),
+            own: OwnBinary::resolve(&reach)?,
+            writable,
+            pinned: binds.pinned,
+            read_only,
+            hidden_dirs,
+            hidden_files,
+            env_keep: config.env_keep.clone(),
+            scoped: confine::supported(),
+            repo,
+        })
+    }
+
+    /// What stays open on this machine that the sandbox would close elsewhere, to say once.
+    pub fn open_here(&self) -> Option<String> {
+        (!self.scoped && self.net == Net::Host).then(|| {
+            "--sandbox: this kernel's Landlock has no scopes (Linux 6.12 or later has them): the host's abstract UNIX sockets (X11, some D-Bus buses) stay reachable from the sandbox; `--sandbox-net none` closes them".to_string()
+        })
+    }
+}
+
+/// ralph's own binary as the sandbox binds it. Where the agent could write the installed one
+/// (ralph built in the repository it works on), a copy of the running binary, in a private
+/// directory that lives as long as the run.
+#[derive(Debug, Clone)]
+struct OwnBinary {
+    path: PathBuf,
+    _copy: Option<Arc<tempfile::TempDir>>,
+}
+
+impl PartialEq for OwnBinary {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path
+    }
+}
+
+impl Eq for OwnBinary {}
+
+impl OwnBinary {
+    fn resolve(reach: &[PathBuf]) -> Result<OwnBinary> {
+        let reach: Vec<PathBuf> = reach.iter().map(|p| paths::normal(p)).collect();
+        if let Ok(exe) = std::env::current_exe().map(|e| paths::normal(&e))
+            && exe.is_file()
+            && !paths::within(&exe, &reach)
+        {
+            return Ok(OwnBinary {
+                path: exe,
+                _copy: None,
+            });
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("ralph-sandbox-")
+            .tempdir()
+            .map_err(|e| Error::io("failed to make a directory for ralph's own binary", e))?;
+        let path = dir.path().join("ralph");
+        std::fs::copy("/proc/self/exe", &path)
+            .map_err(|e| Error::file("copy ralph's own binary to", &path, e))?;
+        Ok(OwnBinary {
+            path,
+            _copy: Some(Arc::new(dir)),
+        })
+    }
+}
+
+/// `bwrap` on PATH, or an error naming the package.
+fn find_bwrap() -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("bwrap"))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .ok_or_else(|| {
+            Error::user("--sandbox needs bubblewrap, and `bwrap` is not on PATH")
+                .with_hint(install_hint())
+        })
+}
+
+fn install_hint() -> String {
+    format!(
+        "install the `{PACKAGE}` package (e.g. `apt-get install {PACKAGE}`), or run without --sandbox"
+    )
+}
+
+/// A trial run (`bwrap --ro-bind / / true`): namespaces may be denied (a container without
+/// user namespaces, an AppArmor rule).
+fn probe(bwrap: &Path) -> Result<()> {
+    let mut cmd = std::process::Command::new(bwrap);
+    cmd.args(["--ro-bind", "/", "/", "--cap-drop", "ALL", "true"]);
+    let brief = crate::brief::run(&mut cmd, std::time::Duration::from_secs(10))
+        .map_err(|e| Error::io(format!("failed to run `{}`", bwrap.display()), e))?;
+    match brief.status {
+        Some(s) if s.success() => Ok(()),
+        _ => Err(Error::user(format!(
+            "--sandbox: `{} --ro-bind / / true` failed: {}",
+            bwrap.display(),
+            brief.output.trim()
+        ))
+        .with_hint(format!(
+            "bubblewrap needs user namespaces (sysctl kernel.unprivileged_userns_clone=1, or a container allowing them); {}",
+            install_hint()
+        ))),
+    }
+}
+
+/// Hidden paths that exist, directories apart from files.
+fn split_hidden(paths: Vec<PathBuf>) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut dirs = Vec::new();
+    let mut files = Vec::new();
+    for p in paths {
+        match std::fs::metadata(&p) {
+            Ok(m) if m.is_dir() => dirs.push(p),
+            Ok(_) => files.push(p),
+            Err(_) => {}
+        }
+    }
+    (dirs, files)
+}
+
+/// A `sandbox_writable` / `sandbox_hidden` entry: absolute, or `~/…` under `home`.
+pub fn parse_path(source: &str, key: &str, entry: &str, home: Option<&Path>) -> Result<PathBuf> {
+    let bad = |why: &str| {
+        Error::user(format!("{source}: `{key}` entry `{entry}` {why}"))
+            .with_hint("write absolute paths, or paths under your home as `~/…`")
+    };
+    let path = match (entry.strip_prefix("~/"), entry == "~") {
+        (_, true) => home
+            .ok_or_else(|| bad("needs $HOME, which is not set"))?
+            .to_path_buf(),
+        (Some(rest), _) => home
+            .ok_or_else(|| bad("needs $HOME, which is not set"))?
+            .join(rest),
+        (None, _) => PathBuf::from(entry),
+    };
+    if entry.trim().is_empty() {
+        return Err(bad("is empty"));
+    }
+    if !path.is_absolute() {
+        return Err(bad("is not an absolute path"));
+    }
+    if path
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
+        return Err(bad("contains `..`"));
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ralphs_binary_in_the_agents_reach_is_a_private_copy() {
+        let exe = paths::normal(&std::env::current_exe().unwrap());
+        let own = OwnBinary::resolve(&[]).unwrap();
+        assert_eq!(own.path, exe);
+        let dir = exe.parent().unwrap().to_path_buf();
+        let own = OwnBinary::resolve(&[dir]).unwrap();
+        assert_ne!(own.path, exe);
+        let len = |p: &Path| std::fs::metadata(p).unwrap().len();
+        assert_eq!(len(&own.path), len(&exe));
+        let copy = own.path.clone();
+        drop(own);
+        assert!(!copy.exists(), "the copy lives as long as the sandbox");
+    }
+
+    #[test]
+    fn config_paths_are_absolute_or_under_home() {
+        let home = Path::new("/home/u");
+        let ok = |e: &str| parse_path("c.toml", "sandbox_hidden", e, Some(home)).unwrap();
+        assert_eq!(ok("~/.kube"), PathBuf::from("/home/u/.kube"));
+        assert_eq!(ok("/srv/keys"), PathBuf::from("/srv/keys"));
+        for bad in ["", "keys", "~user/x", "/a/../b"] {
+            let e = parse_path("c.toml", "sandbox_hidden", bad, Some(home))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("c.toml") && e.contains("sandbox_hidden"), "{e}");
+        }
+    }
+}

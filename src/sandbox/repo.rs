@@ -1,0 +1,323 @@
+//! The repository in the sandbox: its directories pinned onto themselves (writable, but not to be
+//! moved aside), and every file git reads configuration from for it read-only wherever the agent
+//! could write it — ralph's own git commands read them outside.
+
+use std::path::{Path, PathBuf};
+
+use super::RepoPaths;
+use super::paths::{Make, normal, pinnable, within};
+use crate::error::{Error, Result};
+
+/// The repository's binds.
+#[derive(Debug, Default)]
+pub(super) struct RepoBinds {
+    /// Bound writable onto themselves: the work tree, `.ralph`, the git directories.
+    pub pinned: Vec<PathBuf>,
+    /// Bound read-only: git's configuration files in the agent's reach, `.git` files,
+    /// `commondir`, `gitdir`, `.ralph/config.toml`.
+    pub read_only: Vec<PathBuf>,
+}
+
+/// The binds for `repo`, where `writable` are the other places the agent can write (the CLI's
+/// state, `sandbox_writable`). A configuration file git would read that does not exist yet, in a
+/// place the agent can write (a `config.worktree`, a missing include target), is created empty
+/// first: else the agent could plant it.
+pub(super) fn repo_binds(repo: &RepoPaths, writable: &[PathBuf], make: Make) -> Result<RepoBinds> {
+    check_commondir(repo)?;
+    let pinned = pinned_dirs(repo);
+    let mut read_only = vec![
+        repo.git_dir.join("commondir"),
+        repo.git_dir.join("gitdir"),
+        repo.work_tree.join(".git"),
+        repo.work_tree.join(".ralph/config.toml"),
+    ];
+    read_only.retain(|p| p.is_file());
+    let reach: Vec<PathBuf> = pinned.iter().chain(writable).map(|p| normal(p)).collect();
+    for file in config_files(repo)? {
+        pinnable(&file, &reach)?;
+        let file = normal(&file);
+        if within(&file, &reach) {
+            make.file(&file, b"")?;
+            read_only.push(file);
+        }
+    }
+    read_only.sort();
+    read_only.dedup();
+    Ok(RepoBinds { pinned, read_only })
+}
+
+/// The directories bound onto themselves. A mount point cannot be renamed or removed, so the
+/// agent cannot put another `.git` or `.ralph` in their place; every directory on the way to the
+/// git directory is one, since a directory merely containing a mount can be moved.
+fn pinned_dirs(repo: &RepoPaths) -> Vec<PathBuf> {
+    let mut pinned = vec![repo.work_tree.clone()];
+    let ralph = repo.work_tree.join(".ralph");
+    if ralph.is_dir() {
+        pinned.push(ralph);
+    }
+    if repo.common_dir != repo.git_dir {
+        pinned.push(repo.common_dir.clone());
+        if let Some(worktrees) = repo.git_dir.parent() {
+            pinned.push(worktrees.to_path_buf());
+        }
+    }
+    pinned.push(repo.git_dir.clone());
+    pinned
+}
+
+/// Every file git reads configuration from for this repository, or would read once it exists:
+/// the repository's own (`config`, both `config.worktree`s), the user's global ones, the files
+/// `git config --list --show-origin` names, and every `include.path` / `includeIf.*.path`
+/// target at any level, whatever its condition (the agent can switch branches or directories).
+fn config_files(repo: &RepoPaths) -> Result<Vec<PathBuf>> {
+    let mut files = vec![
+        repo.git_dir.join("config"),
+        repo.git_dir.join("config.worktree"),
+        repo.common_dir.join("config"),
+        repo.common_dir.join("config.worktree"),
+    ];
+    files.extend(global_files());
+    let listed = git_config_list(repo)?;
+    for entry in parse_list(&listed) {
+        let Some(origin) = entry
+            .origin
+            .map(|o| absolute(&repo.work_tree, Path::new(o)))
+        else {
+            continue;
+        };
+        if is_include(entry.key)
+            && let Some(value) = entry.value
+            && let Some(target) = include_target(&origin, value)
+        {
+            files.push(target);
+        }
+        files.push(origin);
+    }
+    Ok(files)
+}
+
+/// The user's global configuration files, as git finds them (`GIT_CONFIG_GLOBAL` wins).
+fn global_files() -> Vec<PathBuf> {
+    if let Some(g) = std::env::var_os("GIT_CONFIG_GLOBAL").filter(|g| !g.is_empty()) {
+        return vec![PathBuf::from(g)];
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|x| !x.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".config")));
+    let mut out: Vec<PathBuf> = home.iter().map(|h| h.join(".gitconfig")).collect();
+    out.extend(xdg.map(|x| x.join("git/config")));
+    out.retain(|p| p.is_absolute());
+    out
+}
+
+/// `git config --list --show-origin -z` on the repository, as ralph's git sees it.
+fn git_config_list(repo: &RepoPaths) -> Result<Vec<u8>> {
+    let mut cmd = std::process::Command::new("git");
+    cmd.arg("--git-dir")
+        .arg(&repo.git_dir)
+        .arg("--work-tree")
+        .arg(&repo.work_tree)
+        .args(["config", "--list", "--show-origin", "-z"])
+        .env("GIT_COMMON_DIR", &repo.common_dir)
+        .current_dir(&repo.work_tree)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let out = cmd
+        .output()
+        .map_err(|e| Error::io("failed to run `git config --list`", e))?;
+    if !out.status.success() {
+        return Err(Error::user(format!(
+            "--sandbox: `git config --list --show-origin` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(out.stdout)
+}
+
+/// One entry of `git config --list --show-origin -z`.
+#[derive(Debug, PartialEq, Eq)]
+struct Entry<'a> {
+    /// The file it came from (`file:` origins only).
+    origin: Option<&'a str>,
+    key: &'a str,
+    value: Option<&'a str>,
+}
+
+/// `origin NUL key [LF value] NUL`, repeated.
+fn parse_list(bytes: &[u8]) -> Vec<Entry<'_>> {
+    let text = std::str::from_utf8(bytes).unwrap_or_default();
+    let mut fields = text.split('\0');
+    let mut out = Vec::new();
+    while let (Some(origin), Some(item)) = (fields.next(), fields.next()) {
+        let (key, value) = match item.split_once('\n') {
+            Some((k, v)) => (k, Some(v)),
+            None => (item, None),
+        };
+        out.push(Entry {
+            origin: origin.strip_prefix("file:"),
+            key,
+            value,
+        });
+    }
+    out
+}
+
+fn is_include(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path"))
+}
+
+/// An include's target as git resolves it: `~/` under `$HOME`, a relative path beside the file
+/// that includes it.
+fn include_target(including: &Path, value: &str) -> Option<PathBuf> {
+    if value.is_empty() || value.starts_with("%(prefix)") {
+        return None;
+    }
+    if let Some(rest) = value.strip_prefix("~/") {
+        return std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest));
+    }
+    Some(absolute(including.parent()?, Path::new(value)))
+}
+
+fn absolute(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+/// A git directory with a `commondir` file must be a linked worktree's (`<common>/worktrees/
+/// <name>`, pointing back at `<common>`): an agent could have written one into `.git` to hand
+/// ralph's own git commands a configuration of its own.
+pub(super) fn check_commondir(repo: &RepoPaths) -> Result<()> {
+    let file = repo.git_dir.join("commondir");
+    if !file.exists() {
+        return Ok(());
+    }
+    let expected = repo.git_dir.parent().and_then(Path::parent);
+    let text = std::fs::read_to_string(&file).map_err(|e| Error::file("read", &file, e))?;
+    let target = repo.git_dir.join(text.trim());
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    match expected {
+        Some(e) if same(&target, e) && same(e, &repo.common_dir) => Ok(()),
+        _ => Err(Error::user(format!(
+            "{}: points the git directory at `{}`, which is not the repository's own: refusing to run ralph's git commands on it under --sandbox",
+            file.display(),
+            target.display()
+        ))
+        .with_hint("remove that file if you did not put it there (an agent may have)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_parses_into_origins_keys_and_values() {
+        let raw = b"file:/h/.gitconfig\0user.name\nA B\0file:.git/config\0include.path\nx.inc\0command line:\0core.bare\0";
+        let got = parse_list(raw);
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0].origin, Some("/h/.gitconfig"));
+        assert_eq!(got[0].value, Some("A B"));
+        assert_eq!(got[1].key, "include.path");
+        assert_eq!(got[2].origin, None);
+        assert_eq!(got[2].value, None);
+        assert!(is_include("includeIf.onbranch:main.path"));
+        assert!(is_include("include.path"));
+        assert!(!is_include("include.other"));
+    }
+
+    #[test]
+    fn include_targets_resolve_beside_the_including_file() {
+        let inc = |v: &str| include_target(Path::new("/r/.git/config"), v);
+        assert_eq!(
+            inc("extra.config"),
+            Some(PathBuf::from("/r/.git/extra.config"))
+        );
+        assert_eq!(inc("../x.inc"), Some(PathBuf::from("/r/.git/../x.inc")));
+        assert_eq!(inc("/etc/x"), Some(PathBuf::from("/etc/x")));
+        assert_eq!(inc(""), None);
+    }
+
+    fn init(dir: &Path) -> RepoPaths {
+        let ok = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .arg(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok);
+        RepoPaths {
+            work_tree: dir.to_path_buf(),
+            git_dir: dir.join(".git"),
+            common_dir: dir.join(".git"),
+        }
+    }
+
+    #[test]
+    fn config_files_in_reach_are_read_only_and_missing_ones_created_empty() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = init(d.path());
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .current_dir(d.path())
+                .args(args)
+                .status()
+                .unwrap()
+        };
+        git(&["config", "include.path", "planted.config"]);
+        git(&[
+            "config",
+            "includeIf.onbranch:nowhere.path",
+            "../inc/other.config",
+        ]);
+        git(&[
+            "config",
+            "--add",
+            "include.path",
+            "/nonexistent-ralph-test/x.config",
+        ]);
+        let b = repo_binds(&repo, &[], Make::Create).unwrap();
+        let git_dir = d.path().join(".git");
+        for f in [
+            git_dir.join("config"),
+            git_dir.join("config.worktree"),
+            git_dir.join("planted.config"),
+            d.path().join("inc/other.config"),
+        ] {
+            assert!(b.read_only.contains(&f), "{f:?} in {:?}", b.read_only);
+            assert!(f.is_file(), "{f:?} exists");
+        }
+        // Outside the agent's reach: left alone.
+        assert!(!Path::new("/nonexistent-ralph-test").exists());
+        assert!(
+            b.read_only
+                .iter()
+                .all(|p| !p.starts_with("/nonexistent-ralph-test"))
+        );
+    }
+
+    #[test]
+    fn a_commondir_in_a_main_git_dir_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let git = d.path().join(".git");
+        std::fs::create_dir_all(&git).unwrap();
+        let repo = RepoPaths {
+            work_tree: d.path().into(),
+            git_dir: git.clone(),
+            common_dir: git.clone(),
+        };
+        assert!(check_commondir(&repo).is_ok());
+        std::fs::create_dir_all(d.path().join("evil")).unwrap();
+        std::fs::write(git.join("commondir"), "../evil\n").unwrap();
+        let e = check_commondir(&repo).unwrap_err().to_string();
+        assert!(e.contains("commondir"), "{e}");
+    }
+}
