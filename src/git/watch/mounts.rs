@@ -70,6 +70,18 @@ impl Mounts {
         })
     }
 
+    /// Whether the kernel says the table changed since the last look (a poll that does not
+    /// wait).
+    pub fn signalled(&self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLPRI)];
+        poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+            && fds[0]
+                .revents()
+                .is_some_and(|r| r.intersects(PollFlags::POLLPRI | PollFlags::POLLERR))
+    }
+
     /// The kernel said the table changed: whether a mount that matters did (an unreadable
     /// table counts as one).
     pub fn changed(&mut self) -> bool {

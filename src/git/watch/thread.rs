@@ -191,12 +191,10 @@ pub(super) fn run(
         if stopped {
             return;
         }
-        // The mount table first: a mount made before a barrier is known before the barrier
-        // is answered.
-        if mounted && mounts.as_mut().is_some_and(Mounts::changed) {
-            lock(shared).lose("a file system was mounted or unmounted in the work tree");
+        if mounted {
+            check_mounts(&mut mounts, shared);
         }
-        if events && let Err(e) = drain(&mut inotify, &mut tree, &mut buf, shared) {
+        if events && let Err(e) = drain(&mut inotify, &mut tree, &mut mounts, &mut buf, shared) {
             return die(
                 shared,
                 &format!("the watcher could not read its events ({e})"),
@@ -238,10 +236,19 @@ fn wait(
     ))
 }
 
-/// Read and handle every event queued now.
+/// A mount that matters makes events lost.
+fn check_mounts(mounts: &mut Option<Mounts>, shared: &Shared) {
+    if mounts.as_mut().is_some_and(Mounts::changed) {
+        lock(shared).lose("a file system was mounted or unmounted in the work tree");
+    }
+}
+
+/// Read and handle every event queued now. Before each batch, the mount table: a mount made
+/// before a barrier is known before the barrier is answered, however long the events flow.
 fn drain(
     inotify: &mut Inotify,
     tree: &mut Tree,
+    mounts: &mut Option<Mounts>,
     buf: &mut [u8],
     shared: &Shared,
 ) -> std::io::Result<()> {
@@ -252,6 +259,9 @@ fn drain(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
+        if mounts.as_ref().is_some_and(Mounts::signalled) {
+            check_mounts(mounts, shared);
+        }
         let owned: Vec<(WatchDescriptor, EventMask, Option<OsString>)> = events
             .map(|e| (e.wd, e.mask, e.name.map(OsStr::to_os_string)))
             .collect();
