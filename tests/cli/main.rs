@@ -28,4 +28,5 @@ mod supervise;
 mod table;
 mod verdict;
 mod watch;
+mod watcher_faults;
 mod worktrees;
