@@ -144,13 +144,16 @@ impl Watch {
         j.pending.insert(name.clone().into());
         drop(j);
         let file = self.ralph_dir.join(&name);
-        if crate::files::write_own(&file, b"").is_err() {
+        // `.ralph` made a real directory again if the agent removed it or put a symlink in its
+        // place: a barrier written elsewhere would never come back.
+        let made = crate::files::own_dir(&self.ralph_dir)
+            .and_then(|()| crate::files::write_own(&file, b""));
+        if made.is_err() {
             let mut j = self.journal();
             j.pending.remove(std::ffi::OsStr::new(&name));
             j.everything();
             return;
         }
-        let _ = std::fs::remove_file(&file);
         let j = self.journal();
         let waited = self.shared.seen.wait_timeout_while(j, BARRIER_WAIT, |j| {
             j.pending.contains(std::ffi::OsStr::new(&name)) && !j.dead
@@ -160,6 +163,10 @@ impl Watch {
             j.pending.remove(std::ffi::OsStr::new(&name));
             j.everything();
         }
+        drop(j);
+        // Removed only now: a `.ralph` made again just before is watched once the thread sees
+        // it appear, and its walk of the new directory finds the barrier there.
+        let _ = std::fs::remove_file(&file);
     }
 
     /// How many paths a token of `since` is answered with now, or `None` when it gets

@@ -351,6 +351,9 @@ fn handle_in(
             j.lose(&why);
         }
         record_tree(tree, j, &path);
+        if path == tree.ralph_dir {
+            barriers_found(tree, watches, j);
+        }
     }
     if dir == tree.ralph_dir && mask.contains(EventMask::CREATE) && j.pending.remove(name) {
         barrier_seen(tree, watches, j);
@@ -374,6 +377,17 @@ fn self_event(tree: &Tree, j: &mut Journal, dir: &Path, mask: EventMask) {
 fn barrier_seen(tree: &mut Tree, watches: &mut Watches, j: &mut Journal) {
     if j.lost.is_some() {
         walk_again(tree, watches, j);
+    }
+}
+
+/// `.ralph` appeared (made again after the agent removed it): barriers written into it before
+/// its watch existed raised no event, but are there.
+fn barriers_found(tree: &mut Tree, watches: &mut Watches, j: &mut Journal) {
+    let before = j.pending.len();
+    let dir = tree.ralph_dir.clone();
+    j.pending.retain(|name| !dir.join(name).exists());
+    if j.pending.len() < before {
+        barrier_seen(tree, watches, j);
     }
 }
 
