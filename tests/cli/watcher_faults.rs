@@ -35,8 +35,8 @@ impl Step {
     }
 }
 
-/// A repository with a task nobody checks and `setup` committed, and its twin (`cp -a`).
-fn scenario(setup: &str) -> (TestEnv, PathBuf) {
+/// A repository with a task nobody checks and `setup` committed.
+fn repo(setup: &str) -> TestEnv {
     let env = TestEnv::new();
     env.write_task(&["never checked by the agent"], "");
     let out = env
@@ -51,6 +51,12 @@ fn scenario(setup: &str) -> (TestEnv, PathBuf) {
         String::from_utf8_lossy(&out.stderr)
     );
     env.commit_all("initial");
+    env
+}
+
+/// [`repo`], and its twin (`cp -a`).
+fn scenario(setup: &str) -> (TestEnv, PathBuf) {
+    let env = repo(setup);
     let twin = make_twin(&env);
     (env, twin)
 }
@@ -97,10 +103,10 @@ fn commit_of(env: &TestEnv, k: usize) -> Option<String> {
 /// files aside: the twin has none), and every ITER fingerprint against git's for the tree that
 /// iteration left: the next agent's oracle line, or `last` for the last iteration (`None`
 /// where the test cannot see the tree ralph saw: the last step is then an oracle only).
-fn assert_like_git(env: &TestEnv, twin: &Path, steps: &[Step], out: &Output, last: Option<String>) {
+fn assert_like_git(env: &TestEnv, twin: &Path, steps: &[Step], ran: Ran, last: Option<String>) {
     let mut problems = String::new();
-    if out.status.code() != Some(3) {
-        problems.push_str(&format!("- ralph exited {:?}, not 3\n", out.status.code()));
+    if ran.code != Some(3) {
+        problems.push_str(&format!("- ralph exited {:?}, not 3\n", ran.code));
     }
     let mut seen: Vec<String> = std::fs::read_to_string(oracle_file(env))
         .unwrap_or_default()
@@ -155,8 +161,23 @@ fn assert_like_git(env: &TestEnv, twin: &Path, steps: &[Step], out: &Output, las
         problems.is_empty(),
         "ralph's run differs from git's:\n{problems}--- activity.log ---\n{}\n--- stderr ---\n{}",
         env.activity(),
-        stderr(out)
+        ran.stderr
     );
+}
+
+/// How a run ended.
+struct Ran {
+    code: Option<i32>,
+    stderr: String,
+}
+
+impl From<Output> for Ran {
+    fn from(out: Output) -> Ran {
+        Ran {
+            code: out.status.code(),
+            stderr: stderr(&out),
+        }
+    }
 }
 
 /// The loss was logged, the tree watched again, and the final walk found nothing.
@@ -252,13 +273,9 @@ fn a_queue_overflow_while_directories_are_created() {
     assert!(wait_until(Duration::from_secs(60), || done.exists()));
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
-    let (code, out, err) = bg.wait(Duration::from_secs(60));
-    let out = Output {
-        status: std::os::unix::process::ExitStatusExt::from_raw(code.unwrap_or(-1) << 8),
-        stdout: out.into_bytes(),
-        stderr: err.into_bytes(),
-    };
-    assert_like_git(&env, &twin, &steps, &out, Some(env.porcelain_cksum()));
+    let (code, _, stderr) = bg.wait(Duration::from_secs(60));
+    let ran = Ran { code, stderr };
+    assert_like_git(&env, &twin, &steps, ran, Some(env.porcelain_cksum()));
     assert_lost_and_rewatched(&env, "the kernel's event queue overflowed");
 }
 
@@ -278,7 +295,7 @@ fn exchange(a: &str, b: &str) -> String {
 #[test]
 fn two_directories_exchanged() {
     let (env, twin) = scenario(
-        "mkdir -p x/deep y/deep && for d in x y; do echo 1 > $d/f; echo 1 > $d/deep/g; done",
+        "mkdir -p x/deep y/deep && for d in x y; do echo $d > $d/f; echo $d > $d/deep/g; done",
     );
     let steps = vec![
         Step::same(&exchange("x", "y")),
@@ -289,10 +306,11 @@ fn two_directories_exchanged() {
         &actions(&env, &steps),
         &["--max-iterations", "3", "--stuck-threshold", "99"],
     );
-    assert_like_git(&env, &twin, &steps, &out, Some(env.porcelain_cksum()));
-    assert!(
-        env.agent_ran(1)
-            && env.git(&["show", &format!("{}:x/f", commit_of(&env, 1).unwrap())]) == "1\n",
+    assert_like_git(&env, &twin, &steps, out.into(), Some(env.porcelain_cksum()));
+    let first = commit_of(&env, 1).unwrap();
+    assert_eq!(
+        env.git(&["show", &format!("{first}:x/f")]),
+        "y\n",
         "the exchange happened"
     );
     assert_lost_and_rewatched(&env, "a directory moved (or two were exchanged)");
@@ -368,7 +386,7 @@ fn a_bind_mount_over_a_tracked_directory() {
         .current_dir(&env.repo);
     let out = run_with_limit(cmd, Duration::from_secs(60));
     // The last iteration changed nothing but `zz-step`; its fingerprint is not seen.
-    assert_like_git(&env, &twin, &steps, &out, None);
+    assert_like_git(&env, &twin, &steps, out.into(), None);
     assert!(
         !std::fs::read_to_string(env.repo.join("lib/a"))
             .unwrap()
@@ -385,7 +403,7 @@ fn a_bind_mount_over_a_tracked_directory() {
 /// watched `.ralph/runs`: none of them was ever committed.
 #[test]
 fn ralph_runtime_names_unignored_by_the_agent_are_committed() {
-    let (env, twin) = scenario("");
+    let env = repo("");
     let paths = [
         ".ralph/lock",
         ".ralph/.barrier-1",
@@ -429,7 +447,6 @@ fn ralph_runtime_names_unignored_by_the_agent_are_committed() {
             .lines()
             .any(|l| l != ".ralph/runs/x")
     );
-    let _ = twin;
     let records = env.iter_records();
     let oracle = std::fs::read_to_string(oracle_file(&env)).unwrap();
     let mut seen: Vec<&str> = oracle.lines().collect();
