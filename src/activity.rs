@@ -3,10 +3,13 @@
 //! the supervisor so that `ralph watch`, another process, can show it.
 //!
 //! A [`Sink`] hands the line to a writer thread: the relay of the agent's output never waits on
-//! the disk. The thread writes atomically (a `.tmp-` file renamed over the old one), only when
-//! the line changed, and then rests [`MIN_INTERVAL`], so the file changes at most a few times a
-//! second; the newest line set while it rests is written after, so the last activity always
-//! lands. Best effort: a failed write is dropped (the agent may have removed `.ralph/`).
+//! the disk. The thread rewrites the file in place (one short write; a reader may catch it
+//! empty for an instant), only when the line changed, and then rests [`MIN_INTERVAL`], so the
+//! file changes at most a few times a second; the newest line set while it rests is written
+//! after, so the last activity always lands. In place, not through a temporary file renamed
+//! over it: while the agent runs, ralph makes no other path appear in the work tree (an agent
+//! that un-ignores `.tmp-*` would see it come and go). Best effort: a failed write is dropped
+//! (the agent may have removed `.ralph/`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -15,7 +18,6 @@ use std::time::Duration;
 
 /// The file's name inside `.ralph/`.
 pub const FILE: &str = "activity.now";
-/// The temporary file renamed over it (`.tmp-*` is runtime noise: ignored by git and the watcher).
 /// The least time between two writes.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(250);
 /// The longest line kept, in characters.
@@ -135,7 +137,7 @@ fn writer(dir: &Path, cell: &Cell) {
 }
 
 fn write(dir: &Path, line: &str) {
-    let done = crate::files::write_atomic(&dir.join(FILE), format!("{line}\n").as_bytes(), 0o600);
+    let done = crate::files::write_own(&dir.join(FILE), format!("{line}\n").as_bytes());
     if let Err(e) = done {
         tracing::debug!("could not write {}: {e}", dir.join(FILE).display());
     }

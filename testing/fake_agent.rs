@@ -34,6 +34,9 @@
 //!                    `rate_limit_event` (resets in SECS) and a limit result, and exit 1
 //!   sh:FILE          run `sh FILE` in the repository (its output is the agent's; a test
 //!                    writes the script, so any hostile behaviour fits without a new action)
+//!   exchange:A|B     swap A and B atomically (`renameat2` with `RENAME_EXCHANGE`), which no
+//!                    shell tool does; a script can run it too, as
+//!                    `FAKE_AGENT_SCRIPT='exchange:A|B' fake-agent`
 //! With `FAKE_AGENT_LOG=DIR`, it records `prompt-N.txt`, `argv-N.txt`, `env-N.txt` and `pids-N.txt`.
 
 use std::io::{Read, Write};
@@ -227,6 +230,20 @@ fn main() {
                     Ok(s) if !s.success() => exit_code = s.code().unwrap_or(1),
                     Ok(_) => {}
                     Err(e) => eprintln!("fake agent: cannot run sh {arg}: {e}"),
+                }
+            }
+            "exchange" => {
+                let (a, b) = arg.split_once('|').unwrap_or((arg, arg));
+                let swapped = nix::fcntl::renameat2(
+                    nix::fcntl::AT_FDCWD,
+                    a,
+                    nix::fcntl::AT_FDCWD,
+                    b,
+                    nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+                );
+                match swapped {
+                    Ok(()) => println!("exchanged {a} and {b}"),
+                    Err(e) => println!("could not exchange {a} and {b}: {e}"),
                 }
             }
             "plan-criteria" => {

@@ -16,6 +16,7 @@ mod cksum;
 pub mod cli;
 mod commit;
 pub mod fsmonitor;
+mod full_walk;
 mod index;
 mod stage;
 mod tree;

@@ -21,10 +21,11 @@ impl Loop {
         prep: &Prepared,
         attempted: &Attempted,
         ending: Ending,
-        recorded: Recorded,
+        mut recorded: Recorded,
     ) -> Result<Option<i32>> {
-        let outcome = self.outcome(&ending, &recorded);
-        let (counters, decision) = decide(prev, &outcome);
+        let first = decide(prev, &self.outcome(&ending, &recorded));
+        let (counters, decision) =
+            self.check_the_tree(prev, prep, &ending, &mut recorded, first)?;
         self.counters = counters;
         let mut notes = prep.notes.clone();
         self.state.feedback = feedback(&ending, &recorded);
@@ -47,7 +48,7 @@ impl Loop {
     }
 
     /// The outcome `decide` reads.
-    fn outcome(&self, ending: &Ending, recorded: &Recorded) -> Outcome {
+    pub(super) fn outcome(&self, ending: &Ending, recorded: &Recorded) -> Outcome {
         let key = recorded.key.clone();
         let v = match ending {
             Ok(v) => v,

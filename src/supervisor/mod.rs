@@ -15,6 +15,7 @@ mod commit;
 mod conclude;
 pub mod decide;
 mod events;
+mod final_walk;
 mod judge;
 pub mod preflight;
 mod prepare;
@@ -108,6 +109,7 @@ impl Loop {
         loop {
             if self.interrupts.count() > 0 {
                 // Interrupted between iterations: the last one is fully recorded.
+                self.check_the_tree_between()?;
                 return self.halt(&Halt::Interrupted);
             }
             let n = self.counters.iteration + 1;

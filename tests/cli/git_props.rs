@@ -1,6 +1,8 @@
 //! Random sequences of file operations (create, modify, delete, chmod, symlink, rename, edit an
 //! ignore file — root or nested, negations included — replace a file by a directory or a
-//! directory by a file) hold ralph's staged tree equal to git's after every batch (SPEC §8).
+//! directory by a file, exchange two entries with `renameat2(RENAME_EXCHANGE)`, create a burst
+//! of directories) hold ralph's staged tree equal to git's after every batch (SPEC §8, §12: the
+//! file watcher's losses and new directories).
 //!
 //! Two layers: the real binary, one batch per iteration of one `ralph run` (the fake agent runs
 //! each batch as its `sh:` script, so file-event tracking is exercised), against a twin that runs
@@ -40,7 +42,18 @@ const PATHS: &[&str] = &[
     "v/n.keep",
     "v/w.txt",
     "sp ace",
+    "w/d1/e/f",
+    "w/d1/n",
+    "w/d2/e/f",
+    "w/d2/e/n",
+    "w/d3/e/f",
+    "w/d3/e/g.log",
 ];
+
+/// What exchanges swap: directories at several depths (an ancestor with its descendant fails
+/// alike in both copies), a file, and a burst's directories, which hold files of the same names
+/// the operations then edit on either side.
+const EXCHANGED: &[&str] = &["d", "v", "d/e", "a", "w/d1", "w/d2", "w/d3"];
 
 /// Where ignore files are written.
 const IGNORE_DIRS: &[&str] = &["", "d", "d/e", "v"];
@@ -91,6 +104,9 @@ enum Op {
         append: bool,
     },
     FileToDir(usize),
+    Exchange(usize, usize),
+    /// `mkdir -p` of this many directories `w/dK/e`, each with a file, as fast as the shell goes.
+    Burst(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -109,6 +125,8 @@ fn op() -> impl Strategy<Value = Op> {
         )
             .prop_map(|(dir, patterns, append)| Op::Ignore { dir, patterns, append }),
         1 => p().prop_map(Op::FileToDir),
+        3 => (0..EXCHANGED.len(), 0..EXCHANGED.len()).prop_map(|(a, b)| Op::Exchange(a, b)),
+        2 => (1..40usize).prop_map(Op::Burst),
     ]
 }
 
@@ -190,6 +208,14 @@ fn op_sh(op: &Op) -> String {
             "[ -f {0} ] && rm -f {0} && mkdir {0} && printf 'inner\\n' > {0}/inner",
             q(PATHS[*p])
         ),
+        Op::Exchange(a, b) => format!(
+            "env -u FAKE_AGENT_LOG FAKE_AGENT_SCRIPT={} {} < /dev/null > /dev/null",
+            q(&format!("exchange:{}|{}", EXCHANGED[*a], EXCHANGED[*b])),
+            q(&fake_agent().to_string_lossy())
+        ),
+        Op::Burst(n) => {
+            format!("for k in $(seq {n}); do mkdir -p w/d$k/e && printf 'b\\n' > w/d$k/e/f; done")
+        }
     };
     format!("{{ {cmd}; }} 2>/dev/null || true\n")
 }
@@ -344,7 +370,7 @@ proptest! {
     /// a file inside a directory named so) under the excluded `v/` is committed. The shrunk
     /// sequence and its scripts are in the message.
     #[test]
-    fn ralph_commits_what_git_add_all_stages_after_every_iteration(all in batches(3, 4)) {
+    fn ralph_commits_what_git_add_all_stages_after_every_iteration(all in batches(5, 4)) {
         check_binary(&all)?;
     }
 }

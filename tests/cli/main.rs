@@ -32,4 +32,5 @@ mod table;
 mod task_files;
 mod verdict;
 mod watch;
+mod watcher_faults;
 mod worktrees;
