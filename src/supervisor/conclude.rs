@@ -127,7 +127,10 @@ impl Loop {
             crate::files::create_dir_all(dir)
                 .map_err(|e| crate::error::Error::file("create directory", dir, e))?;
         }
-        state::append_line(&iter_log, &key.record(n, recorded.exit))?;
+        state::append_line(
+            &iter_log,
+            &key.record(n, state::IterExit::Code(recorded.exit)),
+        )?;
         if let Decision::Continue {
             newly_stuck: true, ..
         } = decision

@@ -187,7 +187,7 @@ impl Begin<'_> {
             crate::files::create_dir_all(dir)
                 .map_err(|e| Error::file("create directory", dir, e))?;
         }
-        state::append_line(&log, &key.record(p.iteration, 137))?;
+        state::append_line(&log, &key.record(p.iteration, state::IterExit::Code(137)))?;
         self.log(&format!(
             "Iteration {}: ralph was killed while it ran; recorded on resume",
             p.iteration
