@@ -5,7 +5,7 @@ use super::Context;
 use crate::error::{Error, Result, exit};
 use crate::git::Repo;
 use crate::loops::{self, Status};
-use crate::state::HaltReason;
+use crate::state::{self, HaltReason, IterExit};
 use crate::ui::Ui;
 
 pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
@@ -127,6 +127,13 @@ fn print_text(ui: Ui, s: &Status) {
         }
         if s.stalled {
             ui.plain("  (the last three records are identical: stalled)");
+        }
+        let last = s.records.last().and_then(|r| state::parse_iter_record(r));
+        if let Some(r) = last.filter(|r| r.ended() == Some(IterExit::Error)) {
+            let n = r.iteration.map_or(String::new(), |n| format!(" {n}"));
+            ui.plain(&format!(
+                "  (iteration{n} ended in an error: the reason is in .ralph/activity.log)"
+            ));
         }
     }
     if !s.remaining.is_empty() {

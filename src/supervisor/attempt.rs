@@ -34,7 +34,7 @@ impl Loop {
         loop {
             let (finished, observer) = match self.run_agent(prep).await? {
                 Ok(ran) => ran,
-                Err(halt) => return Ok(unrecorded(usage, halt)),
+                Err(halt) => return Ok(Attempted::failed(usage, halt)),
             };
             let u = observer.usage();
             self.add_usage(&u);
@@ -67,7 +67,7 @@ impl Loop {
             // The agent may have deleted .ralph/: the logs must be writable again.
             self.rd.ensure_runtime()?;
             self.source.mark_planning_ran();
-            self.note_agent_end(prep, &finished)?;
+            self.note_agent_end(prep, &finished);
             return Ok(Attempted {
                 final_message: observer.final_message(),
                 finished,
@@ -130,7 +130,7 @@ impl Loop {
                 self.log(&format!(
                     "Iteration {}: the transcript cannot be written ({e}); the agent was stopped",
                     prep.n
-                ))?;
+                ));
                 Ok(Err(Halt::Error {
                     message,
                     hint: "free some disk space, then continue with `ralph resume`".into(),
@@ -177,7 +177,7 @@ impl Loop {
     }
 
     /// Log what happened to the agent process and collect report notes.
-    fn note_agent_end(&self, prep: &mut Prepared, f: &Finished) -> Result<()> {
+    fn note_agent_end(&self, prep: &mut Prepared, f: &Finished) {
         let n = prep.n;
         let limits = self.agent_limits();
         let how = if f.killed { "SIGKILL" } else { "SIGTERM" };
@@ -200,7 +200,7 @@ impl Loop {
             Some(StopCause::Interrupt) => {
                 self.log(&format!(
                     "Iteration {n}: interrupted (agent stopped with {how})"
-                ))?;
+                ));
                 None
             }
             None if f.exit_code != 0 => Some((
@@ -210,13 +210,13 @@ impl Loop {
             None => None,
         };
         if let Some((line, note)) = said {
-            self.log(&format!("Iteration {n}: {line}"))?;
+            self.log(&format!("Iteration {n}: {line}"));
             prep.notes.push(note);
         }
         if f.leaked_pipes {
             self.log(&format!(
                 "Iteration {n}: a process left by the agent still held its output after it exited; killed"
-            ))?;
+            ));
             prep.notes
                 .push("A leftover process held the agent's output: killed".into());
         }
@@ -224,9 +224,8 @@ impl Loop {
             self.log(&format!(
                 "Iteration {n}: ended {} process(es) the agent left running (daemons do not outlive an iteration)",
                 f.left_running
-            ))?;
+            ));
         }
-        Ok(())
     }
 
     /// A usage limit ended the attempt: wait until it lifts (or back off), showing the wait.
@@ -245,7 +244,7 @@ impl Loop {
             self.log(&format!(
                 "Iteration {n}: usage limit ({}), and the total cost reached --max-cost",
                 limit.kind
-            ))?;
+            ));
             return Ok(Some(Halt::Budget(
                 "the total cost reached --max-cost".into(),
             )));
@@ -259,10 +258,10 @@ impl Loop {
                 human_duration(wait),
                 human_duration(self.settings.max_wait)
             );
-            self.log(&format!("Iteration {n}: {}: {why}", limit.message))?;
+            self.log(&format!("Iteration {n}: {}: {why}", limit.message));
             return Ok(Some(Halt::Budget(why)));
         }
-        self.announce_wait(n, limit, wait)?;
+        self.announce_wait(n, limit, wait);
         self.run_hooks().await;
         if self
             .sleep_interruptibly(wait, &limit.kind.to_string())
@@ -281,7 +280,7 @@ impl Loop {
         n: u32,
         limit: &crate::agent::stream::Limit,
         wait: std::time::Duration,
-    ) -> Result<()> {
+    ) {
         let until = limit.reset_at.map(|t| {
             t.with_timezone(&chrono::Local)
                 .to_rfc3339_opts(chrono::SecondsFormat::Secs, false)
@@ -295,7 +294,7 @@ impl Loop {
             limit.kind,
             limit.message,
             human_duration(wait)
-        ))?;
+        ));
         self.ui.alert(&format!(
             "⏸ Usage limit ({}): waiting {} ({when}); iteration {n} will run again",
             limit.kind,
@@ -311,7 +310,6 @@ impl Loop {
                 "wait_s": wait.as_secs_f64(),
             }),
         );
-        Ok(())
     }
 
     /// Sleep for `wait` with a countdown on a terminal; true when an interrupt cut it short.
@@ -373,23 +371,27 @@ fn limit_wait(
     }
 }
 
-/// The iteration ends without a finished attempt to show (its transcript failed).
-fn unrecorded(usage: Usage, halt: Halt) -> Attempted {
-    Attempted {
-        finished: Finished {
-            exit_code: 128 + libc::SIGKILL,
-            stopped: None,
-            killed: true,
-            leaked_pipes: false,
-            left_running: 0,
-            interrupts: 0,
-            duration: std::time::Duration::ZERO,
-            stdout_tail: Vec::new(),
-            output_bytes: 0,
-        },
-        usage,
-        final_message: None,
-        ended_at: crate::state::now_rfc3339(),
-        stop: Some(halt),
+impl Attempted {
+    /// The agent phase ended in an error (its transcript failed, the agent could not be run):
+    /// there is no finished attempt to show, and the ITER record says `exit error`. `usage`:
+    /// what the attempts before cost.
+    pub(super) fn failed(usage: Usage, halt: Halt) -> Attempted {
+        Attempted {
+            finished: Finished {
+                exit_code: 128 + libc::SIGKILL,
+                stopped: None,
+                killed: true,
+                leaked_pipes: false,
+                left_running: 0,
+                interrupts: 0,
+                duration: std::time::Duration::ZERO,
+                stdout_tail: Vec::new(),
+                output_bytes: 0,
+            },
+            usage,
+            final_message: None,
+            ended_at: crate::state::now_rfc3339(),
+            stop: Some(halt),
+        }
     }
 }

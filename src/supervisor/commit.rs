@@ -3,11 +3,12 @@
 //! bookkeeping rides along, never alone.
 
 use super::Loop;
+use super::faults::Faults;
 use super::prepare::Prepared;
 use crate::config::Settings;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::git::{CommitOutcome, Repo};
-use crate::state::{self, RalphDir};
+use crate::state::{self, RalphDir, UNKNOWN};
 use crate::ui::Ui;
 
 pub const FALLBACK_IDENTITY_WARNING: &str =
@@ -35,7 +36,7 @@ pub fn guarded_commit(
     message: &str,
 ) -> Result<Guarded> {
     let report = repo.commit_with(message, &guard(settings), hooks(repo, settings).as_deref())?;
-    tell(ui, rd, &report.left_out, report.hook_failure.as_deref())?;
+    tell(ui, rd, &report.left_out, report.hook_failure.as_deref());
     if let Some(out) = &report.outcome
         && out.used_fallback_identity
         && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
@@ -70,24 +71,19 @@ fn hooks(repo: &Repo, settings: &Settings) -> Option<Box<crate::git::HookRunner>
 }
 
 /// Show and log what was left out of a commit and a hook's refusal.
-fn tell(ui: Ui, rd: &RalphDir, left_out: &[(String, String)], refused: Option<&str>) -> Result<()> {
-    let log = |line: &str| {
-        state::append_line(
-            &rd.activity_log(),
-            &format!("[{}] {line}", state::now_rfc3339()),
-        )
-    };
+fn tell(ui: Ui, rd: &RalphDir, left_out: &[(String, String)], refused: Option<&str>) {
     for (path, why) in left_out {
         ui.warn(&format!("left `{path}` out of the commit: {why}"));
-        log(&format!(
-            "Commit guard: left {path} out of the commit ({why})"
-        ))?;
+        super::log_activity(
+            ui,
+            rd,
+            &format!("Commit guard: left {path} out of the commit ({why})"),
+        );
     }
     if let Some(failure) = refused {
         ui.warn(&format!("{failure}: the changes stay uncommitted (staged)"));
-        log(&format!("Commit refused: {failure}"))?;
+        super::log_activity(ui, rd, &format!("Commit refused: {failure}"));
     }
-    Ok(())
 }
 
 /// `subject`, a blank line, and the trailers.
@@ -117,52 +113,78 @@ pub(super) enum Subject {
 
 impl Loop {
     /// Write the progress file's status block, stage like `git add -A`, and commit the
-    /// iteration when the agent changed something (its bookkeeping riding along).
+    /// iteration when the agent changed something (its bookkeeping riding along). A step that
+    /// fails is noted in `faults` and the ones after it still run: git refusing to stage (an
+    /// `index.lock` still held after a brief wait, a merge or another operation in progress,
+    /// conflicts) leaves the index and the tree exactly as the agent left them.
     pub(super) fn commit_iteration(
         &mut self,
         prep: &Prepared,
         subject: Subject,
         status: (&str, usize, usize),
-    ) -> Result<IterationCommit> {
+        faults: &mut Faults,
+    ) -> IterationCommit {
         let n = prep.n;
         // Written first, so one `git add` stages it with the agent's work and git sees no
         // change of the work tree between the commit and the fingerprint.
-        self.write_status_block(n, status)?;
+        let block = self.write_status_block(n, status);
+        faults.or(
+            block,
+            format_args!("iteration {n}'s status block is not written"),
+            (),
+        );
+        let mut out = IterationCommit {
+            subject: None,
+            head: String::new(),
+            refused: None,
+        };
+        if let Err(e) = self.commit_left(prep, subject, &mut out) {
+            faults.note(format_args!("iteration {n}'s work is not committed"), &e);
+        }
+        let head = self.repo.head().map_err(Error::from);
+        out.head = faults.or(
+            head.map(|h| h.map_or_else(|| "no-commit".to_string(), |h| h.short)),
+            "HEAD cannot be read",
+            UNKNOWN.to_string(),
+        );
+        out
+    }
+
+    /// The agent's own commit, then (unless `--no-commit`) ralph's commit of what is left.
+    fn commit_left(
+        &mut self,
+        prep: &Prepared,
+        subject: Subject,
+        out: &mut IterationCommit,
+    ) -> Result<()> {
+        let n = prep.n;
         let head_now = self.repo.head()?;
         let agents_own = head_now
             .as_ref()
             .filter(|h| Some(h.id.as_str()) != prep.head_before.as_deref())
             .map(|h| h.summary.clone());
-        let mut out = IterationCommit {
-            subject: agents_own.clone(),
-            head: String::new(),
-            refused: None,
-        };
-        if !self.settings.no_commit {
-            let staged = self.repo.stage_all(&guard(&self.settings))?;
-            // The agent's change is what the staged tree changes from HEAD's (whoever staged
-            // it), less ralph's bookkeeping: a change undone, or staged and restored, is none.
-            let mut worked = staged.changed.iter().filter(|p| !self.is_bookkeeping(p));
-            if worked.next().is_some() {
-                let subject = match subject {
-                    Subject::Stopped(why) => format!("ralph: iteration {n} ({why})"),
-                    Subject::Work(what) => {
-                        let what = what
-                            .or(agents_own)
-                            .unwrap_or_else(|| "no criteria completed".to_string());
-                        format!("ralph: iteration {n} — {what}")
-                    }
-                };
-                self.commit_work(&subject, n, &staged.left_out, &mut out)?;
-            } else {
-                tell(self.ui, &self.rd, &staged.left_out, None)?;
-            }
+        out.subject = agents_own.clone();
+        if self.settings.no_commit {
+            return Ok(());
         }
-        out.head = self
-            .repo
-            .head()?
-            .map_or_else(|| "no-commit".to_string(), |h| h.short);
-        Ok(out)
+        let staged = self.repo.stage_all(&guard(&self.settings))?;
+        // The agent's change is what the staged tree changes from HEAD's (whoever staged it),
+        // less ralph's bookkeeping: a change undone, or staged and restored, is none.
+        let mut worked = staged.changed.iter().filter(|p| !self.is_bookkeeping(p));
+        if worked.next().is_none() {
+            tell(self.ui, &self.rd, &staged.left_out, None);
+            return Ok(());
+        }
+        let subject = match subject {
+            Subject::Stopped(why) => format!("ralph: iteration {n} ({why})"),
+            Subject::Work(what) => {
+                let what = what
+                    .or(agents_own)
+                    .unwrap_or_else(|| "no criteria completed".to_string());
+                format!("ralph: iteration {n} — {what}")
+            }
+        };
+        self.commit_work(&subject, n, &staged.left_out, out)
     }
 
     fn commit_work(
@@ -176,7 +198,7 @@ impl Loop {
         let report = self
             .repo
             .commit_staged(&message, hooks(&self.repo, &self.settings).as_deref())?;
-        tell(self.ui, &self.rd, left_out, report.hook_failure.as_deref())?;
+        tell(self.ui, &self.rd, left_out, report.hook_failure.as_deref());
         if let Some(c) = report.outcome {
             if c.used_fallback_identity && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
             {

@@ -1,17 +1,20 @@
-//! Phase 6 of an iteration (SPEC §5.1 steps 7–8, §6): the pure decision, then the activity line,
-//! the ITER record and `state.json` (in that order, after the commit), the report block, and the
-//! halt with its summary.
+//! Phase 6 of an iteration (SPEC §5.1 steps 7–8, §6, §11): the pure decision, then the activity
+//! line, the ITER record and `state.json` (in that order, after the commit), the report block,
+//! and the halt with its summary. A record or a state that cannot be written still lets the
+//! steps after it run, and ends the run with the error: it never goes on past an iteration it
+//! could not record.
 
 use serde_json::json;
 
 use super::Loop;
 use super::attempt::Attempted;
 use super::decide::{Counters, Decision, Halt, Outcome, decide};
+use super::faults::{Faults, chain, failed};
 use super::prepare::Prepared;
 use super::record::{Ending, Recorded};
 use crate::agent::process::StopCause;
-use crate::error::Result;
-use crate::state;
+use crate::error::{Error, Result};
+use crate::state::{self, IterExit};
 use crate::ui::{CostLine, Report, human_duration};
 
 impl Loop {
@@ -22,33 +25,46 @@ impl Loop {
         attempted: &Attempted,
         ending: Ending,
         mut recorded: Recorded,
-    ) -> Result<Option<i32>> {
+    ) -> Option<i32> {
         let first = decide(prev, &self.outcome(&ending, &recorded));
-        let (counters, decision) =
-            self.check_the_tree(prev, prep, &ending, &mut recorded, first)?;
+        let (counters, decision) = self.check_the_tree(prev, prep, &ending, &mut recorded, first);
         self.counters = counters;
         let mut notes = prep.notes.clone();
         self.state.feedback = feedback(&ending, &recorded);
         if let Some(refused) = &recorded.commit.refused {
             notes.push(format!("Commit refused: {refused}"));
         }
-        self.write_logs(prep, attempted, &recorded, &decision, &mut notes)?;
-        let decision = self.resolve_stuck(decision)?;
+        let decision = match self.write_logs(prep, attempted, &recorded, &decision, &mut notes) {
+            Ok(()) => decision,
+            Err(e) => Decision::Halt(unrecorded(prep.n, &e, decision)),
+        };
+        let decision = self.resolve_stuck(decision);
         self.state.done = recorded.done;
         self.state.total = recorded.total;
         self.counters.save_into(&mut self.state);
         self.report(prep, attempted, &recorded, &decision, &notes);
         match decision {
             Decision::Continue { .. } | Decision::AskStuck => {
-                self.state.save(&self.rd.state_file())?;
-                Ok(None)
+                match self.state.save(&self.rd.state_file()) {
+                    Ok(()) => None,
+                    Err(e) => Some(self.halt(&failed("the state is not saved", &e))),
+                }
             }
-            Decision::Halt(halt) => self.halt(&halt).map(Some),
+            Decision::Halt(halt) => Some(self.halt(&halt)),
         }
     }
 
-    /// The outcome `decide` reads.
+    /// The outcome `decide` reads. A close that failed forces its error, over what the
+    /// iteration did.
     pub(super) fn outcome(&self, ending: &Ending, recorded: &Recorded) -> Outcome {
+        let mut outcome = self.judged_outcome(ending, recorded);
+        if let Some(failure) = &recorded.failure {
+            outcome.forced = Some(failure.clone());
+        }
+        outcome
+    }
+
+    fn judged_outcome(&self, ending: &Ending, recorded: &Recorded) -> Outcome {
         let key = recorded.key.clone();
         let v = match ending {
             Ok(v) => v,
@@ -77,7 +93,8 @@ impl Loop {
         }
     }
 
-    /// The `iteration_finished` event, the activity line, the ITER record, the stuck notice.
+    /// The `iteration_finished` event, the activity line, the ITER record, the stuck notice;
+    /// `Err` when the ITER record could not be written.
     fn write_logs(
         &mut self,
         prep: &Prepared,
@@ -99,8 +116,13 @@ impl Loop {
                 "done": recorded.done,
                 "total": recorded.total,
                 "figures": key.figures,
-                "exit_code": fin.exit_code,
-                "verdict_exit_code": (recorded.exit != fin.exit_code).then_some(recorded.exit),
+                // `null` (and `error`) when the record says `exit error`.
+                "exit_code": (recorded.exit != IterExit::Error).then_some(fin.exit_code),
+                "error": recorded.exit == IterExit::Error,
+                "verdict_exit_code": match recorded.exit {
+                    IterExit::Code(c) if c != fin.exit_code => Some(c),
+                    _ => None,
+                },
                 "timed_out": matches!(fin.stopped, Some(StopCause::Timeout | StopCause::IdleTimeout)),
                 "commit": key.commit,
                 "committed": recorded.commit.subject.is_some(),
@@ -122,13 +144,8 @@ impl Loop {
             prep.started_at,
             attempted.ended_at,
             human_duration(duration)
-        ))?;
-        let iter_log = self.source.iter_log(&self.rd.iterations_log());
-        if let Some(dir) = iter_log.parent() {
-            crate::files::create_dir_all(dir)
-                .map_err(|e| crate::error::Error::file("create directory", dir, e))?;
-        }
-        state::append_line(&iter_log, &key.record(n, recorded.exit))?;
+        ));
+        let written = self.write_record(n, recorded);
         if let Decision::Continue {
             newly_stuck: true, ..
         } = decision
@@ -136,7 +153,7 @@ impl Loop {
             let t = self.settings.stuck_threshold;
             self.log(&format!(
                 "⚠️ Stuck detected — {t} iterations with no progress"
-            ))?;
+            ));
             self.emit(
                 "stuck",
                 json!({"iteration": n, "no_progress_iterations": t}),
@@ -145,27 +162,37 @@ impl Loop {
                 "Stuck detected — {t} iterations with no progress; the next prompt carries the STUCK ALERT"
             ));
         }
-        Ok(())
+        written
+    }
+
+    /// The ITER record of iteration `n`, in the source's iteration log.
+    fn write_record(&self, n: u32, recorded: &Recorded) -> Result<()> {
+        let iter_log = self.source.iter_log(&self.rd.iterations_log());
+        if let Some(dir) = iter_log.parent() {
+            crate::files::create_dir_all(dir)
+                .map_err(|e| Error::file("create directory", dir, e))?;
+        }
+        state::append_line(&iter_log, &recorded.key.record(n, recorded.exit))
     }
 
     /// No progress for twice the threshold: ask in a terminal, halt when unattended.
-    fn resolve_stuck(&mut self, decision: Decision) -> Result<Decision> {
+    fn resolve_stuck(&mut self, decision: Decision) -> Decision {
         if decision != Decision::AskStuck {
-            return Ok(decision);
+            return decision;
         }
         if !self.ask_continue_when_stuck() {
-            return Ok(Decision::Halt(Halt::Stuck));
+            return Decision::Halt(Halt::Stuck);
         }
-        self.log("Stuck: the user chose to continue")?;
+        self.log("Stuck: the user chose to continue");
         self.counters.no_progress_streak = 0;
-        Ok(if self.counters.iteration >= self.settings.max_iterations {
+        if self.counters.iteration >= self.settings.max_iterations {
             Decision::Halt(Halt::MaxIterations)
         } else {
             Decision::Continue {
                 stuck_alert: false,
                 newly_stuck: false,
             }
-        })
+        }
     }
 
     /// The between-iterations report block (SPEC §9).
@@ -202,29 +229,50 @@ impl Loop {
         self.ui.line(&report.render());
     }
 
-    /// Halt: log it, record it in `state.json`, announce it, print the summary.
-    pub(super) fn halt(&mut self, halt: &Halt) -> Result<i32> {
-        let code = self.halt_quietly(halt)?;
-        self.summary(halt);
-        Ok(code)
+    /// Halt: record it in `state.json`, log it, announce it, print the summary; the exit code.
+    pub(super) fn halt(&mut self, halt: &Halt) -> i32 {
+        let halt = self.halt_quietly(halt);
+        self.summary(&halt);
+        halt.exit_code()
     }
 
-    /// [`Loop::halt`] without the summary.
-    pub(super) fn halt_quietly(&mut self, halt: &Halt) -> Result<i32> {
-        let code = halt.exit_code();
-        self.log(&format!("Halt: {} (exit {code})", halt.reason()))?;
-        self.finish_state(halt)?;
-        Ok(code)
+    /// [`Loop::halt`] without the summary; the halt recorded — an error naming the state when
+    /// `state.json` cannot be saved (the halt it replaces named in it).
+    pub(super) fn halt_quietly(&mut self, halt: &Halt) -> Halt {
+        let halt = self.finish_state(halt);
+        let line = match &halt {
+            Halt::Error { message, .. } => format!(": {message}"),
+            _ => String::new(),
+        };
+        self.log(&format!(
+            "Halt: {} (exit {}){line}",
+            halt.reason(),
+            halt.exit_code()
+        ));
+        self.announce_halt(&halt);
+        halt
     }
 
-    /// Record the halt in `state.json` and announce it.
-    fn finish_state(&mut self, halt: &Halt) -> Result<()> {
+    /// Record the halt in `state.json`: the halt recorded.
+    fn finish_state(&mut self, halt: &Halt) -> Halt {
+        let mark = |state: &mut state::RunState, halt: &Halt| {
+            state.running = false;
+            state.halt_reason = Some(halt.reason());
+            state.exit_code = Some(halt.exit_code());
+        };
+        mark(&mut self.state, halt);
+        let Err(e) = self.state.save(&self.rd.state_file()) else {
+            return halt.clone();
+        };
+        let unsaved = not_saved(halt, &e);
+        mark(&mut self.state, &unsaved);
+        unsaved
+    }
+
+    /// The `halted` event.
+    fn announce_halt(&mut self, halt: &Halt) {
         let reason = halt.reason();
         let code = halt.exit_code();
-        self.state.running = false;
-        self.state.halt_reason = Some(reason);
-        self.state.exit_code = Some(code);
-        self.state.save(&self.rd.state_file())?;
         let mut event = json!({
             "run_id": self.state.run_id,
             "reason": reason,
@@ -237,8 +285,40 @@ impl Loop {
             event["message"] = message.clone().into();
         }
         self.emit("halted", event);
-        Ok(())
     }
+}
+
+/// The ITER record of iteration `n` is not written: whatever was decided, the run ends with
+/// that error rather than go on past an iteration without its record.
+fn unrecorded(n: u32, e: &Error, decision: Decision) -> Halt {
+    let mut faults = Faults::default();
+    faults.note(format_args!("iteration {n}'s record is not written"), e);
+    match decision {
+        Decision::Halt(halt) => faults.halt_with(Some(&halt)),
+        _ => faults.halt_with(None),
+    }
+}
+
+/// `halt`, when `state.json` cannot be saved: an error naming the save (and the halt it
+/// replaces), unless `halt` already is that very error.
+fn not_saved(halt: &Halt, e: &Error) -> Halt {
+    if let Halt::Error { message, .. } = halt
+        && message.ends_with(&chain(e))
+    {
+        return halt.clone();
+    }
+    let mut faults = Faults::default();
+    match halt {
+        Halt::Error { .. } => faults.note("the state is not saved", e),
+        _ => faults.note(
+            format_args!(
+                "the run halted ({}), but its state is not saved",
+                halt.reason()
+            ),
+            e,
+        ),
+    }
+    faults.halt_with(Some(halt))
 }
 
 /// What the next prompt is told: the failed checks, and a commit a hook refused.
@@ -255,4 +335,63 @@ fn feedback(ending: &Ending, recorded: &Recorded) -> Option<String> {
         ));
     }
     (!parts.is_empty()).then(|| super::checks::bounded(parts.join("\n\n")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full_disk(what: &str) -> Error {
+        Error::file(
+            "write",
+            std::path::Path::new(what),
+            std::io::Error::from_raw_os_error(libc::ENOSPC),
+        )
+    }
+
+    fn message(h: &Halt) -> &str {
+        match h {
+            Halt::Error { message, .. } => message,
+            other => panic!("not an error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lost_record_ends_the_run_whatever_was_decided() {
+        let e = full_disk(".ralph/iterations.log");
+        let go_on = Decision::Continue {
+            stuck_alert: false,
+            newly_stuck: false,
+        };
+        for decision in [go_on, Decision::Halt(Halt::Complete)] {
+            let h = unrecorded(4, &e, decision);
+            assert!(
+                message(&h).starts_with("iteration 4's record is not written: failed to write"),
+                "{h:?}"
+            );
+            assert_eq!(h.exit_code(), 1);
+        }
+        let before = failed("iteration 4 could not be judged", &full_disk("T.md"));
+        let h = unrecorded(4, &e, Decision::Halt(before));
+        assert!(
+            message(&h).starts_with("iteration 4 could not be judged: ")
+                && message(&h).contains("; and iteration 4's record is not written: "),
+            "{h:?}"
+        );
+    }
+
+    #[test]
+    fn a_state_that_cannot_be_saved_turns_the_halt_into_an_error_once() {
+        let e = full_disk(".ralph/state.json");
+        let h = not_saved(&Halt::Complete, &e);
+        assert!(
+            message(&h).starts_with("the run halted (complete), but its state is not saved: "),
+            "{h:?}"
+        );
+        // The same failure, met again when the error itself is saved, is not repeated.
+        let first = failed("the state is not saved", &e);
+        assert_eq!(not_saved(&first, &e), first);
+        let other = failed("iteration 2's work is not committed", &full_disk("x"));
+        assert!(message(&not_saved(&other, &e)).contains("; and the state is not saved: "));
+    }
 }

@@ -136,7 +136,8 @@ pub enum Halt {
     Budget(String),
     /// Ctrl-C, SIGTERM or SIGHUP.
     Interrupted,
-    /// The run cannot go on: the agent cannot log in, the task source is unreadable.
+    /// The run cannot go on: the agent cannot log in, the task source is unreadable, a phase
+    /// failed (git refused, a write failed). Its iteration is recorded as `exit error`.
     Error {
         message: String,
         hint: String,
@@ -201,7 +202,9 @@ pub fn decide(prev: &Counters, outcome: &Outcome) -> (Counters, Decision) {
         Decision::Halt(Halt::Complete)
     } else if outcome.over_budget {
         Decision::Halt(Halt::Budget("the total cost reached --max-cost".into()))
-    } else if next.last_keys.len() == 3 && next.last_keys.iter().all(|k| *k == next.last_keys[0]) {
+    } else if next.last_keys.len() == 3
+        && next.last_keys.iter().all(|k| k.same_as(&next.last_keys[0]))
+    {
         Decision::Halt(Halt::Stalled {
             iterations: 3,
             commit: outcome.key.commit.clone(),
@@ -623,6 +626,52 @@ mod tests {
         assert_eq!(d, Decision::Halt(Halt::Budget("w".into())));
         assert_eq!(n.last_keys.len(), 1, "a forced ending still has its record");
         assert_eq!(Halt::Interrupted.exit_code(), 130);
+    }
+
+    fn error(message: &str) -> Halt {
+        Halt::Error {
+            message: message.into(),
+            hint: "h".into(),
+        }
+    }
+
+    #[test]
+    fn an_iteration_that_ended_in_an_error_halts_with_it_whatever_it_did() {
+        // Complete by its source, over budget, the third identical record: the error wins, as
+        // its work may not even be committed.
+        let mut o = outcome(3, 3, "a");
+        o.over_budget = true;
+        o.forced = Some(error("iteration 3's work is not committed: index.lock"));
+        let mut c = counters(3);
+        c.last_keys = vec![o.key.clone(), o.key.clone()];
+        let (n, d) = decide(&c, &o);
+        assert_eq!(
+            d,
+            Decision::Halt(error("iteration 3's work is not committed: index.lock"))
+        );
+        assert_eq!(n.last_keys.len(), 3, "the error still has its record");
+        assert_eq!(n.best_done, 3, "what it did still counts for a resume");
+        assert_eq!(error("x").exit_code(), 1);
+        assert_eq!(error("x").reason(), HaltReason::Error);
+    }
+
+    #[test]
+    fn records_whose_tree_could_not_be_read_never_stall() {
+        let mut os = vec![outcome(0, 3, "a"), outcome(0, 3, "a"), outcome(0, 3, "a")];
+        let ds = simulate(counters(1), &os);
+        assert!(matches!(ds[2], Decision::Halt(Halt::Stalled { .. })));
+        for o in &mut os {
+            o.key.fingerprint = crate::state::UNKNOWN.into();
+        }
+        let ds = simulate(counters(1), &os);
+        assert!(matches!(ds[2], Decision::Continue { .. }), "{:?}", ds[2]);
+        // An error after two identical records on resume: the third record repeats them, but
+        // the error is the halt; the next identical iteration after it stalls.
+        let mut os = vec![outcome(0, 3, "a"), outcome(0, 3, "a"), outcome(0, 3, "a")];
+        os[1].forced = Some(error("e"));
+        let ds = simulate(counters(1), &os);
+        assert_eq!(ds[1], Decision::Halt(error("e")));
+        assert!(matches!(ds[2], Decision::Halt(Halt::Stalled { .. })));
     }
 
     #[test]

@@ -35,7 +35,7 @@ impl Loop {
             if let Err(why) = outcome {
                 let line = format!("hook for `{name}` {why}: {}", hook.cmd);
                 self.ui.warn(&line);
-                let _ = self.log(&format!("Hook: {line}"));
+                self.log(&format!("Hook: {line}"));
             }
         }
     }

@@ -14,6 +14,7 @@
 use super::Loop;
 use super::commit::{commit_message, guarded_commit};
 use super::decide::{Counters, Decision, decide};
+use super::faults::failed;
 use super::prepare::Prepared;
 use super::record::{Ending, Recorded};
 use crate::error::Result;
@@ -33,7 +34,8 @@ struct Found {
 impl Loop {
     /// Between `decide` and the logs: note the watcher's losses, and when the decision is to
     /// halt (or to ask, which may halt), walk the tree in full; if that finds anything, commit
-    /// it, describe the tree after that commit in `recorded`, and decide again.
+    /// it, describe the tree after that commit in `recorded`, and decide again. A check that
+    /// cannot run ends the run with its error: the tree it would have vouched for is unknown.
     pub(super) fn check_the_tree(
         &mut self,
         prev: &Counters,
@@ -41,15 +43,23 @@ impl Loop {
         ending: &Ending,
         recorded: &mut Recorded,
         first: (Counters, Decision),
-    ) -> Result<(Counters, Decision)> {
-        self.log_watcher_losses(prep.n)?;
+    ) -> (Counters, Decision) {
+        self.log_watcher_losses(prep.n);
         let why = match &first.1 {
             Decision::Halt(halt) => halt.reason().to_string(),
             Decision::AskStuck => "stuck".to_string(),
-            Decision::Continue { .. } => return Ok(first),
+            Decision::Continue { .. } => return first,
         };
-        let Some(found) = self.walk_in_full(prep.n, &why)? else {
-            return Ok(first);
+        let found = match self.walk_in_full(prep.n, &why) {
+            Ok(Some(found)) => found,
+            Ok(None) => return first,
+            Err(e) => {
+                let halt = failed(
+                    format_args!("iteration {}: the full check of the tree failed", prep.n),
+                    &e,
+                );
+                return (first.0, Decision::Halt(halt));
+            }
         };
         if found.subject.is_some() {
             recorded.commit.subject = found.subject;
@@ -60,14 +70,20 @@ impl Loop {
         recorded.commit.head = found.head.clone();
         recorded.key.commit = found.head;
         recorded.key.fingerprint = found.fingerprint;
-        Ok(decide(prev, &self.outcome(ending, recorded)))
+        decide(prev, &self.outcome(ending, recorded))
     }
 
     /// An interrupt between iterations halts the run: the last iteration's record is written,
-    /// so what the walk finds is committed after it (logged with its commit).
-    pub(super) fn check_the_tree_between(&mut self) -> Result<()> {
-        self.walk_in_full(self.counters.iteration, "interrupted")
-            .map(|_| ())
+    /// so what the walk finds is committed after it (logged with its commit). A walk that
+    /// cannot run is logged; the interrupt stands.
+    pub(super) fn check_the_tree_between(&mut self) {
+        let n = self.counters.iteration;
+        if let Err(e) = self.walk_in_full(n, "interrupted") {
+            self.log(&format!(
+                "the full check of the tree before halting failed: {}",
+                super::faults::chain(&e)
+            ));
+        }
     }
 
     /// One full walk without the monitor; `None` when it found nothing the monitored view had
@@ -104,7 +120,7 @@ impl Loop {
         self.log(&format!(
             "Iteration {n}: {what} (found by the full check before the halt: {why}): {}; {committed}; git walks the whole tree for the rest of the run",
             shown(&missed)
-        ))?;
+        ));
         self.ui.warn(&format!(
             "{what}, found by the full check before halting: {}; {committed}",
             shown(&missed)
@@ -118,9 +134,9 @@ impl Loop {
     }
 
     /// The activity log's line for events the watcher lost during the iteration.
-    fn log_watcher_losses(&mut self, n: u32) -> Result<()> {
+    fn log_watcher_losses(&mut self, n: u32) {
         let Some(losses) = self.watch.as_ref().and_then(|w| w.take_losses()) else {
-            return Ok(());
+            return;
         };
         let then = if losses.rewatched {
             "git walked the whole tree, and every directory is watched again"
@@ -130,7 +146,7 @@ impl Loop {
         self.log(&format!(
             "Iteration {n}: the file watcher lost events ({}): {then}",
             losses.reasons.join("; ")
-        ))
+        ));
     }
 }
 

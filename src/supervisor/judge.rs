@@ -22,10 +22,10 @@ impl Loop {
     ) -> Result<std::result::Result<Judged, Halt>> {
         let judged = match self.source.judge() {
             Ok(j) => j,
-            Err(e) => return Ok(Err(self.unreadable(prep.n, e)?)),
+            Err(e) => return Ok(Err(self.unreadable(prep.n, e))),
         };
         let Some(k) = judged.review_task else {
-            self.note_judged(prep, &judged)?;
+            self.note_judged(prep, &judged);
             return Ok(Ok(judged));
         };
         let restored = judged.restored;
@@ -45,59 +45,58 @@ impl Loop {
                 )),
             ),
         };
-        self.log(&format!("Iteration {}: {line}", prep.n))?;
+        self.log(&format!("Iteration {}: {line}", prep.n));
         prep.notes.extend(note);
         match self.source.review_done(verdict) {
             Ok(mut j) => {
                 j.restored = restored;
-                self.note_judged(prep, &j)?;
+                self.note_judged(prep, &j);
                 Ok(Ok(j))
             }
-            Err(e) => Ok(Err(self.unreadable(prep.n, e)?)),
+            Err(e) => Ok(Err(self.unreadable(prep.n, e))),
         }
     }
 
     /// The task source cannot be read after the agent ran: the run halts with an error, after
     /// the iteration is recorded like any other.
-    fn unreadable(&self, n: u32, e: Error) -> Result<Halt> {
+    fn unreadable(&self, n: u32, e: Error) -> Halt {
         self.log(&format!(
             "Iteration {n}: the task source is unreadable after the agent ran: {e}"
-        ))?;
-        Ok(Halt::Error {
+        ));
+        Halt::Error {
             message: format!("iteration {n} left the task source unreadable: {e}"),
             hint: e.hint().unwrap_or_else(|| {
                 "fix the file (see `git log -p`), then continue with `ralph resume`".into()
             }),
-        })
+        }
     }
 
     /// Log and report what the judgement found besides the counts.
-    fn note_judged(&mut self, prep: &mut Prepared, j: &Judged) -> Result<()> {
+    fn note_judged(&mut self, prep: &mut Prepared, j: &Judged) {
         let n = prep.n;
         for r in &j.regressions {
             self.log(&format!(
                 "Iteration {n}: regression: criterion unchecked: \"{r}\""
-            ))?;
+            ));
             prep.notes
                 .push(format!("Regression: \"{r}\" was unchecked"));
         }
         for r in &j.restored {
             self.log(&format!(
                 "Iteration {n}: the agent changed another row: {r}"
-            ))?;
+            ));
             prep.notes.push(format!("Put back: {r}"));
         }
         for a in &j.annotations {
             if !self.state.annotations.contains(a) {
-                self.log(&format!("Iteration {n}: criterion annotated: {a}"))?;
+                self.log(&format!("Iteration {n}: criterion annotated: {a}"));
                 prep.notes.push(format!("Annotated (for review): {a}"));
                 self.state.annotations.push(a.clone());
             }
         }
         for t in &j.tampered {
-            self.log(&format!("Iteration {n}: tampered: {t}"))?;
+            self.log(&format!("Iteration {n}: tampered: {t}"));
         }
-        Ok(())
     }
 
     /// A second fresh agent run reviews task `k` (table `--review`). `None` when interrupted.

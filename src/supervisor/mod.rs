@@ -6,8 +6,9 @@
 //! `judge` (the task source; the reviewer) → `verify` (tests, verdict, promise) → `record`
 //! (commit, fingerprint, logs, state — the one close every ending goes through) → `conclude`
 //! (decide, report, halt). An ending found early (interrupt, login failure, the waiting budget,
-//! an unreadable source) skips to `record` as a [`decide::Halt`], so no path leaves work
-//! uncommitted or an iteration number without its record.
+//! an unreadable source) skips to `record` as a [`decide::Halt`], and so does a phase that fails
+//! (`faults`: git refuses, a write fails), so no path leaves work uncommitted or an iteration
+//! number without its record.
 
 mod attempt;
 pub mod checks;
@@ -15,6 +16,7 @@ mod commit;
 mod conclude;
 pub mod decide;
 mod events;
+mod faults;
 mod final_walk;
 mod judge;
 pub mod preflight;
@@ -34,12 +36,16 @@ pub use verify::promise_in_final_message;
 use crate::agent::Agent;
 use crate::agent::process::Limits;
 use crate::config::Settings;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::git::Repo;
 use crate::signals::Interrupts;
 use crate::state::{self, RalphDir, RunState};
 use crate::ui::Ui;
+use attempt::Attempted;
 use decide::{Counters, Halt};
+use faults::failed;
+use prepare::Prepared;
+use record::Ending;
 use source::Source;
 
 /// Everything the loop needs, resolved by `ralph run`.
@@ -94,6 +100,21 @@ pub fn start_watching(
 /// What `git status --porcelain | cksum` prints for a clean tree.
 pub const CLEAN_FINGERPRINT: &str = "4294967295 0";
 
+/// Append a stamped line to `.ralph/activity.log`. The log is for people: a failed append never
+/// stops an iteration or a run — the first failure is shown as a warning, later ones are not.
+pub fn log_activity(ui: Ui, rd: &RalphDir, line: &str) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let stamped = format!("[{}] {line}", state::now_rfc3339());
+    if let Err(e) = state::append_line(&rd.activity_log(), &stamped)
+        && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        ui.warn(&format!(
+            "{}: the run goes on without the activity lines it cannot write",
+            faults::chain(&e)
+        ));
+    }
+}
+
 impl Loop {
     /// The pre-flight checks, then iterations until a halt rule fires; returns the exit code.
     pub async fn run(mut self) -> Result<i32> {
@@ -109,15 +130,15 @@ impl Loop {
         loop {
             if self.interrupts.count() > 0 {
                 // Interrupted between iterations: the last one is fully recorded.
-                self.check_the_tree_between()?;
-                return self.halt(&Halt::Interrupted);
+                self.check_the_tree_between();
+                return Ok(self.halt(&Halt::Interrupted));
             }
             let n = self.counters.iteration + 1;
             let prev = Counters {
                 iteration: n,
                 ..self.counters.clone()
             };
-            let halted = self.iteration(&prev).await?;
+            let halted = self.iteration(&prev).await;
             self.run_hooks().await;
             if let Some(code) = halted {
                 return Ok(code);
@@ -125,26 +146,61 @@ impl Loop {
         }
     }
 
-    /// One iteration through its phases; `Some(exit code)` when the run halts.
-    async fn iteration(&mut self, prev: &Counters) -> Result<Option<i32>> {
-        let mut prep = self.prepare(prev)?;
-        let attempted = self.attempt(&mut prep).await?;
+    /// One iteration through its phases; `Some(exit code)` when the run halts. A phase that
+    /// fails ends the iteration as an error that still goes through the close.
+    async fn iteration(&mut self, prev: &Counters) -> Option<i32> {
+        let mut prep = match self.prepare(prev) {
+            Ok(prep) => prep,
+            Err(e) => return Some(self.not_started(prev.iteration, &e)),
+        };
+        let attempted = match self.attempt(&mut prep).await {
+            Ok(attempted) => attempted,
+            Err(e) => Attempted::failed(
+                Default::default(),
+                failed(
+                    format_args!("iteration {} failed running its agent", prep.n),
+                    &e,
+                ),
+            ),
+        };
         let ending = match attempted.stop.clone() {
             Some(halt) => Err(halt),
-            None => match self.judge(&mut prep).await? {
-                Ok(judged) => self.verify(&mut prep, judged, &attempted).await?,
-                Err(halt) => Err(halt),
-            },
+            None => self.evaluate(&mut prep, &attempted).await,
         };
-        let recorded = self.record(&prep, &attempted, &ending)?;
+        let recorded = self.record(&prep, &attempted, &ending);
         self.conclude(prev, &prep, &attempted, ending, recorded)
     }
 
-    fn log(&self, line: &str) -> Result<()> {
-        state::append_line(
-            &self.rd.activity_log(),
-            &format!("[{}] {line}", state::now_rfc3339()),
-        )
+    /// Judge and verify what the agent left; a failure of either is the iteration's error.
+    async fn evaluate(&mut self, prep: &mut Prepared, attempted: &Attempted) -> Ending {
+        let judged = match self.judge(prep).await {
+            Ok(judged) => judged?,
+            Err(e) => {
+                return Err(failed(
+                    format_args!("iteration {} could not be judged", prep.n),
+                    &e,
+                ));
+            }
+        };
+        let n = prep.n;
+        self.verify(prep, judged, attempted)
+            .await
+            .unwrap_or_else(|e| {
+                Err(failed(
+                    format_args!("iteration {n} could not run its checks"),
+                    &e,
+                ))
+            })
+    }
+
+    /// Iteration `n` could not start (its prompt, its transcript, its invocation): no agent
+    /// ran, so its number is not spent — the run halts with the error, a resume runs `n`.
+    fn not_started(&mut self, n: u32, e: &Error) -> i32 {
+        self.halt(&failed(format_args!("iteration {n} could not start"), e))
+    }
+
+    fn log(&self, line: &str) {
+        log_activity(self.ui, &self.rd, line);
     }
 
     /// The environment every process of an iteration gets.

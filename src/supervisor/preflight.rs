@@ -133,7 +133,7 @@ impl Loop {
             .run_in(check, &mut transcript, &env, Watchers::default())
             .await?
         else {
-            return self.halt(&Halt::Interrupted).map(Some);
+            return Ok(Some(self.halt(&Halt::Interrupted)));
         };
         let v = self
             .source
@@ -142,7 +142,7 @@ impl Loop {
         let failing = match v.class {
             VerdictClass::Verified => match self.tests_fail_now().await? {
                 Some(failing) => failing,
-                None => return self.halt(&Halt::Interrupted).map(Some),
+                None => return Ok(Some(self.halt(&Halt::Interrupted))),
             },
             _ => None,
         };
@@ -181,7 +181,7 @@ impl Loop {
             "Pre-flight roll-up: exit {}: {}{said}",
             v.exit_code,
             v.figures()
-        ))?;
+        ));
         self.ui.line(&format!(
             "roll-up before the first iteration: exit {}: {}",
             v.exit_code,
@@ -191,7 +191,7 @@ impl Loop {
             VerdictClass::Verified if failing.is_some() => {
                 let line = "the roll-up verifies every row, but the test command fails now: the loop goes on";
                 self.ui.note(line);
-                self.log(&format!("Pre-flight: {line}"))?;
+                self.log(&format!("Pre-flight: {line}"));
                 self.state.feedback = failing;
                 self.source.after_verdict(v)
             }
@@ -199,7 +199,11 @@ impl Loop {
                 self.ui
                     .success("The roll-up already verifies every row: nothing to do.");
                 // The source's lines, without the loop's summary: no iteration ran.
-                self.halt_quietly(&Halt::Complete)?;
+                let halted = self.halt_quietly(&Halt::Complete);
+                if halted != Halt::Complete {
+                    self.summary(&halted);
+                    return Ok(Some(halted.exit_code()));
+                }
                 for l in self.source.completion_lines() {
                     self.ui.plain(&l);
                 }
@@ -210,7 +214,7 @@ impl Loop {
             VerdictClass::Unverified | VerdictClass::NothingPlanned => self.source.after_verdict(v),
         };
         if let Some(halt) = halt {
-            return self.halt(&halt).map(Some);
+            return Ok(Some(self.halt(&halt)));
         }
         // Progress is measured from where the roll-up stands now, not from zero.
         let judged = self

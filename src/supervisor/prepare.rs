@@ -28,6 +28,9 @@ pub(super) struct Prepared {
 }
 
 impl Loop {
+    /// Everything iteration `prev.iteration` needs before its agent starts. Its number is
+    /// spent last, once nothing here can fail any more: an error before that ends the run
+    /// without using the number (no iteration number without its record, SPEC §5.1).
     pub(super) fn prepare(&mut self, prev: &Counters) -> Result<Prepared> {
         let n = prev.iteration;
         let started_at = state::now_rfc3339();
@@ -52,10 +55,9 @@ impl Loop {
             .map_err(|e| Error::file("create", &transcript_path, e))?;
         let mut inv = self.agent.invocation(&prompt, &prompt_file)?;
         inv.env.extend(self.ralph_env(n));
-        self.announce(n, stuck_alert);
-        self.state.iteration = n;
-        self.state.save(&self.rd.state_file())?;
         let head_before = self.repo.head()?.map(|c| c.id);
+        self.spend(n)?;
+        self.announce(n, stuck_alert);
         Ok(Prepared {
             n,
             started_at,
@@ -67,6 +69,18 @@ impl Loop {
             head_before,
             notes: Vec::new(),
         })
+    }
+
+    /// Spend iteration number `n`: `state.json` names it before its agent starts, so a ralph
+    /// killed while the agent runs is known to have been in it (`ralph resume` records it).
+    fn spend(&mut self, n: u32) -> Result<()> {
+        let was = self.state.iteration;
+        self.state.iteration = n;
+        let saved = self.state.save(&self.rd.state_file());
+        if saved.is_err() {
+            self.state.iteration = was;
+        }
+        saved
     }
 
     fn announce(&mut self, n: u32, stuck_alert: bool) {

@@ -1,16 +1,18 @@
-//! Phase 5 of an iteration (SPEC §5.1 step 7): the one close every ending goes through — the
-//! status block and the commit of what the tree holds, then the fingerprint of the tree the
+//! Phase 5 of an iteration (SPEC §5.1 step 7, §11): the one close every ending goes through —
+//! the status block and the commit of what the tree holds, then the fingerprint of the tree the
 //! iteration leaves behind. (The logs and `state.json` follow in `conclude`, after the pure
-//! decision, in that order.)
+//! decision, in that order.) A step that fails is noted and the steps after it still run: the
+//! iteration then ends in an error, recorded like any ending.
 
 use super::Loop;
 use super::attempt::Attempted;
 use super::commit::{IterationCommit, Subject};
 use super::decide::Halt;
+use super::faults::Faults;
 use super::prepare::Prepared;
 use super::verify::Verified;
-use crate::error::Result;
-use crate::state::IterKey;
+use crate::error::Error;
+use crate::state::{IterExit, IterKey, UNKNOWN};
 
 /// How an iteration ended: judged and verified, or a halt found before that.
 pub(super) type Ending = std::result::Result<Verified, Halt>;
@@ -20,10 +22,14 @@ pub(super) struct Recorded {
     pub commit: IterationCommit,
     /// The ITER record's identity (figures, commit, fingerprint).
     pub key: IterKey,
-    /// The ITER record's exit: the verdict's when there is one, else the agent's.
-    pub exit: i32,
+    /// The ITER record's exit: the verdict's when there is one, else the agent's; `error` when
+    /// the iteration ended in an error (its ending's, or its close's).
+    pub exit: IterExit,
     pub done: usize,
     pub total: usize,
+    /// The close could not do all it should (git refused, a write failed): the error the
+    /// iteration ends with instead of its ending (which it names first when it was an error).
+    pub failure: Option<Halt>,
 }
 
 impl Loop {
@@ -32,7 +38,7 @@ impl Loop {
         prep: &Prepared,
         attempted: &Attempted,
         ending: &Ending,
-    ) -> Result<Recorded> {
+    ) -> Recorded {
         let unit = self.source.unit();
         let closing = match ending {
             Ok(v) => {
@@ -67,26 +73,39 @@ impl Loop {
         attempted: &Attempted,
         ending: &Ending,
         (subject, status, done, total, figures): (Subject, String, usize, usize, String),
-    ) -> Result<Recorded> {
-        let commit = self.commit_iteration(prep, subject, (&status, done, total))?;
+    ) -> Recorded {
+        let n = prep.n;
+        let mut faults = Faults::default();
+        let commit = self.commit_iteration(prep, subject, (&status, done, total), &mut faults);
         if let Some(w) = &self.watch
             && commit.subject.is_some()
         {
             // A commit may have recorded a new submodule or nested repository.
-            w.set_always(self.repo.gitlinks()?);
+            match self.repo.gitlinks() {
+                Ok(links) => w.set_always(links),
+                Err(e) => faults.note("the index's submodules cannot be read", &e.into()),
+            }
         }
         let fingerprint = if self.settings.no_commit {
-            self.repo.fingerprint()?
+            self.repo.fingerprint()
         } else {
-            self.repo.fingerprint_after_staging()?
+            self.repo.fingerprint_after_staging()
         };
+        let fingerprint = faults.or(
+            fingerprint.map_err(Error::from),
+            format_args!("the fingerprint of iteration {n}'s tree cannot be computed"),
+            UNKNOWN.to_string(),
+        );
+        let failure = faults.into_halt(ending.as_ref().err());
         let exit = match ending {
+            _ if failure.is_some() => IterExit::Error,
+            Err(Halt::Error { .. }) => IterExit::Error,
             Ok(Verified {
                 verdict: Some(v), ..
-            }) => v.exit_code,
-            _ => attempted.finished.exit_code,
+            }) => IterExit::Code(v.exit_code),
+            _ => IterExit::Code(attempted.finished.exit_code),
         };
-        Ok(Recorded {
+        Recorded {
             key: IterKey {
                 figures,
                 commit: commit.head.clone(),
@@ -96,6 +115,7 @@ impl Loop {
             exit,
             done,
             total,
-        })
+            failure,
+        }
     }
 }

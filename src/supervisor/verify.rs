@@ -58,7 +58,7 @@ impl Loop {
         };
         let verdict_halt = verdict.as_ref().and_then(|v| self.source.after_verdict(v));
         for line in self.source.take_notes() {
-            self.log(&format!("Iteration {}: {line}", prep.n))?;
+            self.log(&format!("Iteration {}: {line}", prep.n));
             prep.notes.push(line);
         }
         let judged = self.source.with_verdict_counts(judged);
@@ -111,7 +111,7 @@ impl Loop {
             self.log(&format!(
                 "Iteration {}: tests failed ({why}): {cmd}",
                 prep.n
-            ))?;
+            ));
             feedback.push(super::checks::feedback(&line, &prep.transcript_path));
             prep.notes.push(line);
         }
@@ -138,7 +138,7 @@ impl Loop {
         let v = self
             .source
             .verdict(fin.exit_code, &String::from_utf8_lossy(&fin.stdout_tail));
-        if let Some(note) = self.note_verdict(prep.n, &v)? {
+        if let Some(note) = self.note_verdict(prep.n, &v) {
             feedback.push(super::checks::feedback(&note, &prep.transcript_path));
             prep.notes.push(note);
         }
@@ -146,7 +146,7 @@ impl Loop {
     }
 
     /// Relay what the verdict command said into the log; the report note when there is one.
-    fn note_verdict(&self, n: u32, v: &Verdict) -> Result<Option<String>> {
+    fn note_verdict(&self, n: u32, v: &Verdict) -> Option<String> {
         let figures = v.figures();
         let (line, note) = match &v.class {
             VerdictClass::Verified => (
@@ -188,8 +188,8 @@ impl Loop {
                 )
             }
         };
-        self.log(&format!("Iteration {n}: {line}"))?;
-        Ok(note)
+        self.log(&format!("Iteration {n}: {line}"));
+        note
     }
 }
 

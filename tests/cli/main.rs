@@ -8,6 +8,7 @@ mod common;
 mod completion;
 mod cpm;
 mod cpm_rollup;
+mod endings;
 mod errors;
 mod escapes;
 mod files;

@@ -109,6 +109,9 @@ impl Begin<'_> {
         if !self.settings.no_commit && self.repo.is_dirty()? {
             let subject = if crashed || p.halt_reason == Some(HaltReason::Interrupted) {
                 format!("ralph: iteration {} (interrupted)", p.iteration)
+            } else if p.halt_reason == Some(HaltReason::Error) {
+                // What an iteration that ended in an error could not commit (SPEC §11).
+                format!("ralph: iteration {} (halted: error)", p.iteration)
             } else {
                 format!("ralph: state before resuming run {}", p.run_id)
             };
@@ -134,7 +137,7 @@ impl Begin<'_> {
             p.iteration + 1,
             self.agent.name,
             self.settings.max_iterations
-        ))?;
+        ));
         self.ui.line(&format!(
             "ralph: resuming run {} at iteration {}/{} — {done}/{total} {}, agent {}",
             p.run_id,
@@ -187,11 +190,12 @@ impl Begin<'_> {
             crate::files::create_dir_all(dir)
                 .map_err(|e| Error::file("create directory", dir, e))?;
         }
-        state::append_line(&log, &key.record(p.iteration, 137))?;
+        state::append_line(&log, &key.record(p.iteration, state::IterExit::Code(137)))?;
         self.log(&format!(
             "Iteration {}: ralph was killed while it ran; recorded on resume",
             p.iteration
-        ))
+        ));
+        Ok(())
     }
 
     /// Start a new run: the user's own uncommitted work is committed first (`was_dirty`).
@@ -215,7 +219,7 @@ impl Begin<'_> {
             self.plan.name(),
             self.agent.name,
             self.settings.max_iterations
-        ))?;
+        ));
         Ok(st)
     }
 
@@ -271,11 +275,8 @@ impl Begin<'_> {
         }
     }
 
-    fn log(&self, line: &str) -> Result<()> {
-        state::append_line(
-            &self.rd.activity_log(),
-            &format!("[{}] {line}", state::now_rfc3339()),
-        )
+    fn log(&self, line: &str) {
+        supervisor::log_activity(self.ui, self.rd, line);
     }
 }
 

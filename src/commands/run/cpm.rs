@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::error::Result;
-use crate::state::{self, RalphDir};
+use crate::state::RalphDir;
 use crate::supervisor;
 use crate::supervisor::source::{CpmSource, cpm_error};
 use crate::task::cpm;
@@ -18,12 +18,6 @@ pub(super) fn cpm_preflight(
     c: &CpmSource,
     yes: bool,
 ) -> Result<()> {
-    let log = |line: &str| {
-        state::append_line(
-            &rd.activity_log(),
-            &format!("[{}] {line}", state::now_rfc3339()),
-        )
-    };
     for epic in c.epics()? {
         // An epic that cannot be read is reported by the roll-up and the agent; here it only
         // keeps its tags (a link out of the repository is never written through).
@@ -37,7 +31,7 @@ pub(super) fn cpm_preflight(
         };
         for l in lines {
             ui.line(&l);
-            log(&l)?;
+            supervisor::log_activity(ui, rd, &l);
         }
     }
     for run in cpm::earlier_runs(root).map_err(cpm_error)? {
@@ -69,7 +63,11 @@ pub(super) fn cpm_preflight(
         if apply {
             cpm::apply_ignore_lines(root, &missing).map_err(cpm_error)?;
             ui.note(&format!("added to .gitignore: {}", missing.join(", ")));
-            log(&format!("Added to .gitignore: {}", missing.join(", ")))?;
+            supervisor::log_activity(
+                ui,
+                rd,
+                &format!("Added to .gitignore: {}", missing.join(", ")),
+            );
         } else {
             ui.warn(&format!(
                 ".gitignore does not cover session state ({}): pass --yes to add it",
