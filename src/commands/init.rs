@@ -17,6 +17,13 @@ const EXAMPLE_CRITERIA: &[&str] = &[
 
 pub fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
     let ui = ctx.ui;
+    // A box with no text is no criterion (SPEC §3.1): refused here, never silently lost.
+    if let Some(i) = args.criteria.iter().position(|c| c.trim().is_empty()) {
+        return Err(Error::usage(format!(
+            "--criterion number {} is empty: a criterion needs text",
+            i + 1
+        )));
+    }
     let repo = Repo::discover(&ctx.cwd)?;
     if args.table {
         let code = init_table(ctx, &repo, args)?;

@@ -159,3 +159,34 @@ fn init_plan_with_table_writes_a_valid_prd() {
     assert!(stdout(&out).contains("planned 2 tasks"), "{}", stdout(&out));
     assert!(env.read("PRD.md").contains("### Task 2: Step 2"));
 }
+
+#[test]
+fn an_empty_criterion_is_refused_never_lost() {
+    let env = TestEnv::new();
+    let out = env.ralph(&[
+        "init",
+        "Add a thing",
+        "--criterion",
+        "real",
+        "--criterion",
+        "  ",
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("--criterion number 2 is empty"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!env.repo.join("RALPH_TASK.md").exists());
+    // The control: with text, both are criteria.
+    let out = env.ralph(&[
+        "init",
+        "Add a thing",
+        "--criterion",
+        "real",
+        "--criterion",
+        "two",
+    ]);
+    assert_exit(&out, 0);
+    assert_eq!(env.read("RALPH_TASK.md").matches("- [ ] ").count(), 2);
+}
