@@ -188,6 +188,42 @@ fn an_index_lock_left_by_the_agent_is_recorded_and_its_work_committed_on_resume(
     assert!(env.activity().contains("resumed at iteration 2"));
 }
 
+/// The iteration that ended in an error had checked the last box: its work is uncommitted.
+/// `resume` finds the task complete, but settles that work first — committed as the iteration's
+/// leftovers — and only then says "already complete"; it never leaves it behind. Control: the
+/// task file really was complete and uncommitted when the resume started.
+#[test]
+fn a_resume_of_a_task_completed_in_an_error_iteration_commits_its_work_first() {
+    let env = setup(&["only"]);
+    let lock = agent_sh(&env, "lock", ": > .git/index.lock");
+    let out = env.run_fake(&format!("check+{lock}"), &[]);
+    assert_error_close(&env, &out, 1);
+    std::fs::remove_file(env.repo.join(".git/index.lock")).unwrap();
+    assert!(env.read("RALPH_TASK.md").contains("- [x] only"));
+    assert!(
+        env.git(&["status", "--porcelain"])
+            .contains("RALPH_TASK.md")
+    );
+    let out = resume(&env, "idle");
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("already complete"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!env.agent_ran(2), "nothing runs for a complete task");
+    let commits = env.commits();
+    assert_eq!(
+        commits[0], "ralph: iteration 1 (halted: error)",
+        "{commits:?}"
+    );
+    assert!(
+        !env.git(&["status", "--porcelain", "--untracked-files=no"])
+            .contains("RALPH_TASK.md"),
+        "the checked box is committed"
+    );
+}
+
 /// The agent starts a merge that conflicts and leaves it so: ralph stages nothing (`git add -A`
 /// would mark the conflict resolved, markers and all) and commits nothing (a plain commit would
 /// drop MERGE_HEAD and turn the merge into half of one); MERGE_HEAD, the unmerged entries and

@@ -102,9 +102,10 @@ pub(super) struct Begin<'a> {
 }
 
 impl Begin<'_> {
-    /// Continue a recorded run: the work its last iteration left is committed first (and that
-    /// iteration gets its record when ralph was killed before writing it).
-    pub(super) fn resumed(mut self, mut p: RunState) -> Result<RunState> {
+    /// What the last iteration of a recorded run left is settled before anything else — also
+    /// when the run then turns out to be complete: its work committed, and its record written
+    /// when ralph was killed before writing it.
+    pub(super) fn settle(&mut self, p: &RunState) -> Result<()> {
         let crashed = p.running;
         if !self.settings.no_commit && self.repo.is_dirty()? {
             let subject = if crashed || p.halt_reason == Some(HaltReason::Interrupted) {
@@ -118,8 +119,13 @@ impl Begin<'_> {
             self.commit_first(&subject, p.iteration, &p.run_id)?;
         }
         if crashed && p.iteration > 0 {
-            self.record_killed_iteration(&p)?;
+            self.record_killed_iteration(p)?;
         }
+        Ok(())
+    }
+
+    /// Continue a recorded run (settled already, [`Begin::settle`]).
+    pub(super) fn resumed(self, mut p: RunState) -> Result<RunState> {
         p.running = true;
         // What this resume runs with (its own flags may have changed a check) is what the next
         // resume keeps.

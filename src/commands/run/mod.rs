@@ -114,7 +114,7 @@ fn start(
 ) -> Result<i32> {
     let ui = ctx.ui;
     let mut r = resolve(ctx, targets, options, how)?;
-    if let Some(code) = end_at_once(ui, &r)? {
+    if let Some(code) = end_at_once(ui, &r, how)? {
         return Ok(code);
     }
     // The probe runs the installed CLI outside, and under --sandbox the CLI may have been
@@ -237,7 +237,19 @@ fn resolve(
 /// only BLOCKED tasks left (SPEC §3.2: PARTIAL, spawning nothing), a table all DONE or a
 /// checklist all checked when no check could say otherwise. Where a test or verdict command is
 /// set, "already complete" is the evidence's to say, checked now (SPEC §5.3: `evidence_now`).
-fn end_at_once(ui: Ui, r: &Resolved) -> Result<Option<i32>> {
+/// An unfinished run's last iteration may have left work uncommitted or unrecorded: a resume of
+/// it (and a new run on a tree it left dirty) never ends here, before that is settled under the
+/// lock (`Begin::settle`).
+fn end_at_once(ui: Ui, r: &Resolved, how: Continuation) -> Result<Option<i32>> {
+    let unfinished = r
+        .prior
+        .as_ref()
+        .is_some_and(|p| p.halt_reason != Some(HaltReason::Complete));
+    if unfinished
+        && (how == Continuation::Resume || (!r.settings.no_commit && r.repo.is_dirty()?))
+    {
+        return Ok(None);
+    }
     let checked = r.settings.test_command.is_some() || r.settings.verdict_command.is_some();
     match &r.plan {
         Plan::Cpm {
@@ -390,6 +402,10 @@ async fn supervise(
     }
     if let Some(p) = &resumed {
         r.settings.max_iterations = begin::resumed_max_iterations(p, options, r.written_max);
+    }
+    if let Some(p) = &resumed {
+        // What its last iteration left, settled before anything can end the run.
+        settle(ui, &mut r, &agent, &source, p)?;
     }
     let mut interrupts =
         Interrupts::install().map_err(|e| Error::io("failed to install signal handlers", e))?;
@@ -553,7 +569,7 @@ fn refuse_a_live_supervisor(prior: Option<&RunState>, root: &Path) -> Result<()>
 /// `ralph run` was told "resume" at the prompt: start over as `ralph resume`.
 async fn resume_after_asking(ctx: &Context, options: &RunOptions) -> Result<i32> {
     let r = resolve(ctx, &[], options, Continuation::Resume)?;
-    if let Some(code) = end_at_once(ctx.ui, &r)? {
+    if let Some(code) = end_at_once(ctx.ui, &r, Continuation::Resume)? {
         return Ok(code);
     }
     let agent = Agent::resolve(&r.settings.agent, true)?;
@@ -649,6 +665,21 @@ fn begin_run(
         Some(p) => begin.resumed(p),
         None => begin.fresh(run_id, was_dirty),
     }
+}
+
+/// A resumed run's last iteration: its work committed, its record written if ralph was killed
+/// in it (SPEC §2.3, §11).
+fn settle(ui: Ui, r: &mut Resolved, agent: &Agent, source: &Source, p: &RunState) -> Result<()> {
+    let mut begin = Begin {
+        ui,
+        rd: &r.rd,
+        repo: &mut r.repo,
+        settings: &r.settings,
+        agent,
+        plan: &r.plan,
+        unit: source.unit(),
+    };
+    begin.settle(p)
 }
 
 /// The loop, after CPM's pre-flight and the `run_started` event.
