@@ -80,6 +80,12 @@ impl StateHome {
         Keyed::open(&self.base.join("repos"), common_dir, common_dir)
     }
 
+    /// The records of one repository when they exist for its common git directory now:
+    /// nothing is created or set aside.
+    pub fn find_repo(&self, common_dir: &Path) -> Option<Keyed> {
+        Keyed::find(&self.base.join("repos"), common_dir, common_dir)
+    }
+
     /// The records of the work tree at `work_tree`, found from its path: opened (`create`, a
     /// run) or only found (a reader). `Ok(None)` when no repository has its root there, or,
     /// not creating, when there are no records yet.
@@ -151,8 +157,12 @@ impl Keyed {
             Err(e) => return Err(e),
         }
         private_dirs(&dir)?;
-        let mut f = std::fs::File::create(&file)?;
+        // Whole or not at all: another ralph opening the same directory at the same moment
+        // must not read a half-written identity and set the directory aside as another's.
+        let tmp = dir.join(format!("{IDENTITY}.tmp-{}", std::process::id()));
+        let mut f = std::fs::File::create(&tmp)?;
         f.write_all(identity.as_bytes())?;
+        std::fs::rename(&tmp, &file)?;
         Ok(Keyed { dir })
     }
 

@@ -34,4 +34,5 @@ mod task_files;
 mod verdict;
 mod watch;
 mod watcher_faults;
+mod worktree_doors;
 mod worktrees;
