@@ -35,4 +35,5 @@ mod verdict;
 mod watch;
 mod watcher_faults;
 mod worktree_doors;
+mod worktree_names;
 mod worktrees;
