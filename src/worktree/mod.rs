@@ -93,11 +93,13 @@ pub fn open_for_resume(repo: &Repo, name: &str) -> Result<Worktree> {
     open(repo, &Records::open(repo)?, name)
 }
 
-/// The run recorded in the worktree at `path`, when it is not finished: halted short of
-/// complete, or killed while running.
+/// The run recorded in the worktree at `path`, when it is not finished and no supervisor runs
+/// it now: halted short of complete, or killed while running.
 pub fn unfinished(path: &Path) -> Result<Option<RunState>> {
-    let st = RunState::load(&RalphDir::new(path).state_file())?;
-    Ok(st.filter(|s| s.running || s.halt_reason != Some(HaltReason::Complete)))
+    let status = crate::loops::report(&Repo::discover(path)?)?;
+    Ok(status
+        .st
+        .filter(|s| !status.running && (s.running || s.halt_reason != Some(HaltReason::Complete))))
 }
 
 /// Whether the loop at `path` completed its run (merged or not): its name is free for a new

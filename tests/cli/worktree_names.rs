@@ -284,3 +284,31 @@ fn without_a_state_directory_loops_are_refused() {
     assert_exit(&bare(&["status", "--all"]), 0);
     assert_exit(&run_loop(&env, "x", "A.md", &agent, &[]), 0);
 }
+
+/// A new run on a loop that is running now is refused by the running loop's lock, naming its
+/// supervisor — not told to resume a run that is not over.
+#[test]
+fn a_new_run_on_a_running_loop_names_its_supervisor() {
+    let env = TestEnv::new();
+    env.write("A.md", &task(&["a1"]));
+    env.commit_all("task");
+    let mut cmd = env.ralph_cmd();
+    cmd.args(["run", "--worktree", "r", "A.md", "--yes", "--grace", "1s"])
+        .args(["--agent-cmd", &format!("'{}'", fake_agent().display())])
+        .env("FAKE_AGENT_SCRIPT", "hang");
+    let running = env.spawn(cmd);
+    let up = wait_until(Duration::from_secs(20), || {
+        all_json(&env)
+            .iter()
+            .any(|l| l["name"] == "r" && l["running"] == true)
+    });
+    let out = run_loop(&env, "r", "A.md", &agent(&env, "r"), &[]);
+    running.signal(libc::SIGTERM);
+    let (code, o, e) = running.wait(Duration::from_secs(20));
+    assert!(up, "the loop never ran: {o}\n{e}");
+    assert_eq!(code, Some(130), "{o}\n{e}");
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(err.contains("already supervising"), "{err}");
+    assert!(!err.contains("resume"), "{err}");
+}
