@@ -5,6 +5,10 @@
 //! would read a loop's state from there. A link on the way is refused, never followed nor
 //! replaced: ralph cannot tell the user's link from the agent's, and replacing it would hide the
 //! worktrees behind it from git.
+//!
+//! What this does not close: git resolves the path again when it creates the worktree, so an
+//! agent running at that very moment (a sandboxed loop in the main work tree, which can write
+//! the git directory) could swap a link in between the check and `git worktree add`.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
