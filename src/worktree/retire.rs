@@ -232,3 +232,74 @@ pub fn set_branch_aside(repo: &Repo, records: &Records, name: &str, ui: Ui) -> R
     ));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A worktree's `.ralph` with ralph's logs, and what an agent could have put among them: a
+    /// log hard-linked to a secret, a symlink and a FIFO in a run's directory.
+    fn planted(root: &Path, secret: &Path) {
+        let runs = root.join(".ralph/runs/r1");
+        std::fs::create_dir_all(&runs).unwrap();
+        std::fs::write(root.join(".ralph/activity.log"), "activity\n").unwrap();
+        std::fs::write(runs.join("t.log"), "transcript\n").unwrap();
+        std::os::unix::fs::symlink(secret, runs.join("link")).unwrap();
+        nix::unistd::mkfifo(&runs.join("fifo"), Mode::from_bits_truncate(0o600)).unwrap();
+        std::fs::hard_link(secret, root.join(".ralph/iterations.log")).unwrap();
+    }
+
+    fn check_kept(to: &Path) {
+        assert_eq!(
+            std::fs::read_to_string(to.join("activity.log")).unwrap(),
+            "activity\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(to.join("runs/r1/t.log")).unwrap(),
+            "transcript\n"
+        );
+        assert!(
+            !to.join("iterations.log").exists(),
+            "a second name of a secret"
+        );
+    }
+
+    #[test]
+    fn logs_are_kept_without_following_links_moved_or_copied() {
+        let d = tempfile::tempdir().unwrap();
+        let secret = d.path().join("secret");
+        std::fs::write(&secret, "password\n").unwrap();
+        // The same file system: moved (a link moved is still only a link).
+        let (root, to) = (d.path().join("wt"), d.path().join("kept"));
+        std::fs::create_dir_all(&to).unwrap();
+        planted(&root, &secret);
+        assert_eq!(keep_logs(&root, &to).unwrap(), vec!["activity.log", "runs"]);
+        check_kept(&to);
+        assert!(root.join(".ralph/iterations.log").exists());
+        // Another file system: copied, regular files of their own only.
+        let shm = Path::new("/dev/shm");
+        let other = shm.is_dir()
+            && std::fs::metadata(shm).unwrap().dev() != std::fs::metadata(d.path()).unwrap().dev();
+        if !other {
+            eprintln!("skipping the copy: /dev/shm is not another file system here");
+            return;
+        }
+        let far = tempfile::tempdir_in(shm).unwrap();
+        let root = d.path().join("wt2");
+        let to = far.path().join("kept");
+        std::fs::create_dir_all(&to).unwrap();
+        planted(&root, &secret);
+        assert_eq!(keep_logs(&root, &to).unwrap(), Vec::<&str>::new());
+        check_kept(&to);
+        assert!(!to.join("runs/r1/link").exists() && !to.join("runs/r1/fifo").exists());
+        // A `.ralph` that is a link keeps nothing.
+        let root = d.path().join("wt3");
+        std::fs::create_dir_all(&root).unwrap();
+        std::os::unix::fs::symlink(d.path().join("wt2/.ralph"), root.join(".ralph")).unwrap();
+        let to = far.path().join("kept3");
+        std::fs::create_dir_all(&to).unwrap();
+        assert_eq!(keep_logs(&root, &to).unwrap(), Vec::<&str>::new());
+        assert_eq!(std::fs::read_dir(&to).unwrap().count(), 0);
+    }
+}
