@@ -290,7 +290,7 @@ pub struct RunOptions {
     pub json: bool,
 
     /// Run the loop in a git worktree of its own, on branch `ralph/NAME` from the current HEAD
-    /// (created, or reused when it exists).
+    /// (reused while its loop is unfinished; a finished loop's name starts a new branch).
     #[arg(long, value_name = "NAME")]
     pub worktree: Option<String>,
 

@@ -273,17 +273,89 @@ fn entry(name: &str, path: &Path) -> Result<Entry> {
     })
 }
 
-/// The `ralph status --all --json` object (SPEC §13).
-pub fn all_to_json(entries: &[Entry]) -> serde_json::Value {
-    let loops: Vec<serde_json::Value> = entries
-        .iter()
-        .map(|e| {
-            let mut v = to_json(&e.status);
-            v["name"] = e.name.clone().into();
-            v["path"] = e.path.to_string_lossy().into_owned().into();
-            v["branch"] = e.branch.clone().into();
-            v
+/// A loop ralph retired (SPEC §13): its worktree removed — merged, or its name taken by a new
+/// loop — shown from the record and logs ralph kept in its state directory.
+pub struct Retired {
+    pub name: String,
+    /// Its branch as it is called now.
+    pub branch: String,
+    /// The base branch's commit once the loop was merged into it; `None`: never merged.
+    pub merged_at: Option<String>,
+    /// Where its logs are kept.
+    pub logs: PathBuf,
+    pub status: Status,
+}
+
+/// Every loop of the repository ralph retired, the earliest first.
+pub fn retired(repo: &Repo) -> Vec<Retired> {
+    let Some(records) = crate::worktree::Records::find(repo) else {
+        return Vec::new();
+    };
+    records
+        .kept()
+        .into_iter()
+        .map(|(logs, k)| Retired {
+            status: kept_status(k.state, &logs),
+            name: k.name,
+            branch: k.branch,
+            merged_at: k.merged_at,
+            logs,
         })
+        .collect()
+}
+
+/// What `status` says of a retired loop: its run as ralph recorded it, its last records.
+fn kept_status(st: Option<RunState>, logs: &Path) -> Status {
+    let records = state::tail_lines(&logs.join("iterations.log"), 3).unwrap_or_default();
+    let parsed: Vec<state::IterRecord> = records
+        .iter()
+        .filter_map(|r| state::parse_iter_record(r))
         .collect();
+    Status {
+        stalled: state::last_three_repeat(&parsed),
+        records,
+        warning: None,
+        refused: None,
+        task_warnings: Vec::new(),
+        running: false,
+        pid: None,
+        // A retired loop has no work tree, and no lock anyone could hold.
+        locks: TreeLocks {
+            own: None,
+            git: PathBuf::new(),
+        },
+        task_file: st
+            .as_ref()
+            .map_or_else(PathBuf::new, |s| PathBuf::from(&s.task_file)),
+        doc: None,
+        done: st.as_ref().map_or(0, |s| s.done),
+        total: st.as_ref().map_or(0, |s| s.total),
+        remaining: Vec::new(),
+        halt_reason: st.as_ref().and_then(|s| s.halt_reason),
+        elapsed_s: st.as_ref().and_then(|s| elapsed(s, false)),
+        st,
+    }
+}
+
+/// The `ralph status --all --json` object (SPEC §13): the live loops, then the retired ones
+/// (`path` null, `merged_at` and `logs` set).
+pub fn all_to_json(entries: &[Entry], retired: &[Retired]) -> serde_json::Value {
+    let live = entries.iter().map(|e| {
+        let mut v = to_json(&e.status);
+        v["name"] = e.name.clone().into();
+        v["path"] = e.path.to_string_lossy().into_owned().into();
+        v["branch"] = e.branch.clone().into();
+        v
+    });
+    let kept = retired.iter().map(|r| {
+        let mut v = to_json(&r.status);
+        v["name"] = r.name.clone().into();
+        v["path"] = serde_json::Value::Null;
+        v["branch"] = r.branch.clone().into();
+        v["merged_at"] = r.merged_at.clone().into();
+        v["logs"] = r.logs.to_string_lossy().into_owned().into();
+        v
+    });
+    let loops: Vec<serde_json::Value> = live.chain(kept).collect();
     json!({"schema_version": 1, "loops": loops})
 }

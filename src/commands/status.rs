@@ -17,10 +17,13 @@ pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
                 ctx.ui.warn(&format!("loop {}: {w}", e.name));
             }
         }
+        let retired = loops::retired(&repo);
         if json_out {
-            ctx.ui.plain(&loops::all_to_json(&entries).to_string());
+            ctx.ui
+                .plain(&loops::all_to_json(&entries, &retired).to_string());
         } else {
             print_all(ctx.ui, &entries);
+            print_retired(ctx.ui, &retired);
         }
         return Ok(exit_code(entries.iter().map(|e| &e.status)));
     }
@@ -155,35 +158,15 @@ fn print_text(ui: Ui, s: &Status) {
 fn print_all(ui: Ui, entries: &[loops::Entry]) {
     for e in entries {
         let s = &e.status;
-        let state = match (&s.st, s.running, s.halt_reason) {
-            (None, true, _) => format!("running (pid {}), no run recorded yet", pid_text(s)),
-            (None, _, _) if s.refused.is_some() => "task file refused".to_string(),
-            (None, _, _) => "no run".to_string(),
-            (Some(_), true, _) => format!("running (pid {})", pid_text(s)),
-            (Some(_), false, Some(r)) => format!("halted: {r}"),
-            (Some(_), false, None) => "halted".to_string(),
+        let state = match (&s.st, s.running) {
+            (None, true) => format!("running (pid {}), no run recorded yet", pid_text(s)),
+            (None, _) if s.refused.is_some() => "task file refused".to_string(),
+            (None, false) => "no run".to_string(),
+            (Some(_), true) => format!("running (pid {})", pid_text(s)),
+            (Some(_), false) => halted(s),
         };
-        let (iteration, unit, cost) = s.st.as_ref().map_or((String::new(), "", 0.0), |st| {
-            (
-                format!("iteration {}/{}", st.iteration, st.max_iterations),
-                st.mode.unit(),
-                st.cost_usd,
-            )
-        });
-        // No counts for a refused task file without a run: they are not known.
-        let counts = match (&s.st, &s.refused) {
-            (None, Some(_)) => String::new(),
-            _ => format!("{}/{} {unit}", s.done, s.total),
-        };
-        let mut line = format!(
-            "{}  [{}]  {state}  {iteration}  {counts}",
-            e.name,
-            e.branch.as_deref().unwrap_or("detached"),
-        );
-        if cost > 0.0 {
-            line.push_str(&format!("  ${cost:.2}"));
-        }
-        ui.plain(line.trim_end());
+        let branch = e.branch.as_deref().unwrap_or("detached");
+        ui.plain(&loop_line(&e.name, branch, &state, s));
         ui.plain(&format!("    {}", e.path.display()));
         if let Some(r) = &s.refused {
             ui.plain(&format!("    task file refused: {}", r.error));
@@ -194,4 +177,49 @@ fn print_all(ui: Ui, entries: &[loops::Entry]) {
 /// The live supervisor's pid, or `?` when it did not say.
 fn pid_text(s: &Status) -> String {
     s.pid.map_or_else(|| "?".to_string(), |p| p.to_string())
+}
+
+/// The loops ralph retired: merged (at which commit), or not, and where their logs are.
+fn print_retired(ui: Ui, retired: &[loops::Retired]) {
+    for r in retired {
+        let how = match &r.merged_at {
+            Some(at) => format!("merged at {}", at.chars().take(7).collect::<String>()),
+            None => "not merged".to_string(),
+        };
+        let state = format!("{how}, worktree removed; {}", halted(&r.status));
+        ui.plain(&loop_line(&r.name, &r.branch, &state, &r.status));
+        ui.plain(&format!("    logs: {}", r.logs.display()));
+    }
+}
+
+/// `halted: REASON, exit N`: the exit code as `--json` has it (11: complete, not merged).
+fn halted(s: &Status) -> String {
+    let mut out = match s.halt_reason {
+        Some(r) => format!("halted: {r}"),
+        None => "halted".to_string(),
+    };
+    if let Some(code) = s.st.as_ref().and_then(|st| st.exit_code) {
+        out.push_str(&format!(", exit {code}"));
+    }
+    out
+}
+
+fn loop_line(name: &str, branch: &str, state: &str, s: &Status) -> String {
+    let (iteration, unit, cost) = s.st.as_ref().map_or((String::new(), "", 0.0), |st| {
+        (
+            format!("iteration {}/{}", st.iteration, st.max_iterations),
+            st.mode.unit(),
+            st.cost_usd,
+        )
+    });
+    // No counts for a refused task file without a run: they are not known.
+    let counts = match (&s.st, &s.refused) {
+        (None, Some(_)) => String::new(),
+        _ => format!("{}/{} {unit}", s.done, s.total),
+    };
+    let mut line = format!("{name}  [{branch}]  {state}  {iteration}  {counts}");
+    if cost > 0.0 {
+        line.push_str(&format!("  ${cost:.2}"));
+    }
+    line.trim_end().to_string()
 }

@@ -80,6 +80,12 @@ impl StateHome {
         Keyed::open(&self.base.join("repos"), common_dir, common_dir)
     }
 
+    /// The records of one repository when they exist for its common git directory now:
+    /// nothing is created or set aside.
+    pub fn find_repo(&self, common_dir: &Path) -> Option<Keyed> {
+        Keyed::find(&self.base.join("repos"), common_dir, common_dir)
+    }
+
     /// The records of the work tree at `work_tree`, found from its path: opened (`create`, a
     /// run) or only found (a reader). `Ok(None)` when no repository has its root there, or,
     /// not creating, when there are no records yet.
@@ -151,8 +157,14 @@ impl Keyed {
             Err(e) => return Err(e),
         }
         private_dirs(&dir)?;
-        let mut f = std::fs::File::create(&file)?;
+        // Whole or not at all: another ralph opening the same directory at the same moment
+        // must not read a half-written identity and set the directory aside as another's.
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!("{IDENTITY}.tmp-{}-{seq}", std::process::id()));
+        let mut f = std::fs::File::create(&tmp)?;
         f.write_all(identity.as_bytes())?;
+        std::fs::rename(&tmp, &file)?;
         Ok(Keyed { dir })
     }
 
@@ -278,6 +290,46 @@ mod tests {
         // Not the root of a repository: no records.
         std::fs::create_dir_all(tree.join("sub")).unwrap();
         assert_eq!(home.records_of(&tree.join("sub"), true).unwrap(), None);
+    }
+
+    #[test]
+    fn a_repositorys_records_are_found_only_once_made_and_only_for_it() {
+        let d = tempfile::tempdir().unwrap();
+        let home = StateHome::at(&d.path().join("state"));
+        let common = d.path().join("repo/.git");
+        std::fs::create_dir_all(&common).unwrap();
+        assert_eq!(home.find_repo(&common), None);
+        assert!(!home.path().exists(), "looking creates nothing");
+        let made = home.repo(&common).unwrap();
+        assert_eq!(home.find_repo(&common), Some(made.clone()));
+        // Another repository at the same path: not its records.
+        std::fs::rename(&common, d.path().join("old-git")).unwrap();
+        std::fs::create_dir_all(&common).unwrap();
+        assert_eq!(home.find_repo(&common), None);
+    }
+
+    #[test]
+    fn ralphs_opening_the_same_new_directory_at_once_all_keep_it() {
+        for _ in 0..200 {
+            let d = tempfile::tempdir().unwrap();
+            let home = StateHome::at(&d.path().join("state"));
+            let common = d.path().join("repo/.git");
+            std::fs::create_dir_all(&common).unwrap();
+            std::thread::scope(|s| {
+                for _ in 0..16 {
+                    s.spawn(|| home.repo(&common).unwrap());
+                }
+            });
+            let repos: Vec<String> = std::fs::read_dir(home.path().join("repos"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(
+                repos.len(),
+                1,
+                "a half-written identity set aside: {repos:?}"
+            );
+        }
     }
 
     #[test]

@@ -34,4 +34,6 @@ mod task_files;
 mod verdict;
 mod watch;
 mod watcher_faults;
+mod worktree_doors;
+mod worktree_names;
 mod worktrees;

@@ -110,8 +110,21 @@ fn two_loops_run_at_once_and_both_merge() {
         branches.contains("ralph/alpha") && branches.contains("ralph/beta"),
         "{branches}"
     );
+    // Only the main tree's loop is live; the merged ones are shown from their kept logs.
     let v = all_json(&env);
-    assert_eq!(v["loops"].as_array().unwrap().len(), 1, "{v}");
+    let loops = v["loops"].as_array().unwrap();
+    let live: Vec<_> = loops.iter().filter(|l| !l["path"].is_null()).collect();
+    assert_eq!(live.len(), 1, "{v}");
+    let on_main = env.git(&["log", "--format=%H", "main"]);
+    for name in ["alpha", "beta"] {
+        let l = loops
+            .iter()
+            .find(|l| l["name"] == name)
+            .expect("a merged loop is listed");
+        assert_eq!(l["exit_code"], 0, "{l}");
+        let at = l["merged_at"].as_str().expect("merged_at");
+        assert!(on_main.contains(at), "{at} is on main");
+    }
     for name in ["alpha", "beta"] {
         let pids = std::fs::read_dir(env.home.join(format!("log-{name}")))
             .unwrap()

@@ -53,7 +53,9 @@ pub fn resume(ctx: &Context, args: &ResumeArgs) -> Result<i32> {
 }
 
 /// `--worktree NAME`: the loop runs in its own worktree (SPEC §13), then merges back with
-/// `--merge` when it completed.
+/// `--merge` when it completed. A run on a finished loop's name starts a new branch; on an
+/// unfinished loop it is asked about as any unfinished run (refused when nobody can answer,
+/// naming `ralph resume --worktree NAME`). A dry run makes and changes nothing.
 fn in_worktree(
     ctx: &Context,
     targets: &[String],
@@ -65,23 +67,45 @@ fn in_worktree(
         return start(ctx, targets, options, dry_run, how);
     };
     let repo = Repo::discover(&ctx.cwd)?;
-    let wt = crate::worktree::open_or_create(&repo, name)?;
+    if dry_run {
+        return dry_run_in_worktree(ctx, &repo, name, targets, options, how);
+    }
+    let wt = if how == Continuation::Resume {
+        crate::worktree::open_for_resume(&repo, name)?
+    } else {
+        crate::worktree::for_run(&repo, name, ctx.ui)?
+    };
+    if how == Continuation::Fresh
+        && !supervisor::is_interactive(options.yes)
+        && let Some(p) = crate::worktree::unfinished(&wt.path)?
+    {
+        return Err(Error::user(format!(
+            "loop `{name}` has an unfinished run ({}, iteration {}/{}, {})",
+            p.run_id,
+            p.iteration,
+            p.max_iterations,
+            p.halt_reason.map_or("killed while running", HaltReason::as_str)
+        ))
+        .with_hint(format!(
+            "continue it with `ralph resume --worktree {name}`, or start it over with `ralph run --worktree {name} --reset`"
+        )));
+    }
     crate::worktree::carry_targets(repo.root(), &ctx.cwd, &wt.path, targets)?;
     let sub = ctx.cwd.strip_prefix(repo.root()).unwrap_or(Path::new(""));
     let cwd = wt.path.join(sub);
-    std::fs::create_dir_all(&cwd).map_err(|e| Error::file("create directory", &cwd, e))?;
+    crate::files::create_dir_all(&cwd).map_err(|e| Error::file("create directory", &cwd, e))?;
     ctx.ui.note(&format!(
         "loop `{name}`: worktree {} on branch {}",
         wt.path.display(),
         wt.branch
     ));
     let inner = Context { cwd, ui: ctx.ui };
-    let code = start(&inner, targets, options, dry_run, how)?;
+    let code = start(&inner, targets, options, false, how)?;
     let configured = config::file_layers(&RalphDir::new(&wt.path).path, None)?
         .iter()
         .find_map(|s| s.layer.merge)
         .unwrap_or(false);
-    if code == exit::COMPLETE && (options.merge || configured) && !dry_run {
+    if code == exit::COMPLETE && (options.merge || configured) {
         // A task already complete ends at once, before any state: the loop made nothing to merge.
         if RunState::load(&RalphDir::new(&wt.path).state_file())?.is_none() {
             ctx.ui
@@ -91,6 +115,36 @@ fn in_worktree(
         return crate::worktree::merge(&repo, name, ctx.ui);
     }
     Ok(code)
+}
+
+/// `--dry-run --worktree NAME`: the plan in the loop's worktree when a run would continue there,
+/// else in this work tree (whose task files a new worktree would start with).
+fn dry_run_in_worktree(
+    ctx: &Context,
+    repo: &Repo,
+    name: &str,
+    targets: &[String],
+    options: &RunOptions,
+    how: Continuation,
+) -> Result<i32> {
+    let reused = match crate::worktree::existing(repo, name)? {
+        Some(path) if !crate::worktree::finished(&path)? => Some(path),
+        _ => None,
+    };
+    let Some(path) = reused else {
+        ctx.ui.note(&format!(
+            "loop `{name}`: a run would start branch ralph/{name} afresh from HEAD, in a new worktree"
+        ));
+        return start(ctx, targets, options, true, how);
+    };
+    ctx.ui
+        .note(&format!("loop `{name}`: worktree {}", path.display()));
+    let sub = ctx.cwd.strip_prefix(repo.root()).unwrap_or(Path::new(""));
+    let inner = Context {
+        cwd: path.join(sub),
+        ui: ctx.ui,
+    };
+    start(&inner, targets, options, true, how)
 }
 
 /// A run resolved up to its settings: nothing written yet.

@@ -1,0 +1,362 @@
+//! A loop merged back into the branch it started from (SPEC §13), as `git merge --no-edit`
+//! would: only a completed loop, only into a clean work tree, serialised across loops, changing
+//! nothing on a conflict. The branch to merge into is ralph's record, never a file in the git
+//! directory; ralph's git looks inside no submodule (whose configuration an agent could write).
+
+use std::path::{Path, PathBuf};
+
+use super::records::Records;
+use super::{Worktree, current_branch, retire};
+use crate::error::{Error, Result, exit};
+use crate::git::{GitError, Repo};
+use crate::state::{HaltReason, RalphDir, RunState};
+use crate::ui::Ui;
+
+/// Merge loop `name` back into the branch it started from. Exit 0 when merged, 11 when it could
+/// not be (conflicts named, the base work tree not clean, the loop's worktree off its branch).
+pub fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
+    let records = Records::open(repo)?;
+    let wt = super::open(repo, &records, name)?;
+    let loop_repo = Repo::discover(&wt.path)?;
+    completed(&loop_repo, name)?;
+    let Some(base) = wt.base.clone() else {
+        return Err(Error::user(format!(
+            "ralph has no record of a branch loop `{name}` started from (a detached HEAD, or a worktree ralph did not make): there is no branch to merge it into"
+        ))
+        .with_hint(format!("merge `{}` by hand", wt.branch)));
+    };
+    // The loop's work is on its branch only while its worktree has that branch checked out: an
+    // agent that switched branches left its commits elsewhere, and merging `ralph/NAME` would
+    // report a merge of nothing.
+    let on = current_branch(&loop_repo);
+    if on.as_deref() != Some(wt.branch.as_str()) {
+        ui.alert(&format!(
+            "not merged: the worktree of loop `{name}` ({}) is on {}, not `{}`: its last commits are not on the loop's branch",
+            wt.path.display(),
+            on.map_or_else(|| "a detached HEAD".to_string(), |b| format!("branch `{b}`")),
+            wt.branch
+        ));
+        ui.plain(
+            "The branch and the worktree stay as they are: merge by hand what should be merged.",
+        );
+        return not_merged(&loop_repo);
+    }
+    let _lock = records.lock()?;
+    let target = checked_out_at(repo, &base)?;
+    if let Some(tree) = &target
+        && is_dirty_tracked(&Repo::discover(tree)?)?
+    {
+        ui.alert(&format!(
+            "not merged: the work tree of `{base}` ({}) has uncommitted changes",
+            tree.display()
+        ));
+        return not_merged(&loop_repo);
+    }
+    let conflicts = conflicts(repo, &base, &wt.branch)?;
+    if !conflicts.is_empty() {
+        report_conflicts(&wt, &base, &conflicts, ui);
+        return not_merged(&loop_repo);
+    }
+    let at = match &target {
+        Some(tree) => merge_in(&Repo::discover(tree)?, &wt.branch, ui)?,
+        None => merge_ref(repo, &base, &wt.branch, ui)?,
+    };
+    settle(repo, &records, &wt, &loop_repo, at, ui)?;
+    Ok(exit::COMPLETE)
+}
+
+/// After the merge: the loop's worktree removed and its logs kept, unless it holds files ralph
+/// does not delete (then it stays, state and logs included, its merge recorded).
+fn settle(
+    repo: &Repo,
+    records: &Records,
+    wt: &Worktree,
+    loop_repo: &Repo,
+    at: String,
+    ui: Ui,
+) -> Result<()> {
+    let foreign = retire::foreign_files(loop_repo)?;
+    if foreign.is_empty() && retire::retire(repo, records, wt, loop_repo, Some(at.clone()), ui)? {
+        return Ok(());
+    }
+    let mut record = records.loop_record(&wt.name)?.unwrap_or_default();
+    record.merged_at = Some(at);
+    records.set_loop(&wt.name, &record)?;
+    if !foreign.is_empty() {
+        let path = wt.path.display();
+        ui.warn(&format!(
+            "kept the worktree {path}: it holds untracked or ignored files ralph does not delete ({}); remove it with `git worktree remove --force {path}`",
+            retire::some_of(&foreign)
+        ));
+    }
+    Ok(())
+}
+
+fn report_conflicts(wt: &Worktree, base: &str, conflicts: &[String], ui: Ui) {
+    ui.alert(&format!(
+        "not merged: `{}` conflicts with `{base}` in {} file{}:",
+        wt.branch,
+        conflicts.len(),
+        if conflicts.len() == 1 { "" } else { "s" }
+    ));
+    for c in conflicts {
+        ui.plain(&format!("  {c}"));
+    }
+    ui.plain(&format!(
+        "The branch `{}` and its worktree {} stay as they are: resolve by hand.",
+        wt.branch,
+        wt.path.display()
+    ));
+}
+
+/// A merge that did not go in: the loop stays complete, and its recorded exit code says 11, so
+/// `status --all` tells this loop from one that merged (SPEC §13).
+fn not_merged(loop_repo: &Repo) -> Result<i32> {
+    let file = RalphDir::new(loop_repo.root()).state_file();
+    if let Some(mut st) = RunState::load(&file)? {
+        st.exit_code = Some(exit::NOT_MERGED);
+        st.save(&file)?;
+    }
+    Ok(exit::NOT_MERGED)
+}
+
+/// Only a completed loop merges.
+fn completed(loop_repo: &Repo, name: &str) -> Result<()> {
+    let rd = RalphDir::new(loop_repo.root());
+    let st = RunState::load(&rd.state_file())?;
+    match st
+        .as_ref()
+        .and_then(|s| (!s.running).then_some(s.halt_reason))
+    {
+        Some(Some(HaltReason::Complete)) => Ok(()),
+        other => {
+            let now = match other {
+                None if st.is_some() => "still running".to_string(),
+                None => "never ran".to_string(),
+                Some(r) => format!("halted: {}", r.map_or("unknown", HaltReason::as_str)),
+            };
+            Err(
+                Error::user(format!("loop `{name}` is not complete ({now})"))
+                    .with_hint(format!("finish it first: ralph resume --worktree {name}")),
+            )
+        }
+    }
+}
+
+/// The work tree that has `branch` checked out, if any.
+fn checked_out_at(repo: &Repo, branch: &str) -> Result<Option<PathBuf>> {
+    Ok(crate::loops::all(repo)?
+        .into_iter()
+        .find(|e| e.branch.as_deref() == Some(branch))
+        .map(|e| e.path))
+}
+
+/// Whether tracked files differ from HEAD, a submodule compared by its commit only (on the
+/// command line, which no `.gitmodules` can override).
+fn is_dirty_tracked(tree: &Repo) -> Result<bool> {
+    let out = tree.cli().run(
+        &[
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--ignore-submodules=dirty",
+        ],
+        None,
+    )?;
+    Ok(!out.is_empty())
+}
+
+/// The files a merge of `theirs` into `ours` would conflict in (nothing is touched).
+fn conflicts(repo: &Repo, ours: &str, theirs: &str) -> Result<Vec<String>> {
+    let out = repo.cli().output(
+        &[
+            "merge-tree",
+            "--write-tree",
+            "--name-only",
+            "--no-messages",
+            ours,
+            theirs,
+        ],
+        None,
+    )?;
+    match out.status.code() {
+        Some(0) => Ok(Vec::new()),
+        Some(1) => Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()),
+        _ => Err(GitError::Cli {
+            command: format!("git merge-tree {ours} {theirs}"),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        }
+        .into()),
+    }
+}
+
+/// `git merge --no-edit BRANCH` in the work tree that has the base checked out; returns the
+/// commit the base is at then. git looks inside a submodule (`git stash create`, before a
+/// merge that is not a fast-forward) whose `.gitmodules` entry says `ignore = none`, whatever
+/// `diff.ignoreSubmodules` says: every submodule named is told `ignore = dirty` (the
+/// configuration beats `.gitmodules`).
+fn merge_in(base_tree: &Repo, branch: &str, ui: Ui) -> Result<String> {
+    let mut args: Vec<String> = Vec::new();
+    for name in submodule_names(base_tree)? {
+        args.extend(["-c".to_string(), format!("submodule.{name}.ignore=dirty")]);
+    }
+    args.extend(
+        [
+            "-c",
+            "diff.ignoreSubmodules=dirty",
+            "merge",
+            "--no-edit",
+            branch,
+        ]
+        .map(String::from),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = base_tree.cli().output(&args, None)?;
+    if !out.status.success() {
+        let _ = base_tree.cli().output(&["merge", "--abort"], None);
+        return Err(GitError::Cli {
+            command: format!("git merge --no-edit {branch}"),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        }
+        .into());
+    }
+    let head = base_tree
+        .head()?
+        .map(|h| (h.id, h.short))
+        .unwrap_or_default();
+    ui.success(&format!(
+        "merged `{branch}` into {} (now at {})",
+        base_tree.root().display(),
+        head.1
+    ));
+    Ok(head.0)
+}
+
+/// The names of the submodules `.gitmodules` declares, in the work tree, the index and HEAD (git
+/// reads the first of them that exists), as git reads them. A `.gitmodules` git cannot read, or
+/// a name `-c` cannot carry (an `=` in it), is refused: git might look inside that submodule.
+fn submodule_names(tree: &Repo) -> Result<Vec<String>> {
+    let g = tree.git2();
+    let in_index = g
+        .index()
+        .is_ok_and(|i| i.get_path(Path::new(GITMODULES), 0).is_some());
+    let in_head = g
+        .head()
+        .and_then(|h| h.peel_to_tree())
+        .is_ok_and(|t| t.get_path(Path::new(GITMODULES)).is_ok());
+    let file = tree.root().join(GITMODULES);
+    let file_arg = file.to_string_lossy();
+    let mut sources: Vec<[&str; 2]> = Vec::new();
+    if in_index {
+        sources.push(["--blob", ":.gitmodules"]);
+    }
+    if in_head {
+        sources.push(["--blob", "HEAD:.gitmodules"]);
+    }
+    // Never a FIFO (git would wait on it), nor a link out of the repository.
+    if crate::files::is_regular(&file) {
+        sources.push(["--file", &file_arg]);
+    }
+    let mut names = Vec::new();
+    for [how, what] in sources {
+        let args = [
+            "config",
+            "--null",
+            "--name-only",
+            how,
+            what,
+            "--get-regexp",
+            r"^submodule\.",
+        ];
+        let out = tree.cli().output(&args, None)?;
+        // 1: no key matched.
+        if !matches!(out.status.code(), Some(0 | 1)) {
+            return Err(unmergeable(&format!(
+                "git cannot read {what}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        for key in out.stdout.split(|&b| b == 0).filter(|k| !k.is_empty()) {
+            let key = String::from_utf8_lossy(key);
+            let Some((name, _)) = key
+                .strip_prefix("submodule.")
+                .and_then(|k| k.rsplit_once('.'))
+            else {
+                continue;
+            };
+            if name.contains('=') {
+                return Err(unmergeable(&format!(
+                    "the submodule name `{name}` in {what} cannot be passed to git"
+                )));
+            }
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_string());
+            }
+        }
+    }
+    Ok(names)
+}
+
+const GITMODULES: &str = ".gitmodules";
+
+fn unmergeable(why: &str) -> Error {
+    Error::user(format!(
+        "not merged: {why}; ralph's merge must not look inside a submodule (an agent can write its configuration)"
+    ))
+    .with_hint("merge by hand")
+}
+
+/// The base branch is checked out nowhere: move its ref (fast-forward, or a merge commit of
+/// git's merged tree) without touching any work tree; returns the commit it is at then.
+fn merge_ref(repo: &Repo, base: &str, branch: &str, ui: Ui) -> Result<String> {
+    let g = repo.git2();
+    let base_ref = format!("refs/heads/{base}");
+    let commit_of = |r: &str| {
+        g.revparse_single(r)
+            .and_then(|o| o.peel_to_commit())
+            .map_err(GitError::from)
+    };
+    let ours = commit_of(&base_ref)?;
+    let theirs = commit_of(&format!("refs/heads/{branch}"))?;
+    let new = if g
+        .graph_descendant_of(theirs.id(), ours.id())
+        .map_err(GitError::from)?
+    {
+        theirs.id()
+    } else {
+        let out = repo
+            .cli()
+            .run(&["merge-tree", "--write-tree", base, branch], None)?;
+        let tree_id = String::from_utf8_lossy(&out)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string();
+        let tree = g
+            .find_tree(git2::Oid::from_str(&tree_id).map_err(GitError::from)?)
+            .map_err(GitError::from)?;
+        let who = repo.identity();
+        let sig = git2::Signature::now(&who.committer_name, &who.committer_email)
+            .map_err(GitError::from)?;
+        let message = format!("Merge branch '{branch}'\n");
+        g.commit(None, &sig, &sig, &message, &tree, &[&ours, &theirs])
+            .map_err(GitError::from)?
+    };
+    g.reference_matching(
+        &base_ref,
+        new,
+        true,
+        ours.id(),
+        &format!("ralph: merge {branch}"),
+    )
+    .map_err(GitError::from)?;
+    ui.success(&format!(
+        "merged `{branch}` into `{base}` (not checked out: only its ref moved)"
+    ));
+    Ok(new.to_string())
+}

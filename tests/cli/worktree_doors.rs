@@ -1,0 +1,396 @@
+//! Many loops against a hostile agent (SPEC §4, §13): what a loop's agent writes into the git
+//! directory — hooks, links, the old base-branch file, a submodule's configuration — is never
+//! run, followed or believed by ralph's worktree creation and merge, which run outside the
+//! sandbox. Each test has its control: the user's own git runs (or follows) what was planted.
+//!
+//! The environments live outside `/tmp` (`TestEnv::outside_tmp`): the sandbox's private `/tmp`
+//! would hide the test's files from the agent for the wrong reason.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::common::*;
+
+fn task(criteria: &[&str]) -> String {
+    let mut s = String::from("---\ntask: t\n---\n## Success Criteria\n");
+    for c in criteria {
+        s.push_str(&format!("- [ ] {c}\n"));
+    }
+    s
+}
+
+/// A `sh` agent whose script is `body`, then its work (`work-NAME.txt`) and the first box checked.
+fn agent(env: &TestEnv, name: &str, body: &str) -> String {
+    let script = env.dir().join(format!("{name}.sh"));
+    std::fs::write(
+        &script,
+        format!(
+            "{body}\necho {name} > work-{name}.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n"
+        ),
+    )
+    .unwrap();
+    format!("sh '{}'", script.display())
+}
+
+/// `ralph run --worktree NAME TASK --agent-cmd AGENT --yes EXTRA…`, bounded.
+fn run_loop(
+    env: &TestEnv,
+    name: &str,
+    task_file: &str,
+    agent: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    let mut args = vec![
+        "run",
+        "--worktree",
+        name,
+        task_file,
+        "--agent-cmd",
+        agent,
+        "--yes",
+        "--grace",
+        "1s",
+    ];
+    args.extend_from_slice(extra);
+    env.ralph_with_limit(&args, &[], Duration::from_secs(60))
+}
+
+/// The markers directory, outside the repository (read-only to a sandboxed agent).
+fn marks_dir(env: &TestEnv) -> PathBuf {
+    let m = env.dir().join("marks");
+    std::fs::create_dir_all(&m).unwrap();
+    m
+}
+
+fn marks(env: &TestEnv) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(env.dir().join("marks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+const HOOKS: [&str; 4] = [
+    "post-checkout",
+    "post-index-change",
+    "post-merge",
+    "reference-transaction",
+];
+
+/// A sandboxed loop's agent plants hooks in the common git directory (the worktree's hooks are
+/// the repository's), each touching a marker outside the repository when run. Neither its own
+/// `--merge` (`git merge` into the main work tree: post-merge, reference-transaction,
+/// post-index-change) nor the user's next `--worktree` loop (`git worktree add`: post-checkout)
+/// runs them. Control: the user's own `git merge` and `git worktree add` run every one.
+#[test]
+fn hooks_a_sandboxed_loop_plants_run_neither_at_its_merge_nor_at_the_next_loop() {
+    if !bwrap_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    env.write("A.md", &task(&["a1"]));
+    env.write("B.md", &task(&["b1"]));
+    env.commit_all("tasks");
+    let m = marks_dir(&env).display().to_string();
+    let mut plant =
+        String::from("h=\"$(git rev-parse --git-common-dir)/hooks\"\nmkdir -p \"$h\"\n");
+    for hook in HOOKS {
+        plant.push_str(&format!(
+            "printf '#!/bin/sh\\ntouch {m}/{hook} 2>/dev/null\\nexit 0\\n' > \"$h/{hook}\"\nchmod +x \"$h/{hook}\"\n"
+        ));
+    }
+    let out = run_loop(
+        &env,
+        "planter",
+        "A.md",
+        &agent(&env, "planter", &plant),
+        &["--sandbox", "--merge"],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(env.read("work-planter.txt"), "planter\n", "merged");
+    for hook in HOOKS {
+        assert!(
+            env.repo.join(".git/hooks").join(hook).is_file(),
+            "{hook} was planted"
+        );
+    }
+    assert_eq!(
+        marks(&env),
+        Vec::<String>::new(),
+        "at the merge: {}",
+        stderr(&out)
+    );
+    // The user's next loop: a worktree added for it.
+    let out = run_loop(&env, "next", "B.md", &agent(&env, "next", ""), &[]);
+    assert_exit(&out, 0);
+    assert!(
+        env.repo
+            .join(".git/ralph/worktrees/next/work-next.txt")
+            .is_file()
+    );
+    assert_eq!(
+        marks(&env),
+        Vec::<String>::new(),
+        "at the next loop: {}",
+        stderr(&out)
+    );
+    // The control: what was planted is live for the user's own git.
+    env.git(&["checkout", "-q", "-b", "side"]);
+    env.write("side.txt", "side\n");
+    env.commit_all("side");
+    env.git(&["checkout", "-q", "main"]);
+    env.git(&["merge", "-q", "--no-edit", "side"]);
+    env.git(&["worktree", "add", "-q", "../by-hand"]);
+    assert_eq!(marks(&env), HOOKS.to_vec());
+}
+
+/// An agent links `$GIT_COMMON_DIR/ralph` to a directory outside the repository: the next
+/// `--worktree` loop refuses the link (exit 1, naming it) and creates nothing where it leads.
+/// Control: the user's own `git worktree add` at that path writes its checkout out there.
+#[test]
+fn a_linked_ralph_directory_in_the_git_dir_is_refused_not_followed() {
+    if !bwrap_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    env.write_task(&["first"], "");
+    env.write("B.md", &task(&["b1"]));
+    env.commit_all("tasks");
+    let outside = env.dir().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    // A sandboxed loop in the main work tree, whose agent can write `.git`.
+    let link = format!("ln -s '{}' .git/ralph", outside.display());
+    let out = env.ralph_with_limit(
+        &[
+            "run",
+            "--agent-cmd",
+            &agent(&env, "linker", &link),
+            "--yes",
+            "--sandbox",
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert_exit(&out, 0);
+    let planted = env.repo.join(".git/ralph");
+    assert_eq!(std::fs::read_link(&planted).unwrap(), outside);
+    let out = run_loop(&env, "next", "B.md", &agent(&env, "next", ""), &[]);
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        err.contains(".git/ralph") && err.contains("symbolic link"),
+        "{err}"
+    );
+    assert_eq!(
+        entries(&outside),
+        Vec::<String>::new(),
+        "nothing made out there"
+    );
+    assert!(!env.repo.join("work-next.txt").exists());
+    // The control: the link leads git out of the repository.
+    env.git(&["worktree", "add", "-q", "-b", "y", ".git/ralph/worktrees/y"]);
+    assert!(outside.join("worktrees/y/B.md").is_file());
+}
+
+/// A sandboxed loop's agent links the places ralph used to keep its own files in the common git
+/// directory (`ralph/merged`, where a merged loop's logs went, and `ralph-worktrees.lock`) to a
+/// directory outside: its merge creates and moves nothing there; the logs are kept in ralph's
+/// state directory, and `status --all` shows the merged loop from them.
+#[test]
+fn links_in_the_git_dir_never_receive_a_merged_loops_logs_or_the_lock() {
+    if !bwrap_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    env.write("A.md", &task(&["a1"]));
+    env.commit_all("task");
+    let outside = env.dir().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let o = outside.display();
+    let plant = format!(
+        "c=\"$(git rev-parse --git-common-dir)\"\nln -sfn '{o}' \"$c/ralph/merged\"\nln -sfn '{o}/lock' \"$c/ralph-worktrees.lock\"\n"
+    );
+    let out = run_loop(
+        &env,
+        "w",
+        "A.md",
+        &agent(&env, "w", &plant),
+        &["--sandbox", "--merge"],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(env.read("work-w.txt"), "w\n", "merged");
+    // The control: the agent did plant both links, leading out.
+    let common = env.repo.join(".git");
+    assert_eq!(
+        std::fs::read_link(common.join("ralph/merged")).unwrap(),
+        outside
+    );
+    assert_eq!(
+        std::fs::read_link(common.join("ralph-worktrees.lock")).unwrap(),
+        outside.join("lock")
+    );
+    assert_eq!(
+        entries(&outside),
+        Vec::<String>::new(),
+        "nothing created or moved out there"
+    );
+    let out = env.ralph(&["status", "--all", "--json"]);
+    assert_exit(&out, 0);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = v["loops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "w")
+        .cloned()
+        .unwrap_or_default();
+    let logs = PathBuf::from(w["logs"].as_str().unwrap_or_default());
+    assert!(logs.starts_with(env.home.join(".local/state/ralph")), "{w}");
+    assert!(
+        std::fs::read_to_string(logs.join("iterations.log"))
+            .unwrap()
+            .contains("ITER 1"),
+        "{w}"
+    );
+}
+
+/// The branch a loop merges into is ralph's record, in its state directory: a sandboxed agent
+/// cannot write it there, and rewriting the file ralph used to keep in the worktree's git
+/// directory (`ralph-base`) no longer redirects the merge into another branch. Control: the
+/// agent did write `ralph-base`, found ralph's record and was denied it.
+#[test]
+fn the_agent_cannot_change_the_branch_its_loop_merges_into() {
+    if !bwrap_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    env.write("A.md", &task(&["a1"]));
+    env.commit_all("task");
+    env.git(&["branch", "victim"]);
+    let victim_before = env.git(&["rev-parse", "victim"]);
+    let redirect = "echo victim > \"$(git rev-parse --git-dir)/ralph-base\" && echo base-written >> attempts.txt\n\
+         for f in \"$HOME\"/.local/state/ralph/repos/*/loops/w.json; do\n\
+           [ -f \"$f\" ] || { echo missing >> attempts.txt; continue; }\n\
+           if echo '{\"base\":\"victim\"}' > \"$f\" 2>/dev/null; then echo written >> attempts.txt; else echo denied >> attempts.txt; fi\n\
+         done";
+    let out = run_loop(
+        &env,
+        "w",
+        "A.md",
+        &agent(&env, "w", redirect),
+        &["--sandbox", "--merge"],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(
+        env.git(&["rev-parse", "victim"]),
+        victim_before,
+        "victim untouched"
+    );
+    assert_eq!(
+        env.read("work-w.txt"),
+        "w\n",
+        "merged into main, where it started"
+    );
+    // The control: the agent rewrote `ralph-base` (which went with the worktree), found ralph's
+    // record, and the sandbox refused it.
+    assert_eq!(env.read("attempts.txt"), "base-written\ndenied\n");
+}
+
+/// A submodule of the main work tree whose `.gitmodules` entry says `ignore = none`; a
+/// sandboxed loop's agent plants a clean filter in the submodule's configuration (in the common
+/// git directory) and resets its index, so that any git looking inside the submodule runs the
+/// filter. `ralph merge` — its cleanliness check and `git merge` (which looks inside before a
+/// merge that is not a fast-forward) — runs it not. Control: the user's own `git status` does.
+#[test]
+fn the_merge_never_looks_inside_a_submodule_the_agent_configured() {
+    if !bwrap_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    let sub_src = env.dir().join("sub-src");
+    std::fs::create_dir_all(&sub_src).unwrap();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &[
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@e",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "s",
+        ],
+    ] {
+        git_in(&env, &sub_src, args);
+    }
+    std::fs::write(sub_src.join("f.txt"), "inside\n").unwrap();
+    git_in(&env, &sub_src, &["add", "f.txt"]);
+    git_in(
+        &env,
+        &sub_src,
+        &[
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@e",
+            "commit",
+            "-q",
+            "-m",
+            "f",
+        ],
+    );
+    let url = sub_src.display().to_string();
+    env.git(&[
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "add",
+        "-q",
+        &url,
+        "sub",
+    ]);
+    env.git(&[
+        "config",
+        "-f",
+        ".gitmodules",
+        "submodule.sub.ignore",
+        "none",
+    ]);
+    env.write("A.md", &task(&["a1"]));
+    env.commit_all("a submodule and a task");
+    let m = marks_dir(&env).display().to_string();
+    let plant = format!(
+        "s=\"$(git rev-parse --git-common-dir)/modules/sub\"\n\
+         git config -f \"$s/config\" filter.x.clean \"sh -c 'touch {m}/filter 2>/dev/null; cat'\"\n\
+         mkdir -p \"$s/info\" && echo '* filter=x' > \"$s/info/attributes\"\n\
+         GIT_DIR=\"$s\" git read-tree HEAD\n"
+    );
+    let out = run_loop(&env, "w", "A.md", &agent(&env, "w", &plant), &["--sandbox"]);
+    assert_exit(&out, 0);
+    // main moves on, so the merge is a real one (git's `stash create` before it); the user's
+    // commit itself told not to look inside.
+    env.write("other.txt", "main's own\n");
+    let quiet = ["-c", "submodule.sub.ignore=all"];
+    env.git(&[&quiet[..], &["add", "other.txt"]].concat());
+    env.git(&[&quiet[..], &["commit", "-q", "-m", "main moves on"]].concat());
+    assert_eq!(marks(&env), Vec::<String>::new());
+    let out = env.ralph(&["merge", "w"]);
+    assert_exit(&out, 0);
+    assert_eq!(env.read("work-w.txt"), "w\n", "merged");
+    let parents = env.git(&["rev-list", "--parents", "-n1", "main"]);
+    assert_eq!(parents.split_whitespace().count(), 3, "a merge commit");
+    assert_eq!(marks(&env), Vec::<String>::new(), "{}", stderr(&out));
+    // The control: the planted filter is live for a git that looks inside.
+    env.git(&["status", "--porcelain"]);
+    assert_eq!(marks(&env), vec!["filter".to_string()]);
+}
