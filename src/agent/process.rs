@@ -177,6 +177,9 @@ pub async fn run(
     watchers: Watchers<'_>,
 ) -> Result<Finished, RunError> {
     let started = Instant::now();
+    // Before the first await: a signal that arrives while the command is being started is one
+    // this run must act on, not one it has seen.
+    let seen_interrupts = interrupts.count();
     let mut child = spawn(inv, cwd, limits.grace)
         .await
         .map_err(RunError::Spawn)?;
@@ -200,7 +203,6 @@ pub async fn run(
         stdout_bytes: 0,
         output_bytes: 0,
     };
-    let seen_interrupts = interrupts.count();
     let mut state = State::new(limits, seen_interrupts);
     let waited = state.supervise(&mut child, interrupts, &mut relay).await;
     // Nothing it started outlives the run: the guard ends whatever is left.

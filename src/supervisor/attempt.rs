@@ -103,6 +103,17 @@ impl Loop {
             w.begin_agent();
         }
         let inv = self.settings.confine(prep.inv.clone(), true);
+        if self.interrupts.count() > 0 {
+            // Interrupted while the attempt was set up (no await since: the count cannot move
+            // before `process::run` takes it): no agent is started.
+            if let Some(w) = &self.watch {
+                w.end_agent();
+            }
+            if let Some(v) = view {
+                v.finish();
+            }
+            return Ok(Err(Halt::Interrupted));
+        }
         let run = process::run(
             &inv,
             &root,

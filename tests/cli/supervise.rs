@@ -424,3 +424,24 @@ fn in_a_terminal_a_stuck_run_asks_and_stops_when_told() {
     assert_eq!(code, Some(5), "{screen}");
     assert!(env.agent_ran(2) && !env.agent_ran(3));
 }
+
+/// A SIGTERM that arrives while the agent is being started — after "▶ Iteration 1" is printed,
+/// before the agent's run began watching for interrupts — stops the run like any other. The
+/// control is the window itself: the signal is sent as soon as the line appears, while ralph
+/// still sets up the agent's run. Before: the run counted it as already seen and waited for a
+/// second one, with the agent hanging (exit only when the test killed ralph).
+#[test]
+fn an_interrupt_while_the_agent_starts_is_not_lost() {
+    let env = setup(&["s1"]);
+    let bg = env.spawn_fake("hang", &["--grace", "1s"]);
+    assert!(
+        wait_until(Duration::from_secs(60), || std::fs::read_to_string(&bg.out)
+            .is_ok_and(|o| o.contains("▶ Iteration 1"))),
+        "the iteration never started"
+    );
+    bg.signal(libc::SIGTERM);
+    let (code, so, se) = bg.wait(Duration::from_secs(20));
+    assert_eq!(code, Some(130), "{so}\n{se}");
+    let st = state(&env);
+    assert_eq!(st["halt_reason"], "interrupted", "{st}");
+}
