@@ -86,7 +86,25 @@ impl GitCli {
                 .arg("-c")
                 .arg("core.untrackedCache=true");
         }
-        cmd.args(args).current_dir(&self.work_tree);
+        let sandboxed_status = args
+            .iter()
+            .position(|a| *a == "status")
+            .filter(|_| self.sandboxed.is_some())
+            .filter(|_| !args.iter().any(|a| a.starts_with("--ignore-submodules")));
+        match sandboxed_status {
+            // A `.gitmodules` entry (which the agent writes) saying `ignore = none` beats the
+            // configuration above; only the command line beats it: ralph's status never looks
+            // inside a submodule whose configuration the agent can write.
+            Some(at) => {
+                cmd.args(&args[..=at])
+                    .arg("--ignore-submodules=dirty")
+                    .args(&args[at + 1..]);
+            }
+            None => {
+                cmd.args(args);
+            }
+        }
+        cmd.current_dir(&self.work_tree);
         // ralph reads git's output: the same messages whatever the user's language.
         cmd.env("LC_ALL", "C").env_remove("LANGUAGE");
         for var in ["GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX"] {

@@ -48,7 +48,8 @@ pub(super) fn repo_binds(repo: &RepoPaths, writable: &[PathBuf], make: Make) -> 
 
 /// The directories bound onto themselves. A mount point cannot be renamed or removed, so the
 /// agent cannot put another `.git` or `.ralph` in their place; every directory on the way to the
-/// git directory is one, since a directory merely containing a mount can be moved.
+/// git directory is one, since a directory merely containing a mount can be moved. Outer ones
+/// are bound first: a later bind of an outer directory would cover the pins inside it.
 fn pinned_dirs(repo: &RepoPaths) -> Vec<PathBuf> {
     let mut pinned = vec![repo.work_tree.clone()];
     let ralph = repo.work_tree.join(".ralph");
@@ -62,6 +63,18 @@ fn pinned_dirs(repo: &RepoPaths) -> Vec<PathBuf> {
         }
     }
     pinned.push(repo.git_dir.clone());
+    // A loop's work tree lives in the common git directory (`ralph/worktrees/NAME`): every
+    // directory on the way there is pinned too, or the agent could move one aside, work tree
+    // and all, and put a link in its place.
+    if let Ok(rel) = repo.work_tree.strip_prefix(&repo.common_dir) {
+        let mut at = repo.common_dir.clone();
+        for c in rel.components() {
+            at.push(c);
+            pinned.push(at.clone());
+        }
+    }
+    pinned.sort_by_key(|p| p.components().count());
+    pinned.dedup();
     pinned
 }
 

@@ -43,6 +43,17 @@ pub fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
     }
     let _lock = records.lock()?;
     let target = checked_out_at(repo, &base)?;
+    if let Some((tree, Some(pid))) = &target {
+        // A supervisor works there now: a merge would change files under its agent's feet
+        // (and its next commit would take them as the agent's work).
+        ui.alert(&format!(
+            "not merged: a loop is running in the work tree of `{base}` ({}, ralph pid {}): merge once it halted",
+            tree.display(),
+            pid.map_or_else(|| "?".to_string(), |p| p.to_string())
+        ));
+        return not_merged(&loop_repo);
+    }
+    let target = target.map(|(tree, _)| tree);
     if let Some(tree) = &target
         && is_dirty_tracked(&Repo::discover(tree)?)?
     {
@@ -143,12 +154,16 @@ fn completed(loop_repo: &Repo, name: &str) -> Result<()> {
     }
 }
 
-/// The work tree that has `branch` checked out, if any.
-fn checked_out_at(repo: &Repo, branch: &str) -> Result<Option<PathBuf>> {
+/// The work tree that has `branch` checked out, if any, and whether a supervisor runs a loop
+/// there now (`Some(its pid, when it said)`).
+fn checked_out_at(repo: &Repo, branch: &str) -> Result<Option<(PathBuf, Option<Option<u32>>)>> {
     Ok(crate::loops::all(repo)?
         .into_iter()
         .find(|e| e.branch.as_deref() == Some(branch))
-        .map(|e| e.path))
+        .map(|e| {
+            let running = e.status.running.then_some(e.status.pid);
+            (e.path, running)
+        }))
 }
 
 /// Whether tracked files differ from HEAD, a submodule compared by its commit only (on the

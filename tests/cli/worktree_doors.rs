@@ -315,6 +315,38 @@ fn the_merge_never_looks_inside_a_submodule_the_agent_configured() {
         return;
     }
     let env = TestEnv::outside_tmp();
+    add_submodule(&env);
+    env.write("A.md", &task(&["a1"]));
+    env.commit_all("a submodule and a task");
+    let m = marks_dir(&env).display().to_string();
+    let plant = format!(
+        "s=\"$(git rev-parse --git-common-dir)/modules/sub\"\n\
+         git config -f \"$s/config\" filter.x.clean \"sh -c 'touch {m}/filter 2>/dev/null; cat'\"\n\
+         mkdir -p \"$s/info\" && echo '* filter=x' > \"$s/info/attributes\"\n\
+         GIT_DIR=\"$s\" git read-tree HEAD\n"
+    );
+    let out = run_loop(&env, "w", "A.md", &agent(&env, "w", &plant), &["--sandbox"]);
+    assert_exit(&out, 0);
+    // main moves on, so the merge is a real one (git's `stash create` before it); the user's
+    // commit itself told not to look inside.
+    env.write("other.txt", "main's own\n");
+    let quiet = ["-c", "submodule.sub.ignore=all"];
+    env.git(&[&quiet[..], &["add", "other.txt"]].concat());
+    env.git(&[&quiet[..], &["commit", "-q", "-m", "main moves on"]].concat());
+    assert_eq!(marks(&env), Vec::<String>::new());
+    let out = env.ralph(&["merge", "w"]);
+    assert_exit(&out, 0);
+    assert_eq!(env.read("work-w.txt"), "w\n", "merged");
+    let parents = env.git(&["rev-list", "--parents", "-n1", "main"]);
+    assert_eq!(parents.split_whitespace().count(), 3, "a merge commit");
+    assert_eq!(marks(&env), Vec::<String>::new(), "{}", stderr(&out));
+    // The control: the planted filter is live for a git that looks inside.
+    env.git(&["status", "--porcelain"]);
+    assert_eq!(marks(&env), vec!["filter".to_string()]);
+}
+
+/// A submodule `sub` (one file, `f.txt`) whose `.gitmodules` entry says `ignore = none`.
+fn add_submodule(env: &TestEnv) {
     let sub_src = env.dir().join("sub-src");
     std::fs::create_dir_all(&sub_src).unwrap();
     for args in [
@@ -331,12 +363,12 @@ fn the_merge_never_looks_inside_a_submodule_the_agent_configured() {
             "s",
         ],
     ] {
-        git_in(&env, &sub_src, args);
+        git_in(env, &sub_src, args);
     }
     std::fs::write(sub_src.join("f.txt"), "inside\n").unwrap();
-    git_in(&env, &sub_src, &["add", "f.txt"]);
+    git_in(env, &sub_src, &["add", "f.txt"]);
     git_in(
-        &env,
+        env,
         &sub_src,
         &[
             "-c",
@@ -366,31 +398,83 @@ fn the_merge_never_looks_inside_a_submodule_the_agent_configured() {
         "submodule.sub.ignore",
         "none",
     ]);
-    env.write("A.md", &task(&["a1"]));
+}
+
+/// The same door in a sandboxed run on the main work tree: the agent plants a clean filter in
+/// the submodule's configuration (in the git directory, which it can write), says
+/// `ignore = none` in `.gitmodules` (which beats `-c diff.ignoreSubmodules=dirty`) and resets
+/// the submodule's index (so a git looking inside must hash its files through the filter). ralph's own statuses — staging, the fingerprint, the final check
+/// — run outside the sandbox and must not look inside. Control: the user's own `git status`
+/// runs the filter.
+#[test]
+fn ralphs_own_statuses_never_look_inside_a_submodule_the_sandboxed_agent_configured() {
+    if !bwrap_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    add_submodule(&env);
+    env.write("RALPH_TASK.md", &task(&["a1"]));
     env.commit_all("a submodule and a task");
     let m = marks_dir(&env).display().to_string();
     let plant = format!(
         "s=\"$(git rev-parse --git-common-dir)/modules/sub\"\n\
          git config -f \"$s/config\" filter.x.clean \"sh -c 'touch {m}/filter 2>/dev/null; cat'\"\n\
          mkdir -p \"$s/info\" && echo '* filter=x' > \"$s/info/attributes\"\n\
+         git config -f .gitmodules submodule.sub.ignore none\n\
          GIT_DIR=\"$s\" git read-tree HEAD\n"
     );
-    let out = run_loop(&env, "w", "A.md", &agent(&env, "w", &plant), &["--sandbox"]);
+    let agent = agent(&env, "m", &plant);
+    let out = env.ralph_with_limit(
+        &["run", "--agent-cmd", &agent, "--yes", "--sandbox"],
+        &[],
+        std::time::Duration::from_secs(60),
+    );
     assert_exit(&out, 0);
-    // main moves on, so the merge is a real one (git's `stash create` before it); the user's
-    // commit itself told not to look inside.
-    env.write("other.txt", "main's own\n");
-    let quiet = ["-c", "submodule.sub.ignore=all"];
-    env.git(&[&quiet[..], &["add", "other.txt"]].concat());
-    env.git(&[&quiet[..], &["commit", "-q", "-m", "main moves on"]].concat());
-    assert_eq!(marks(&env), Vec::<String>::new());
-    let out = env.ralph(&["merge", "w"]);
-    assert_exit(&out, 0);
-    assert_eq!(env.read("work-w.txt"), "w\n", "merged");
-    let parents = env.git(&["rev-list", "--parents", "-n1", "main"]);
-    assert_eq!(parents.split_whitespace().count(), 3, "a merge commit");
     assert_eq!(marks(&env), Vec::<String>::new(), "{}", stderr(&out));
     // The control: the planted filter is live for a git that looks inside.
     env.git(&["status", "--porcelain"]);
     assert_eq!(marks(&env), vec!["filter".to_string()]);
+}
+
+/// A sandboxed loop's agent tries to move the directories on the way to its own work tree
+/// (`$GIT_COMMON_DIR/ralph`, `ralph/worktrees`) aside, to put links in their place: each is
+/// pinned, so the move fails and the loop completes. Control: the same agent without the
+/// sandbox moves them (and the loop then breaks).
+#[test]
+fn the_directories_on_the_way_to_a_loops_work_tree_cannot_be_moved_in_the_sandbox() {
+    if !bwrap_works() {
+        return;
+    }
+    for sandboxed in [false, true] {
+        let env = TestEnv::outside_tmp();
+        env.write("A.md", &task(&["a1"]));
+        env.commit_all("a task");
+        let body = String::from(
+            "c=\"$(git rev-parse --git-common-dir)\"\n\
+             for d in ralph/worktrees ralph; do\n\
+               if mv \"$c/$d\" \"$c/$d-moved\" 2>/dev/null; then echo \"$d moved\"; mv \"$c/$d-moved\" \"$c/$d\"; else echo \"$d denied\"; fi\n\
+             done > work-tries.txt\n",
+        );
+        let extra: &[&str] = if sandboxed { &["--sandbox"] } else { &[] };
+        let out = run_loop(&env, "p", "A.md", &agent(&env, "p", &body), extra);
+        let wt = env.repo.join(".git/ralph/worktrees/p");
+        let said = std::fs::read_to_string(wt.join("work-tries.txt")).unwrap_or_default();
+        if sandboxed {
+            assert_eq!(
+                said,
+                "ralph/worktrees denied\nralph denied\n",
+                "{}",
+                stderr(&out)
+            );
+            assert_exit(&out, 0);
+        } else {
+            // The control: nothing stops the same agent outside the sandbox.
+            assert_eq!(
+                said,
+                "ralph/worktrees moved\nralph moved\n",
+                "{}",
+                stderr(&out)
+            );
+        }
+    }
 }

@@ -400,3 +400,55 @@ fn an_already_complete_task_in_a_worktree_has_nothing_to_merge() {
     assert!(said.contains("already complete"), "{said}");
     assert!(!said.contains("error"), "{said}");
 }
+
+/// A completed loop is not merged into a work tree where another loop runs now: the merge would
+/// change files under that agent (and its next commit would take them as the agent's work).
+/// Exit 11, nothing touched; once that loop finished, the merge goes in. The control: the
+/// running loop really holds the main work tree (`status` says running).
+#[test]
+fn a_merge_waits_for_the_loop_running_in_the_base_work_tree() {
+    let env = TestEnv::new();
+    env.write("A.md", &task(&["a1"]));
+    env.write_task(&["main work"], "");
+    env.commit_all("base");
+    let mut cmd = env.ralph_cmd();
+    cmd.args([
+        "run",
+        "--worktree",
+        "w",
+        "A.md",
+        "--yes",
+        "--agent-cmd",
+        &format!("'{}'", fake_agent().display()),
+    ])
+    .env("FAKE_AGENT_SCRIPT", loop_agent(&env, "w", "w.txt"));
+    assert_exit(&run_with_limit(cmd, Duration::from_secs(60)), 0);
+    // The main loop's agent works until the test says `go`.
+    let go = env.home.join("go");
+    let wait = agent_sh(
+        &env,
+        "wait",
+        &format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display()),
+    );
+    let main_loop = env.spawn_fake(&format!("{wait}+check"), &["--grace", "1s"]);
+    assert!(
+        wait_until(Duration::from_secs(60), || status_json(&env)["running"]
+            == true),
+        "the main loop never started"
+    );
+    let head = env.git(&["rev-parse", "HEAD"]);
+    let out = env.ralph(&["merge", "w"]);
+    assert_exit(&out, 11);
+    assert!(
+        stdout(&out).contains("a loop is running"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(env.git(&["rev-parse", "HEAD"]), head, "nothing merged");
+    std::fs::write(&go, "").unwrap();
+    let (code, so, _) = main_loop.wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{so}");
+    let out = env.ralph(&["merge", "w"]);
+    assert_exit(&out, 0);
+    assert!(env.read("w.txt").contains("w iteration 1"));
+}
