@@ -475,23 +475,29 @@ async fn supervise(
             return Ok(code);
         }
     };
-    if let Some(p) = &resumed
-        && p.iteration >= r.settings.max_iterations
-    {
-        return Err(Error::user(format!(
-            "run {} already used its {} iterations",
-            p.run_id, p.iteration
-        ))
-        .with_hint(format!(
-            "raise the limit: ralph resume --max-iterations {}",
-            p.iteration + 10
-        )));
+    if let Some(p) = &resumed {
+        has_iterations_left(p, r.settings.max_iterations)?;
     }
     let run_state = begin_run(ui, &mut r, &agent, &source, resumed, &run_id, was_dirty)?;
     let mut the_loop = make_loop(ui, r, source, agent, run_state, interrupts, options)?;
     the_loop.watch = watch;
     the_loop.state.feedback = evidence.and_then(|e| e.feedback);
     the_loop.run().await
+}
+
+/// A resumed run needs an iteration left under its limit.
+fn has_iterations_left(p: &RunState, max_iterations: u32) -> Result<()> {
+    if p.iteration < max_iterations {
+        return Ok(());
+    }
+    Err(Error::user(format!(
+        "run {} already used its {} iterations",
+        p.run_id, p.iteration
+    ))
+    .with_hint(format!(
+        "raise the limit: ralph resume --max-iterations {}",
+        p.iteration + 10
+    )))
 }
 
 /// The criteria an unfinished earlier run started with that the task file no longer has: such
