@@ -37,7 +37,12 @@
 //!   exchange:A|B     swap A and B atomically (`renameat2` with `RENAME_EXCHANGE`), which no
 //!                    shell tool does; a script can run it too, as
 //!                    `FAKE_AGENT_SCRIPT='exchange:A|B' fake-agent`
+//!   forge-index:PATH rewrite `.git/index` by hand without PATH's entry, its untracked cache
+//!                    kept (`forge_index.rs`): an agent planting a cache that hides PATH
 //! With `FAKE_AGENT_LOG=DIR`, it records `prompt-N.txt`, `argv-N.txt`, `env-N.txt` and `pids-N.txt`.
+
+#[path = "forge_index.rs"]
+mod forge_index;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -246,6 +251,13 @@ fn main() {
                     Err(e) => println!("could not exchange {a} and {b}: {e}"),
                 }
             }
+            "forge-index" => match forge_index::forge(".git/index".as_ref(), arg.as_bytes()) {
+                Ok(()) => println!("forged the index without {arg}"),
+                Err(e) => {
+                    eprintln!("fake agent: cannot forge the index: {e}");
+                    exit_code = 1;
+                }
+            },
             "plan-criteria" => {
                 let n: u32 = arg.parse().unwrap_or(3);
                 let mut text = std::fs::read_to_string(&task).unwrap_or_default();

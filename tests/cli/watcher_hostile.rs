@@ -1,0 +1,210 @@
+//! A hostile agent against the file watcher and git's exactness (SPEC §8, §12): not faults of
+//! the kernel's, but an agent that writes what ralph's own git commands trust — the index's
+//! caches, ralph's monitor's tokens and answers file, the configuration git compares with.
+//! As in `watcher_faults.rs`, every iteration's commit must hold the tree `git add -A` stages
+//! after the same steps in a twin, and every ITER record git's fingerprint of the tree the
+//! iteration left; each test's control shows that the attack really happened.
+
+use crate::common::*;
+use crate::watcher_faults::{Step, actions, assert_like_git, commit_of, scenario};
+
+/// `git status --porcelain | cksum` as git prints it without any cache: no monitor, no
+/// untracked cache.
+fn true_cksum(env: &TestEnv) -> String {
+    let out = env
+        .command("sh")
+        .args([
+            "-c",
+            "git -c core.fsmonitor=false -c core.untrackedCache=false --no-optional-locks \
+             status --porcelain | cksum",
+        ])
+        .current_dir(&env.repo)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The fake agent's `forge-index:PATH`, for a script.
+fn forge_index(path: &str) -> String {
+    format!(
+        "env -u FAKE_AGENT_LOG FAKE_AGENT_SCRIPT='forge-index:{path}' '{}' < /dev/null > /dev/null",
+        fake_agent().display()
+    )
+}
+
+#[track_caller]
+fn assert_no_miss(env: &TestEnv) {
+    let log = env.activity();
+    assert!(!log.contains("the file watcher missed"), "{log}");
+}
+
+/// The agent plants an untracked cache (the index's `UNTR` extension) that says `d` holds no
+/// untracked file, and `d/secret` is one: built by git while `d/secret` was staged, then the
+/// entry dropped from the index by hand. `git status` trusts the cache (with the repository's
+/// default `core.untrackedCache`, and with the `true` ralph's statuses pass); `git add -A` does
+/// not read it and stages `d/secret`. The attack in the last iteration too: the run must not
+/// halt with it uncommitted.
+///
+/// Before: ralph found what changed with `git status`, so iteration 2 committed without
+/// `d/secret` and recorded a clean tree; the final check found it but its own commit, staged
+/// through the same cache, committed nothing, and the run halted with it uncommitted.
+#[test]
+fn an_untracked_cache_the_agent_planted_hides_nothing() {
+    let (env, twin) = scenario("mkdir d && echo a > d/a");
+    let saw = env.home.join("agent-saw");
+    let plant = |file: &str| {
+        format!(
+            "echo work > d/{file} && git add d/{file} && touch -d 2020-01-01 d && \
+             git -c core.untrackedCache=true status --porcelain > /dev/null && {} && \
+             git status --porcelain > '{saw}.st' && \
+             if grep -q 'd/{file}' '{saw}.st'; then echo seen >> '{saw}'; else echo hidden >> '{saw}'; fi",
+            forge_index(&format!("d/{file}")),
+            saw = saw.display()
+        )
+    };
+    let steps = vec![
+        Step::same(":"),
+        Step::same(&plant("secret")),
+        Step::same(&format!("echo 2 >> d/a && {}", plant("other"))),
+    ];
+    let out = env.run_fake(
+        &actions(&env, &steps),
+        &["--max-iterations", "3", "--stuck-threshold", "99"],
+    );
+    // The control: git's own status, trusting the planted cache, did not see the file.
+    assert_eq!(std::fs::read_to_string(&saw).unwrap(), "hidden\nhidden\n");
+    assert_like_git(&env, &twin, &steps, out.into(), Some(true_cksum(&env)));
+    assert_eq!(true_cksum(&env), "4294967295 0", "nothing left uncommitted");
+    assert_no_miss(&env);
+}
+
+/// The agent forges ralph's monitor's token: it reads the nonce and position from ralph's
+/// answers file, edits the tracked `a`, has its own git write an index whose monitor token is
+/// ralph's nonce at a position ahead (its own hook answers "nothing changed", so `a` stays
+/// marked unchanged), then makes enough events (ignored files) for ralph's journal to pass that
+/// position. ralph's hook, asked with that token, answered only what changed since it.
+///
+/// Before: iteration 2's commit missed `a` and its ITER record described a clean tree; only
+/// the final check found it.
+#[test]
+fn a_monitor_token_the_agent_forged_is_not_trusted() {
+    let (env, twin) = scenario("echo 1 > a && touch -d 2020-01-01 a && echo junk/ > .gitignore");
+    let hook = env.home.join("forged-hook");
+    let saw = env.home.join("agent-saw");
+    let forge = format!(
+        "nonce=$(sed -n 2p .git/ralph-fsmonitor); pos=$(sed -n 4p .git/ralph-fsmonitor)\n\
+         echo 2 >> a\n\
+         printf '#!/bin/sh\\nprintf \"%s:%s\\\\0\"\\n' \"$nonce\" $((pos + 3000)) > '{hook}'\n\
+         chmod +x '{hook}'\n\
+         git -c core.fsmonitor='{hook}' status --porcelain > '{saw}'\n\
+         mkdir -p junk; i=0; while [ $i -lt 4000 ]; do : > junk/f$i; i=$((i+1)); done",
+        hook = hook.display(),
+        saw = saw.display()
+    );
+    let steps = vec![
+        Step::same(":"),
+        Step {
+            agent: forge,
+            twin: "echo 2 >> a".to_string(),
+        },
+        Step::same(":"),
+    ];
+    let out = env.run_fake(
+        &actions(&env, &steps),
+        &["--max-iterations", "3", "--stuck-threshold", "99"],
+    );
+    // The control: a git trusting the forged index did not see `a` change.
+    let seen = std::fs::read_to_string(&saw).unwrap();
+    assert!(!seen.lines().any(|l| l.ends_with(" a")), "{seen}");
+    assert!(std::fs::read_to_string(&hook).unwrap().contains("ralph-"));
+    assert_like_git(&env, &twin, &steps, out.into(), Some(true_cksum(&env)));
+    assert_no_miss(&env);
+}
+
+/// A configuration git compares with, changed where no watch sees it: `core.fileMode` in a
+/// file of the work tree that `.git/config` includes (as a linked worktree's `git config`
+/// writes the common directory's, and `~/.gitconfig` lies outside the tree). The executable bit
+/// set while the mode was ignored counts once it is not: `git add -A` stages it.
+///
+/// Before: the monitor answered only the included file, git trusted `a` unchanged, and
+/// iteration 3's commit missed the mode; only the final check found it.
+#[test]
+fn a_configuration_changed_outside_the_git_directory_is_seen() {
+    let (env, twin) = scenario(
+        "echo aaaa > a && touch -d 2020-01-01 a && \
+         printf '[core]\\n\\tfileMode = false\\n' > inc.cfg && git config include.path ../inc.cfg",
+    );
+    let steps = vec![
+        Step::same(":"),
+        Step::same("chmod +x a"),
+        Step::same("printf '[core]\\n\\tfileMode = true\\n' > inc.cfg"),
+        Step::same(":"),
+    ];
+    let out = env.run_fake(
+        &actions(&env, &steps),
+        &["--max-iterations", "4", "--stuck-threshold", "99"],
+    );
+    assert_like_git(&env, &twin, &steps, out.into(), Some(true_cksum(&env)));
+    // The control: iteration 2 (mode ignored) did not commit the bit; iteration 3 did.
+    let mode = |k: usize| {
+        let c = commit_of(&env, k).unwrap();
+        env.git(&["ls-tree", &c, "a"])
+    };
+    assert!(mode(2).starts_with("100644"), "{}", mode(2));
+    assert!(mode(3).starts_with("100755"), "{}", mode(3));
+    assert_no_miss(&env);
+}
+
+/// The agent turns a sparse checkout on mid-run and writes outside it: `git add -A` leaves
+/// the new files outside the sparse definition out (and says so).
+///
+/// Before: ralph read the configuration once per run, did not know the checkout was sparse,
+/// and staged them.
+#[test]
+fn a_sparse_checkout_turned_on_mid_run_is_honoured() {
+    let (env, twin) = scenario("mkdir -p keep other && echo k > keep/a && echo o > other/b");
+    let steps = vec![
+        Step::same(":"),
+        Step::same(
+            "git sparse-checkout set --no-cone '/*' '!/other/' && mkdir -p other && \
+             echo new > other/new.txt && echo 2 >> keep/a",
+        ),
+        Step::same("echo x > other/x.txt && echo 3 >> keep/a"),
+    ];
+    let out = env.run_fake(
+        &actions(&env, &steps),
+        &["--max-iterations", "3", "--stuck-threshold", "99"],
+    );
+    assert_like_git(&env, &twin, &steps, out.into(), None);
+    // The control: the checkout is sparse, and the twin's `git add -A` left the files out.
+    let c = commit_of(&env, 3).unwrap();
+    assert!(!env.git(&["ls-tree", "-r", &c]).contains("other/new.txt"));
+    assert!(env.repo.join("other/x.txt").exists());
+}
+
+/// The agent replaces ralph's answers file (`.git/ralph-fsmonitor`) with a directory, so
+/// ralph cannot write its answers: its git commands run without the monitor (git walks the
+/// whole tree), and the run goes on, every iteration committed.
+///
+/// Before: every git command failed ("cannot run `git status` (is git installed?)"), and the
+/// run halted with exit 1 and iteration 2's work uncommitted.
+#[test]
+fn an_answers_file_the_agent_blocked_costs_a_walk_not_the_run() {
+    let (env, twin) = scenario("echo a > a");
+    let steps = vec![
+        Step::same(":"),
+        Step {
+            agent: "rm -f .git/ralph-fsmonitor && mkdir -p .git/ralph-fsmonitor/x && echo 2 >> a"
+                .to_string(),
+            twin: "echo 2 >> a".to_string(),
+        },
+        Step::same("echo 3 >> a && mkdir n && echo n > n/f"),
+    ];
+    let out = env.run_fake(
+        &actions(&env, &steps),
+        &["--max-iterations", "3", "--stuck-threshold", "99"],
+    );
+    assert_like_git(&env, &twin, &steps, out.into(), Some(true_cksum(&env)));
+    // The control: the directory is still there.
+    assert!(env.repo.join(".git/ralph-fsmonitor/x").is_dir());
+}
