@@ -43,13 +43,21 @@ fn assert_no_miss(env: &TestEnv) {
 /// entry dropped from the index by hand. `git status` trusts the cache (with the repository's
 /// default `core.untrackedCache`, and with the `true` ralph's statuses pass); `git add -A` does
 /// not read it and stages `d/secret`. The attack in the last iteration too: the run must not
-/// halt with it uncommitted.
+/// halt with it uncommitted. With the watcher, and without (`RALPH_NO_WATCH`: every status
+/// walks the tree, with the repository's own `core.untrackedCache`).
 ///
 /// Before: ralph found what changed with `git status`, so iteration 2 committed without
 /// `d/secret` and recorded a clean tree; the final check found it but its own commit, staged
-/// through the same cache, committed nothing, and the run halted with it uncommitted.
+/// through the same cache, committed nothing, and the run halted with it uncommitted; without
+/// the watcher nothing ever found it.
 #[test]
 fn an_untracked_cache_the_agent_planted_hides_nothing() {
+    for no_watch in [false, true] {
+        planted_untracked_cache(no_watch);
+    }
+}
+
+fn planted_untracked_cache(no_watch: bool) {
     let (env, twin) = scenario("mkdir d && echo a > d/a");
     let saw = env.home.join("agent-saw");
     let plant = |file: &str| {
@@ -67,9 +75,27 @@ fn an_untracked_cache_the_agent_planted_hides_nothing() {
         Step::same(&plant("secret")),
         Step::same(&format!("echo 2 >> d/a && {}", plant("other"))),
     ];
-    let out = env.run_fake(
-        &actions(&env, &steps),
-        &["--max-iterations", "3", "--stuck-threshold", "99"],
+    let agent = format!("'{}'", fake_agent().display());
+    let mut vars = vec![("FAKE_AGENT_SCRIPT", actions(&env, &steps))];
+    if no_watch {
+        vars.push(("RALPH_NO_WATCH", "1".to_string()));
+    }
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let out = env.ralph_with_limit(
+        &[
+            "run",
+            "--agent-cmd",
+            &agent,
+            "--yes",
+            "--grace",
+            "1s",
+            "--max-iterations",
+            "3",
+            "--stuck-threshold",
+            "99",
+        ],
+        &vars,
+        std::time::Duration::from_secs(60),
     );
     // The control: git's own status, trusting the planted cache, did not see the file.
     assert_eq!(std::fs::read_to_string(&saw).unwrap(), "hidden\nhidden\n");
