@@ -234,3 +234,74 @@ fn an_answers_file_the_agent_blocked_costs_a_walk_not_the_run() {
     // The control: the directory is still there.
     assert!(env.repo.join(".git/ralph-fsmonitor/x").is_dir());
 }
+
+/// Whether this test can make a user namespace of its own with its own inotify watch limit
+/// (`unshare -U -r`; the limit is the namespace's, the host's is untouched).
+fn can_limit_watches() -> bool {
+    let ok = std::process::Command::new("unshare")
+        .args([
+            "-U",
+            "-r",
+            "sh",
+            "-c",
+            "echo 20 > /proc/sys/user/max_inotify_watches",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip_or_fail("`unshare -U -r` cannot set a user namespace's inotify watch limit here");
+    }
+    ok
+}
+
+/// The agent makes more directories than inotify's watch limit allows (ralph runs in a user
+/// namespace of its own whose limit is 20 watches), edits files in them in the next iteration
+/// and deletes most of them, then edits the rest: every directory that could not be watched is
+/// walked by git, and once watches are free again the tree is watched again.
+#[test]
+fn directories_past_the_watch_limit_are_walked() {
+    if !can_limit_watches() {
+        return;
+    }
+    let (env, twin) = scenario("for i in 1 2 3; do mkdir d$i && echo $i > d$i/f; done");
+    let steps = vec![
+        Step::same(":"),
+        Step::same("for i in $(seq 4 33); do mkdir -p d$i/e && echo $i > d$i/e/f; done"),
+        Step::same(
+            "for i in $(seq 4 33); do echo 3 >> d$i/e/f; done; \
+             for i in $(seq 4 31); do rm -r d$i; done",
+        ),
+        Step::same("for i in 32 33; do echo 4 >> d$i/e/f && mkdir d$i/n && echo n > d$i/n/g; done"),
+    ];
+    let mut cmd = env.command("unshare");
+    cmd.args([
+        "-U",
+        "-r",
+        "sh",
+        "-c",
+        "echo 20 > /proc/sys/user/max_inotify_watches && exec \"$0\" \"$@\"",
+    ])
+    .arg(env!("CARGO_BIN_EXE_ralph"))
+    .args([
+        "run",
+        "--agent-cmd",
+        &fake_agent_cmd(),
+        "--yes",
+        "--grace",
+        "1s",
+    ])
+    .args(["--max-iterations", "4", "--stuck-threshold", "99"])
+    .env("FAKE_AGENT_SCRIPT", actions(&env, &steps))
+    .current_dir(&env.repo);
+    let out = run_with_limit(cmd, std::time::Duration::from_secs(60));
+    assert_like_git(&env, &twin, &steps, out.into(), Some(true_cksum(&env)));
+    // The control: watches could not be added; later every directory was watched again.
+    let log = env.activity();
+    assert!(
+        log.lines().any(|l| l.starts_with('[')
+            && l.contains("Iteration 2: the file watcher lost events (a watch could not be added")),
+        "{log}"
+    );
+    assert!(log.contains("every directory is watched again"), "{log}");
+    assert_no_miss(&env);
+}
