@@ -305,3 +305,39 @@ fn directories_past_the_watch_limit_are_walked() {
     assert!(log.contains("every directory is watched again"), "{log}");
     assert_no_miss(&env);
 }
+
+/// A write no inotify event names: through a descriptor fanotify opened (root only), which
+/// carries `FMODE_NONOTIFY` — as a write through a hard link from outside the tree, through a
+/// loop device over the file, or through `open_by_handle_at` on an evicted dentry names no path
+/// of the tree. The completing iteration's own commit misses it (the control: no event named
+/// it), and the full walk before "complete" commits it in the same iteration.
+#[test]
+fn a_write_through_fanotify_is_found_before_the_halt() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip_or_fail("fanotify needs root");
+        return;
+    }
+    let env = TestEnv::new();
+    env.write_task(&["one", "two"], "");
+    env.write("data.txt", "1111\n");
+    let touched = env
+        .command("touch")
+        .args(["-d", "2020-01-01", "data.txt"])
+        .current_dir(&env.repo)
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    env.commit_all("initial");
+    let out = env.run_fake("check,check+fanotify-write:data.txt|2222", &[]);
+    assert_exit(&out, 0);
+    let subjects = env.commits();
+    assert_eq!(
+        subjects[0],
+        "ralph: iteration 2 — the file watcher missed 1 path"
+    );
+    assert_eq!(env.git(&["show", "HEAD~1:data.txt"]), "1111\n", "missed");
+    assert_eq!(env.git(&["show", "HEAD:data.txt"]), "2222\n");
+    assert_eq!(last_fingerprint(&env), "4294967295 0");
+    assert_eq!(true_cksum(&env), "4294967295 0");
+}
