@@ -371,13 +371,12 @@ impl Repo {
         self.reload_config();
         let last = self.memo().refreshed;
         let since = match (&self.git.monitor, last) {
-            (Some(m), Some((at, _))) => (m.changed_since)(at),
+            // A foreign index is answered "everything" and written back at once (`cli.rs`).
+            (Some(m), Some((at, _))) if !self.git.index_foreign() => (m.changed_since)(at),
             _ => None,
         };
         let settled = last.is_some_and(|(_, in_part)| in_part);
-        // A foreign index is written back at once, without its caches (`cli.rs`).
-        let write =
-            self.git.index_foreign() || !(settled && since.is_some_and(|n| n <= REFRESH_AFTER));
+        let write = !(settled && since.is_some_and(|n| n <= REFRESH_AFTER));
         let mut full = Vec::with_capacity(args.len() + 2);
         if !write {
             full.push("--no-optional-locks");
