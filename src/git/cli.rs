@@ -7,10 +7,10 @@
 //! unchanged) are trusted only in an index ralph's own git commands wrote last: any other
 //! writer — the agent, its git, a hook, the repository's test command — may have planted them,
 //! and `git add -A` reads neither. Before ralph's next command reads such a foreign index, the
-//! monitor takes a new nonce (no token the index holds is answered in part) and `git
-//! update-index --no-untracked-cache` drops the cache (and the token), so that command walks
-//! the whole tree and builds a fresh one; where the cache cannot be dropped, the command runs
-//! without it.
+//! monitor takes a new nonce (no token the index holds is answered in part); before a `git
+//! status` (the only command that reads the untracked cache), `git update-index
+//! --no-untracked-cache` drops the cache (and the token), so that status walks the whole tree
+//! and builds a fresh one; any other command on a foreign index runs without the cache.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -84,7 +84,7 @@ impl IndexTrust {
 struct Run {
     /// With ralph's monitor (its answers were written).
     monitored: bool,
-    /// On an index another process wrote whose untracked cache could not be dropped.
+    /// On an index another process wrote, its untracked cache not dropped yet.
     foreign: bool,
 }
 
@@ -225,14 +225,14 @@ impl GitCli {
         stdin: Option<&[u8]>,
     ) -> Result<(std::process::Output, Option<u64>), GitError> {
         // Reading the configuration looks at no file of the work tree, nor at the index.
-        if args.first().is_none_or(|a| *a == "config") {
+        if subcommand(args).is_none_or(|c| c == "config") {
             let plain = Run {
                 monitored: false,
                 foreign: false,
             };
             return Ok((output_of(self.command(args, plain), args, stdin)?, None));
         }
-        let foreign = !self.settle_index();
+        let foreign = self.index_foreign() && !self.settle_index(args);
         let handed = self.monitor.as_ref().and_then(|m| {
             // Answers that cannot be written (the agent put a directory in their place) cost
             // this command a walk of the whole tree, never the command.
@@ -250,8 +250,8 @@ impl GitCli {
         };
         let before = self.index.now();
         let out = output_of(self.command(args, run), args, stdin)?;
-        // An index ralph's command left is ralph's; a foreign one once this command rewrote
-        // it (without the untracked cache).
+        // An index ralph's command left is ralph's; a foreign one once a command rewrote it
+        // (without the untracked cache, which `core.untrackedCache=false` drops).
         let after = self.index.now();
         if !foreign || after != before {
             *self.index.seen() = after;
@@ -259,29 +259,45 @@ impl GitCli {
         Ok((out, handed))
     }
 
-    /// Make the index ralph's own before a command reads it, when another process wrote it
-    /// since ralph's last command: no monitor token handed out so far is trusted (a new nonce),
-    /// and the untracked cache goes (`git update-index --no-untracked-cache`, one read and
-    /// write of the index, which also drops the monitor's token and marks), so the command that
-    /// follows walks the whole tree and builds a fresh cache as it goes. `false` when the cache
-    /// could not be dropped: that command runs without it.
-    fn settle_index(&self) -> bool {
-        if !self.index_foreign() {
-            return true;
-        }
+    /// Before a command reads an index another process wrote since ralph's last command: no
+    /// monitor token handed out so far is trusted (a new nonce), whatever the command; and
+    /// before a `git status`, the only command that reads the untracked cache, the cache goes
+    /// (`git update-index --no-untracked-cache`, one read and write of the index, which also
+    /// drops the monitor's token and marks), so that status walks the whole tree and builds a
+    /// fresh cache as it goes. `false` while the index stays foreign: the command runs without
+    /// the untracked cache (and drops it if it writes the index).
+    fn settle_index(&self, args: &[&str]) -> bool {
         self.distrust();
-        let args = ["update-index", "--no-untracked-cache"];
+        if subcommand(args) != Some("status") {
+            return false;
+        }
+        let drop = ["update-index", "--no-untracked-cache"];
         let plain = Run {
             monitored: false,
             foreign: false,
         };
-        let dropped = output_of(self.command(&args, plain), &args, None)
+        let dropped = output_of(self.command(&drop, plain), &drop, None)
             .is_ok_and(|out| out.status.success());
         if dropped {
             *self.index.seen() = self.index.now();
         }
         dropped
     }
+}
+
+/// The git subcommand of `args` (after `-c NAME=VALUE` and the global options).
+fn subcommand<'a>(args: &[&'a str]) -> Option<&'a str> {
+    let mut rest = args.iter();
+    while let Some(a) = rest.next() {
+        match *a {
+            "-c" => {
+                rest.next();
+            }
+            a if a.starts_with('-') => {}
+            a => return Some(a),
+        }
+    }
+    None
 }
 
 /// Run `cmd` (git `args`, for errors) with `stdin` fed to it, and return whatever it did.
@@ -328,4 +344,24 @@ pub fn available() -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subcommand;
+
+    #[test]
+    fn the_subcommand_follows_the_global_options() {
+        assert_eq!(subcommand(&["status", "-z"]), Some("status"));
+        assert_eq!(
+            subcommand(&["-c", "a=b", "--no-optional-locks", "status"]),
+            Some("status")
+        );
+        assert_eq!(
+            subcommand(&["--no-replace-objects", "diff-index", "--cached"]),
+            Some("diff-index")
+        );
+        assert_eq!(subcommand(&["config", "--list"]), Some("config"));
+        assert_eq!(subcommand(&["-c", "status"]), None);
+    }
 }
