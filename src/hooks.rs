@@ -33,6 +33,13 @@ fn executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// Whether `hooks` holds a hook [`run`] would run.
+pub fn any(hooks: &Path) -> bool {
+    ["pre-commit", "commit-msg"]
+        .iter()
+        .any(|h| executable(&hooks.join(h)))
+}
+
 /// Run `pre-commit`, then `commit-msg` on the message (through `$GIT_DIR/COMMIT_EDITMSG`).
 /// Returns the message as the hook left it, or what the failing hook said.
 ///

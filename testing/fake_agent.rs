@@ -37,7 +37,14 @@
 //!   exchange:A|B     swap A and B atomically (`renameat2` with `RENAME_EXCHANGE`), which no
 //!                    shell tool does; a script can run it too, as
 //!                    `FAKE_AGENT_SCRIPT='exchange:A|B' fake-agent`
+//!   forge-index:PATH rewrite `.git/index` by hand without PATH's entry, its untracked cache
+//!                    kept (`forge_index.rs`): an agent planting a cache that hides PATH
+//!   fanotify-write:PATH|TEXT  write TEXT at the start of PATH through a descriptor fanotify
+//!                    opened (root only), which makes no inotify event at all
 //! With `FAKE_AGENT_LOG=DIR`, it records `prompt-N.txt`, `argv-N.txt`, `env-N.txt` and `pids-N.txt`.
+
+#[path = "forge_index.rs"]
+mod forge_index;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -246,6 +253,23 @@ fn main() {
                     Err(e) => println!("could not exchange {a} and {b}: {e}"),
                 }
             }
+            "forge-index" => match forge_index::forge(".git/index".as_ref(), arg.as_bytes()) {
+                Ok(()) => println!("forged the index without {arg}"),
+                Err(e) => {
+                    eprintln!("fake agent: cannot forge the index: {e}");
+                    exit_code = 1;
+                }
+            },
+            "fanotify-write" => {
+                let (path, text) = arg.split_once('|').unwrap_or((arg, ""));
+                match fanotify_write(path, text.as_bytes()) {
+                    Ok(()) => println!("wrote {path} through fanotify"),
+                    Err(e) => {
+                        eprintln!("fake agent: cannot write {path} through fanotify: {e}");
+                        exit_code = 1;
+                    }
+                }
+            }
             "plan-criteria" => {
                 let n: u32 = arg.parse().unwrap_or(3);
                 let mut text = std::fs::read_to_string(&task).unwrap_or_default();
@@ -421,4 +445,48 @@ fn hop(arg: &str) {
         libc::sleep(300);
         libc::_exit(0);
     }
+}
+
+/// `fanotify-write`: mark PATH for opens, open it once, and write through the descriptor the
+/// event carries (opened by fanotify with `FMODE_NONOTIFY`: no inotify event for the write or
+/// its close).
+fn fanotify_write(path: &str, text: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let err = std::io::Error::last_os_error;
+    let cpath = std::ffi::CString::new(path).map_err(std::io::Error::other)?;
+    // SAFETY: plain system calls on descriptors this function owns; the buffer outlives read.
+    unsafe {
+        let fan = libc::fanotify_init(libc::FAN_CLASS_NOTIF, libc::O_RDWR as libc::c_uint);
+        if fan < 0 {
+            return Err(err());
+        }
+        let _fan = OwnedFd::from_raw_fd(fan);
+        if libc::fanotify_mark(
+            fan,
+            libc::FAN_MARK_ADD,
+            libc::FAN_OPEN,
+            libc::AT_FDCWD,
+            cpath.as_ptr(),
+        ) < 0
+        {
+            return Err(err());
+        }
+        drop(std::fs::File::open(path)?);
+        let mut meta: libc::fanotify_event_metadata = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::fanotify_event_metadata>();
+        if libc::read(fan, (&raw mut meta).cast(), size) < size as isize || meta.fd < 0 {
+            return Err(err());
+        }
+        let fd = OwnedFd::from_raw_fd(meta.fd);
+        if libc::pwrite(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            text.as_ptr().cast(),
+            text.len(),
+            0,
+        ) < 0
+        {
+            return Err(err());
+        }
+    }
+    Ok(())
 }

@@ -2,13 +2,23 @@
 //! `git status` (the fingerprint and what changed) and `git add` (staging with every ignore rule,
 //! sparse checkout, clean filters such as git-lfs, autocrlf). Always on the repository ralph
 //! opened (`--git-dir`, `--work-tree`), with ralph's file monitor when one is running.
+//!
+//! The caches in the index (the untracked cache, the monitor's token and the entries it marks
+//! unchanged) are trusted only in an index ralph's own git commands wrote last: any other
+//! writer — the agent, its git, a hook, the repository's test command — may have planted them,
+//! and `git add -A` reads neither. Before ralph's next command reads such a foreign index, the
+//! monitor takes a new nonce (no token the index holds is answered in part); before a `git
+//! status` (the only command that reads the untracked cache), `git update-index
+//! --no-untracked-cache` drops the cache (and the token), so that status walks the whole tree
+//! and builds a fresh one; any other command on a foreign index runs without the cache.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::GitError;
+use super::index::Stamp;
 
 /// ralph as git's file-system monitor (`core.fsmonitor`): the hook command git runs, and what
 /// must happen before each git command so the hook answers with everything that changed.
@@ -23,6 +33,9 @@ pub struct Monitor {
     /// How many paths git, holding the token of a position, would now be answered with;
     /// `None` for "everything".
     pub changed_since: Arc<dyn Fn(u64) -> Option<usize> + Send + Sync>,
+    /// Trust no token handed out so far, whoever presents it: the next answer is
+    /// "everything" under a new nonce.
+    pub distrust: Arc<dyn Fn() + Send + Sync>,
 }
 
 impl std::fmt::Debug for Monitor {
@@ -42,6 +55,37 @@ pub struct GitCli {
     /// `commondir` the agent may have added (see ARCHITECTURE.md, "The sandbox"). Every command
     /// runs no hook and no file-system monitor but ralph's, sandboxed or not.
     pub sandboxed: Option<PathBuf>,
+    /// The index file as ralph's own git commands last left it (shared by the clones).
+    index: Arc<IndexTrust>,
+}
+
+/// Which index ralph's git commands wrote last.
+#[derive(Debug)]
+struct IndexTrust {
+    path: PathBuf,
+    /// The index file's stamp after ralph's last command; `None`: no index file.
+    seen: Mutex<Option<Stamp>>,
+}
+
+impl IndexTrust {
+    fn now(&self) -> Option<Stamp> {
+        Stamp::of(&self.path)
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, Option<Stamp>> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// How one command runs.
+#[derive(Clone, Copy)]
+struct Run {
+    /// With ralph's monitor (its answers were written).
+    monitored: bool,
+    /// On an index another process wrote, its untracked cache not dropped yet.
+    foreign: bool,
 }
 
 impl GitCli {
@@ -51,10 +95,30 @@ impl GitCli {
             work_tree: work_tree.to_path_buf(),
             monitor: None,
             sandboxed: None,
+            index: Arc::new(IndexTrust {
+                path: git_dir.join("index"),
+                // An index that is there before ralph's first command is not ralph's; one
+                // that is not there holds no cache.
+                seen: Mutex::new(None),
+            }),
         }
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    /// Whether the index was written by another process since ralph's last git command (or
+    /// was there before ralph's first): its caches are not trusted by the next command.
+    pub fn index_foreign(&self) -> bool {
+        *self.index.seen() != self.index.now()
+    }
+
+    /// Trust no monitor token handed out so far (the configuration git compares with
+    /// changed): the next command is answered "everything".
+    pub fn distrust(&self) {
+        if let Some(m) = &self.monitor {
+            (m.distrust)();
+        }
+    }
+
+    fn command(&self, args: &[&str], run: Run) -> Command {
         let mut cmd = Command::new("git");
         cmd.arg("--git-dir")
             .arg(&self.git_dir)
@@ -70,21 +134,11 @@ impl GitCli {
             // on to the git it runs inside a submodule. ralph runs `pre-commit` and
             // `commit-msg` itself (`hooks.rs`), in the sandbox under --sandbox.
             cmd.args(["-c", "core.hooksPath=/dev/null"]);
-            if self.monitor.is_none() {
-                cmd.args(["-c", "core.fsmonitor=false"]);
-            }
+            self.caches(&mut cmd, run);
         }
         if let Some(common) = self.sandboxed.as_ref().filter(|_| runs) {
             cmd.args(["-c", "diff.ignoreSubmodules=dirty"]);
             cmd.env("GIT_COMMON_DIR", common);
-        }
-        if let Some(m) = &self.monitor {
-            // The untracked cache lets git skip the directories the monitor says are
-            // unchanged; both apply to ralph's own git commands only.
-            cmd.arg("-c")
-                .arg(format!("core.fsmonitor={}", m.hook))
-                .arg("-c")
-                .arg("core.untrackedCache=true");
         }
         let sandboxed_status = args
             .iter()
@@ -114,6 +168,21 @@ impl GitCli {
             cmd.env_remove("GIT_COMMON_DIR");
         }
         cmd
+    }
+
+    /// The file-system monitor and the untracked cache of one command: ralph's monitor or
+    /// none; the untracked cache with ralph's monitor (it lets git skip the directories the
+    /// monitor says are unchanged), never from a foreign index (git drops it when it writes).
+    fn caches(&self, cmd: &mut Command, run: Run) {
+        match self.monitor.as_ref().filter(|_| run.monitored) {
+            Some(m) => cmd.arg("-c").arg(format!("core.fsmonitor={}", m.hook)),
+            None => cmd.args(["-c", "core.fsmonitor=false"]),
+        };
+        if run.foreign {
+            cmd.args(["-c", "core.untrackedCache=false"]);
+        } else if run.monitored {
+            cmd.args(["-c", "core.untrackedCache=true"]);
+        }
     }
 
     /// Run `git ARGS` (with `stdin` fed to it), returning its stdout; a non-zero exit is an
@@ -155,39 +224,115 @@ impl GitCli {
         args: &[&str],
         stdin: Option<&[u8]>,
     ) -> Result<(std::process::Output, Option<u64>), GitError> {
-        let handed = match &self.monitor {
-            Some(m) => Some((m.prepare)().map_err(|e| GitError::Spawn(args.join(" "), e))?),
-            None => None,
+        // Reading the configuration looks at no file of the work tree, nor at the index.
+        if subcommand(args).is_none_or(|c| c == "config") {
+            let plain = Run {
+                monitored: false,
+                foreign: false,
+            };
+            return Ok((output_of(self.command(args, plain), args, stdin)?, None));
+        }
+        let foreign = self.index_foreign() && !self.settle_index(args);
+        let handed = self.monitor.as_ref().and_then(|m| {
+            // Answers that cannot be written (the agent put a directory in their place) cost
+            // this command a walk of the whole tree, never the command.
+            (m.prepare)()
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        "the file monitor's answers cannot be written ({e}): git walks the whole tree"
+                    );
+                })
+                .ok()
+        });
+        let run = Run {
+            monitored: handed.is_some(),
+            foreign,
         };
-        let mut cmd = self.command(args);
-        cmd.stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| GitError::Spawn(args.join(" "), e))?;
-        // stdin is fed from a thread while wait_with_output drains both pipes.
-        let feeder = match (stdin, child.stdin.take()) {
-            (Some(bytes), Some(mut pipe)) => {
-                let bytes = bytes.to_vec();
-                Some(std::thread::spawn(move || {
-                    let _ = pipe.write_all(&bytes);
-                }))
-            }
-            _ => None,
-        };
-        let out = child
-            .wait_with_output()
-            .map_err(|e| GitError::Spawn(args.join(" "), e))?;
-        if let Some(f) = feeder {
-            let _ = f.join();
+        let before = self.index.now();
+        let out = output_of(self.command(args, run), args, stdin)?;
+        // An index ralph's command left is ralph's; a foreign one once a command rewrote it
+        // (without the untracked cache, which `core.untrackedCache=false` drops).
+        let after = self.index.now();
+        if !foreign || after != before {
+            *self.index.seen() = after;
         }
         Ok((out, handed))
     }
+
+    /// Before a command reads an index another process wrote since ralph's last command: no
+    /// monitor token handed out so far is trusted (a new nonce), whatever the command; and
+    /// before a `git status`, the only command that reads the untracked cache, the cache goes
+    /// (`git update-index --no-untracked-cache`, one read and write of the index, which also
+    /// drops the monitor's token and marks), so that status walks the whole tree and builds a
+    /// fresh cache as it goes. `false` while the index stays foreign: the command runs without
+    /// the untracked cache (and drops it if it writes the index).
+    fn settle_index(&self, args: &[&str]) -> bool {
+        self.distrust();
+        if subcommand(args) != Some("status") {
+            return false;
+        }
+        let drop = ["update-index", "--no-untracked-cache"];
+        let plain = Run {
+            monitored: false,
+            foreign: false,
+        };
+        let dropped = output_of(self.command(&drop, plain), &drop, None)
+            .is_ok_and(|out| out.status.success());
+        if dropped {
+            *self.index.seen() = self.index.now();
+        }
+        dropped
+    }
+}
+
+/// The git subcommand of `args` (after `-c NAME=VALUE` and the global options).
+fn subcommand<'a>(args: &[&'a str]) -> Option<&'a str> {
+    let mut rest = args.iter();
+    while let Some(a) = rest.next() {
+        match *a {
+            "-c" => {
+                rest.next();
+            }
+            a if a.starts_with('-') => {}
+            a => return Some(a),
+        }
+    }
+    None
+}
+
+/// Run `cmd` (git `args`, for errors) with `stdin` fed to it, and return whatever it did.
+fn output_of(
+    mut cmd: Command,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+) -> Result<std::process::Output, GitError> {
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| GitError::Spawn(args.join(" "), e))?;
+    // stdin is fed from a thread while wait_with_output drains both pipes.
+    let feeder = match (stdin, child.stdin.take()) {
+        (Some(bytes), Some(mut pipe)) => {
+            let bytes = bytes.to_vec();
+            Some(std::thread::spawn(move || {
+                let _ = pipe.write_all(&bytes);
+            }))
+        }
+        _ => None,
+    };
+    let out = child
+        .wait_with_output()
+        .map_err(|e| GitError::Spawn(args.join(" "), e))?;
+    if let Some(f) = feeder {
+        let _ = f.join();
+    }
+    Ok(out)
 }
 
 /// Whether a `git` program can be run at all.
@@ -199,4 +344,24 @@ pub fn available() -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subcommand;
+
+    #[test]
+    fn the_subcommand_follows_the_global_options() {
+        assert_eq!(subcommand(&["status", "-z"]), Some("status"));
+        assert_eq!(
+            subcommand(&["-c", "a=b", "--no-optional-locks", "status"]),
+            Some("status")
+        );
+        assert_eq!(
+            subcommand(&["--no-replace-objects", "diff-index", "--cached"]),
+            Some("diff-index")
+        );
+        assert_eq!(subcommand(&["config", "--list"]), Some("config"));
+        assert_eq!(subcommand(&["-c", "status"]), None);
+    }
 }

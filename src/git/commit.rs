@@ -81,7 +81,11 @@ impl Repo {
             message.push('\n');
         }
         if let Some(run_hooks) = hooks {
-            match run_hooks(&self.root, &message) {
+            let ran = run_hooks(&self.root, &message);
+            // The hooks are the repository's code: what they did to the configuration counts
+            // from the next status on (the fingerprint's).
+            self.reload_config();
+            match ran {
                 Ok(m) => message = m,
                 Err(failure) => {
                     // Like git: the changes stay staged, nothing is committed.

@@ -24,7 +24,7 @@ pub(super) struct Stamp {
 }
 
 impl Stamp {
-    fn of(path: &std::path::Path) -> Option<Stamp> {
+    pub(super) fn of(path: &std::path::Path) -> Option<Stamp> {
         let m = std::fs::metadata(path).ok()?;
         Some(Stamp {
             ino: m.ino(),

@@ -194,8 +194,8 @@ pub struct Repo {
     root: PathBuf,
     lock_wait: Duration,
     git: GitCli,
-    /// The configuration as git reads it, read once.
-    config: std::sync::OnceLock<std::collections::HashMap<String, String>>,
+    /// The configuration as git read it last (see [`Repo::reload_config`]).
+    config: std::sync::Mutex<Option<std::sync::Arc<Config>>>,
     /// The index's tree and gitlinks, remembered while the index file is unchanged.
     index_memo: std::sync::Mutex<index::IndexMemo>,
 }
@@ -232,7 +232,7 @@ impl Repo {
             root,
             lock_wait: DEFAULT_LOCK_WAIT,
             git,
-            config: std::sync::OnceLock::new(),
+            config: std::sync::Mutex::new(None),
             index_memo: std::sync::Mutex::default(),
         })
     }
@@ -309,13 +309,39 @@ impl Repo {
         head_commit_of(&self.repo)
     }
 
-    /// A configuration value as git sees it (trimmed; `None` when unset or empty).
+    /// A configuration value as git sees it (trimmed; `None` when unset or empty), as git
+    /// read it at ralph's last status (or now, the first time).
     pub fn config_value(&self, key: &str) -> Option<String> {
-        self.config
-            .get_or_init(|| read_config(&self.git))
+        self.config()
             .get(&key.to_ascii_lowercase())
             .map(|v| v.trim().to_string())
             .filter(|v| !v.is_empty())
+    }
+
+    fn config(&self) -> std::sync::Arc<Config> {
+        let mut config = self
+            .config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::sync::Arc::clone(config.get_or_insert_with(|| read_config(&self.git).into()))
+    }
+
+    /// Read the configuration again: the agent (or code the repository runs) may have changed
+    /// it anywhere — `.git/config`, a linked worktree's common directory, an included file in
+    /// the work tree, `~/.gitconfig` — where no watch sees it. When it changed, no monitor
+    /// token is trusted: how git compares a file it was told is unchanged (`core.fileMode`,
+    /// `core.trustctime`, `core.checkStat`, …) may have changed with it. One `git config` of
+    /// about 2 ms, before each status.
+    fn reload_config(&self) {
+        let fresh = std::sync::Arc::new(read_config(&self.git));
+        let old = self
+            .config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .replace(fresh.clone());
+        if old.is_some_and(|old| *old != *fresh) {
+            self.git.distrust();
+        }
     }
 
     /// The identity git would commit with (the environment, then the configuration), else
@@ -342,9 +368,11 @@ impl Repo {
     /// marks every entry whose stat data it refreshed as unknown to the monitor, and only a
     /// status that finds it unchanged marks it known again.
     fn status(&self, args: &[&str]) -> Result<Vec<u8>, GitError> {
+        self.reload_config();
         let last = self.memo().refreshed;
         let since = match (&self.git.monitor, last) {
-            (Some(m), Some((at, _))) => (m.changed_since)(at),
+            // A foreign index is answered "everything" and written back at once (`cli.rs`).
+            (Some(m), Some((at, _))) if !self.git.index_foreign() => (m.changed_since)(at),
             _ => None,
         };
         let settled = last.is_some_and(|(_, in_part)| in_part);
@@ -483,10 +511,13 @@ fn commit_info(commit: &git2::Commit<'_>) -> CommitInfo {
     CommitInfo { id, short, summary }
 }
 
+/// Configuration keys (lowercase) and their values, the last one of each.
+type Config = std::collections::HashMap<String, String>;
+
 /// The repository's configuration as git reads it (`git config --list -z`): every level, the
 /// includes, and `GIT_CONFIG_GLOBAL`/`GIT_CONFIG_NOSYSTEM`/`GIT_CONFIG_*`, which libgit2 does
 /// not honour. Keys are looked up case-insensitively; the last value wins, as in git.
-fn read_config(git: &GitCli) -> std::collections::HashMap<String, String> {
+fn read_config(git: &GitCli) -> Config {
     let mut map = std::collections::HashMap::new();
     let Ok(out) = git.run(&["config", "--list", "-z"], None) else {
         return map;

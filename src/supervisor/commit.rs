@@ -57,12 +57,15 @@ pub(super) fn guard(
     move |rel: &str, abs: &std::path::Path| crate::guard::check(rel, abs, max)
 }
 
-/// The repository's hooks, unless `--no-verify`.
+/// The repository's hooks, unless `--no-verify` or there are none.
 fn hooks(repo: &Repo, settings: &Settings) -> Option<Box<crate::git::HookRunner>> {
     if settings.no_verify {
         return None;
     }
     let hooks_dir = crate::hooks::hooks_dir(repo);
+    if !crate::hooks::any(&hooks_dir) {
+        return None;
+    }
     let git_dir = repo.git2().path().to_path_buf();
     let sandbox = settings.sandboxed.clone();
     Some(Box::new(move |root: &std::path::Path, msg: &str| {

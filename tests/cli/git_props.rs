@@ -1,8 +1,9 @@
 //! Random sequences of file operations (create, modify, delete, chmod, symlink, rename, edit an
 //! ignore file — root or nested, negations included — replace a file by a directory or a
 //! directory by a file, exchange two entries with `renameat2(RENAME_EXCHANGE)`, create a burst
-//! of directories) hold ralph's staged tree equal to git's after every batch (SPEC §8, §12: the
-//! file watcher's losses and new directories).
+//! of directories, run the agent's own git, which writes the index) hold ralph's staged tree
+//! equal to git's after every batch (SPEC §8, §12: the file watcher's losses and new
+//! directories, an index ralph did not write).
 //!
 //! Two layers: the real binary, one batch per iteration of one `ralph run` (the fake agent runs
 //! each batch as its `sh:` script, so file-event tracking is exercised), against a twin that runs
@@ -82,6 +83,16 @@ const PATTERNS: &[&str] = &[
 /// Symlink targets, relative to the link: files, a directory, nothing.
 const TARGETS: &[&str] = &["a", "d", "e", "missing", "b.txt"];
 
+/// The agent's own git, mid-batch: each writes the index (with an untracked cache and stat data
+/// of the agent's git's making), which ralph's next command must not trust.
+const AGENT_GIT: &[&str] = &[
+    "git -c core.untrackedCache=true status --porcelain > /dev/null",
+    "git status --porcelain > /dev/null",
+    "git add -A -- d",
+    "git update-index --untracked-cache",
+    "git rm -q -r --cached --ignore-unmatch v",
+];
+
 /// The tree both sides start from (besides the task file): rules already in place that the
 /// operations then meet or rewrite — `*.log` at the root re-included by `!keep.log` in
 /// `d/.gitignore`, and `v/` excluded with `!*.keep` while it holds tracked (force-added) files.
@@ -107,6 +118,8 @@ enum Op {
     Exchange(usize, usize),
     /// `mkdir -p` of this many directories `w/dK/e`, each with a file, as fast as the shell goes.
     Burst(usize),
+    /// One of [`AGENT_GIT`].
+    AgentGit(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -127,6 +140,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => p().prop_map(Op::FileToDir),
         3 => (0..EXCHANGED.len(), 0..EXCHANGED.len()).prop_map(|(a, b)| Op::Exchange(a, b)),
         2 => (1..40usize).prop_map(Op::Burst),
+        1 => (0..AGENT_GIT.len()).prop_map(Op::AgentGit),
     ]
 }
 
@@ -216,6 +230,7 @@ fn op_sh(op: &Op) -> String {
         Op::Burst(n) => {
             format!("for k in $(seq {n}); do mkdir -p w/d$k/e && printf 'b\\n' > w/d$k/e/f; done")
         }
+        Op::AgentGit(g) => AGENT_GIT[*g].to_string(),
     };
     format!("{{ {cmd}; }} 2>/dev/null || true\n")
 }

@@ -34,6 +34,7 @@ mod task_files;
 mod verdict;
 mod watch;
 mod watcher_faults;
+mod watcher_hostile;
 mod worktree_doors;
 mod worktree_names;
 mod worktrees;

@@ -113,6 +113,16 @@ impl Watch {
         self.journal().always = paths;
     }
 
+    /// Trust no token handed out so far, whoever presents it: the index that holds one was
+    /// written by another process (which could have put any token there, ralph's nonce read
+    /// from the answers file and a position ahead included), or the configuration git compares
+    /// with changed. A new nonce, so the next answer is "everything".
+    pub fn distrust(&self) {
+        let mut j = self.journal();
+        j.nonce = nonce();
+        j.everything();
+    }
+
     /// An agent starts: from now on, its touching the git directory makes the journal
     /// incomplete. ralph's own git commands' events are all in first.
     pub fn begin_agent(&self) {
@@ -228,20 +238,39 @@ impl Watch {
         );
         let me = Arc::clone(self);
         let again = Arc::clone(self);
+        let third = Arc::clone(self);
         Some(Monitor {
             hook,
             prepare: Arc::new(move || me.write_answers()),
             changed_since: Arc::new(move |since| again.changed_since(since)),
+            distrust: Arc::new(move || third.distrust()),
         })
     }
 }
 
 /// A fresh barrier name no one can guess ahead (an agent's `.barrier-99999` answers nothing).
 fn barrier_name() -> Option<String> {
+    Some(format!("{BARRIER_PREFIX}{}", random_hex()?))
+}
+
+/// 32 random hexadecimal digits.
+fn random_hex() -> Option<String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).ok()?;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    Some(format!("{BARRIER_PREFIX}{hex}"))
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A nonce for the tokens handed out from now on: never one another ralph (or a restarted
+/// one, or this one before) handed out, nor one an agent can guess ahead.
+fn nonce() -> String {
+    let unique = random_hex().unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+            .to_string()
+    });
+    format!("ralph-{}-{unique}", std::process::id())
 }
 
 #[cfg(target_os = "linux")]
@@ -288,18 +317,6 @@ mod imp {
             answers: git_dir.join("ralph-fsmonitor"),
             stop: Mutex::new(writer),
         }))
-    }
-
-    /// This process's tokens: never one another ralph (or a restarted one) handed out.
-    fn nonce() -> String {
-        format!(
-            "ralph-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        )
     }
 }
 

@@ -324,3 +324,30 @@ fn a_ralph_directory_replaced_by_a_symlink_is_a_directory_again() {
     std::fs::write(root.join(".ralph/progress.md"), "x").unwrap();
     assert_names(&ask(&w, &t1), &[".ralph/progress.md"]);
 }
+
+/// After `distrust` (an index ralph's git did not write, a changed configuration) no token
+/// handed out before is answered in part — the last one, nor one forged ahead with the nonce
+/// read from the answers file — and the next token is answered in part again.
+#[test]
+fn a_distrusted_token_is_answered_everything() {
+    let (dir, w) = tree();
+    let root = dir.path();
+    let a = ask(&w, "unknown");
+    let t0 = token(&a);
+    let (nonce, pos) = t0.rsplit_once(':').unwrap();
+    let ahead = format!("{nonce}:{}", pos.parse::<u64>().unwrap() + 3);
+    for i in 0..5 {
+        std::fs::write(root.join(format!("src/f{i}")), "f").unwrap();
+    }
+    // The control: before `distrust`, both tokens are answered in part.
+    assert!(!names(&ask(&w, &t0)).contains(&"/"));
+    assert!(!names(&ask(&w, &ahead)).contains(&"/"));
+    w.distrust();
+    assert_everything(&ask(&w, &t0));
+    let a = ask(&w, &ahead);
+    assert_everything(&a);
+    assert_ne!(token(&a).rsplit_once(':').unwrap().0, nonce, "a new nonce");
+    let t1 = token(&a);
+    std::fs::write(root.join("src/a.txt"), "again").unwrap();
+    assert_eq!(names(&ask(&w, &t1)), ["src/a.txt", ".ralph/runs/"]);
+}
