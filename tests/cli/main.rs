@@ -27,6 +27,7 @@ mod real_agents;
 mod run;
 mod sandbox;
 mod sandbox_doors;
+mod sandbox_edges;
 mod status;
 mod supervise;
 mod table;
