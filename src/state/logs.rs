@@ -1,7 +1,6 @@
 //! The append-only logs (SPEC §5.4, §7): one write per record, never glued to a torn last line,
 //! and tails read in bounded time and memory whatever the last line holds; the `ITER` record.
 
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -42,19 +41,15 @@ pub fn append_line(path: &Path, line: &str) -> Result<()> {
 /// The last `n` non-empty lines of a file, reading only its tail: at most 256 KiB are read and
 /// each line returned holds at most [`MAX_SHOWN_LINE`] bytes (a longer one keeps its end, after
 /// `…`), so a log whose last line is hundreds of megabytes costs what a short one does.
+/// The log is opened as any file an agent can touch (`files::open_read`): a FIFO is refused, never
+/// waited on, and a link out of the repository is never followed (a transcript linked to
+/// `~/.ssh/id_rsa` would hand its last lines to the next prompt).
 pub fn tail_lines(path: &Path, n: usize) -> Result<Vec<String>> {
-    let mut f = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::file("open", path, e)),
+    let (mut f, meta) = match crate::files::open_read(path) {
+        Ok(opened) => opened,
+        Err(e) if e.is_missing() => return Ok(Vec::new()),
+        Err(e) => return Err(Error::user(e.to_string())),
     };
-    let meta = f.metadata().map_err(|e| Error::file("read", path, e))?;
-    if !meta.is_file() {
-        return Err(Error::user(format!(
-            "`{}` is not a regular file",
-            path.display()
-        )));
-    }
     let len = meta.len();
     let mut window: u64 = 4096;
     loop {
@@ -244,7 +239,7 @@ mod tests {
     fn a_huge_last_line_is_read_in_bounded_memory_and_shown_cut() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("log");
-        let mut f = File::create(&p).unwrap();
+        let mut f = std::fs::File::create(&p).unwrap();
         f.write_all(b"ITER 1 | a | exit 0 | x | 1 2\n").unwrap();
         // 8 MiB without a newline: the window stops at 256 KiB.
         let chunk = vec![b'z'; 1024 * 1024];

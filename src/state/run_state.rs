@@ -240,7 +240,21 @@ impl RunState {
             Some(r) => read(r)?,
             None => None,
         };
-        let file = read(path)?;
+        let file = match (read(path), &own) {
+            (Ok(file), _) => file,
+            // ralph's own record stands: a `state.json` the agent made unreadable (a FIFO,
+            // garbage, a newer schema) is ignored as one it rewrote is.
+            (Err(e), Some(o)) => {
+                return Ok(Recorded {
+                    warning: Some(format!(
+                        "{e}: the file is ignored, ralph's own record of run {} stands",
+                        o.run_id
+                    )),
+                    state: own,
+                });
+            }
+            (Err(e), None) => return Err(e),
+        };
         Ok(authority(path, home.is_some(), own, file))
     }
 

@@ -23,6 +23,7 @@ mod limits_wait;
 mod links;
 mod observe;
 mod own_files;
+mod planted;
 mod real_agents;
 mod run;
 mod sandbox;

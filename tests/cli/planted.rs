@@ -1,0 +1,92 @@
+//! What the agent plants where `ralph status` and `ralph resume` read (SPEC §7, §11): FIFOs at
+//! the ITER log and the git directory's lock (an open for reading waits for a writer for ever),
+//! and a `state.json` made unreadable while ralph's own record stands. Each test shows the file
+//! really is what the agent made of it, then that ralph answers at once.
+
+use std::time::Duration;
+
+use crate::common::*;
+
+/// A finished run: one iteration, one box left.
+fn finished_run() -> TestEnv {
+    let env = TestEnv::new();
+    env.write_task(&["one", "two"], "");
+    env.commit_all("initial");
+    let out = env.run_fake("check:1", &["--max-iterations", "1"]);
+    assert_exit(&out, 3);
+    env
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let _ = std::fs::remove_file(path);
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+}
+
+/// Run `ralph ARGS`; `None` when it still runs after a bound (then killed).
+fn answers(env: &TestEnv, args: &[&str]) -> Option<(Option<i32>, String, String)> {
+    let mut cmd = env.ralph_cmd();
+    cmd.args(args);
+    let mut bg = env.spawn(cmd);
+    let mut status = None;
+    wait_until(Duration::from_secs(20), || {
+        status = bg.child.try_wait().unwrap();
+        status.is_some()
+    });
+    if status.is_none() {
+        let _ = bg.child.kill();
+        let _ = bg.child.wait();
+        return None;
+    }
+    Some(bg.wait(Duration::from_secs(1)))
+}
+
+#[test]
+fn fifos_at_the_log_and_the_lock_never_hang_status() {
+    for planted in [".ralph/iterations.log", ".git/ralph.lock"] {
+        let env = finished_run();
+        let path = env.repo.join(planted);
+        mkfifo(&path);
+        // The control: it is a FIFO, which a plain open for reading waits on.
+        use std::os::unix::fs::FileTypeExt;
+        assert!(std::fs::metadata(&path).unwrap().file_type().is_fifo());
+        for args in [&["status"][..], &["status", "--json"], &["status", "--all"]] {
+            let (code, out, err) =
+                answers(&env, args).unwrap_or_else(|| panic!("`ralph {args:?}` hung on {planted}"));
+            assert_eq!(code, Some(0), "{planted} {args:?}: {err}");
+            assert!(!out.is_empty(), "{planted} {args:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn an_unreadable_state_json_is_ignored_while_ralphs_record_stands() {
+    let env = finished_run();
+    env.write(".ralph/state.json", "{ this is not json");
+    let out = env.ralph(&["status", "--json"]);
+    assert_exit(&out, 0);
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["iteration"], 1, "{st}");
+    assert!(
+        stderr(&out).contains("the file is ignored"),
+        "{}",
+        stderr(&out)
+    );
+    // A resume goes on from the record, and writes the file afresh.
+    let agent = format!("'{}'", fake_agent().display());
+    let out = env.ralph_with_limit(
+        &["resume", "--agent-cmd", &agent, "--max-iterations", "2"],
+        &[("FAKE_AGENT_SCRIPT", "check:2")],
+        Duration::from_secs(60),
+    );
+    assert_exit(&out, 0);
+    assert_eq!(env.iter_records().len(), 2);
+    assert!(env.read(".ralph/state.json").contains("\"iteration\": 2"));
+    // The control: without ralph's record the same file is refused, naming it.
+    std::fs::remove_dir_all(env.home.join(".local/state/ralph")).unwrap();
+    env.write(".ralph/state.json", "{ this is not json");
+    let out = env.ralph(&["status"]);
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains("state.json"), "{}", stderr(&out));
+}
