@@ -90,3 +90,37 @@ fn an_unreadable_state_json_is_ignored_while_ralphs_record_stands() {
     assert_exit(&out, 1);
     assert!(stderr(&out).contains("state.json"), "{}", stderr(&out));
 }
+
+/// What a terminal would obey: the clipboard set (OSC 52), the title set, a line rubbed out and
+/// written over.
+const ESCAPES: &[&str] = &["\u{1b}]52;c;", "\u{1b}]0;", "\u{1b}[2K", "\u{7}", "\r"];
+
+#[test]
+fn escape_sequences_the_agent_writes_never_reach_the_terminal() {
+    let env = TestEnv::new();
+    env.write_task(&["one", "two"], "");
+    env.commit_all("initial");
+    let agent = agent_sh(
+        &env,
+        "escapes",
+        "printf 'ITER 9 | 9/9 criteria | exit 0 | abc1234 | 1 2 \\033]52;c;ZWNobyBoaQo=\\007\\r\\033[2KAll done\\n' >> .ralph/iterations.log\n\
+         printf -- '- [ ] three \\033]0;owned\\007\\n' >> RALPH_TASK.md\n\
+         sed -i 's/- \\[ \\] one/- [x] one/' RALPH_TASK.md\n\
+         git add -A && git -c core.hooksPath=/dev/null commit -qm \"$(printf 'mine \\033]52;c;eA==\\007')\"",
+    );
+    let out = env.run_fake(&agent, &["--max-iterations", "1", "--color", "always"]);
+    assert_exit(&out, 3);
+    // The control: the files hold the raw sequences.
+    assert!(env.read(".ralph/iterations.log").contains("\u{1b}]52;c;"));
+    assert!(env.read("RALPH_TASK.md").contains("\u{1b}]0;owned"));
+    let status = env.ralph(&["status", "--color", "always"]);
+    assert_exit(&status, 0);
+    for (what, text) in [("run", stdout(&out)), ("status", stdout(&status))] {
+        for e in ESCAPES {
+            assert!(!text.contains(e), "{what} printed {e:?}:\n{text:?}");
+        }
+    }
+    // Written out, still readable.
+    assert!(stdout(&status).contains("\\u{1b}]52;c;ZWNobyBoaQo="));
+    assert!(stdout(&status).contains("three \\u{1b}]0;owned"));
+}
