@@ -42,6 +42,12 @@ pub struct GitCli {
     /// `commondir` the agent may have added (see ARCHITECTURE.md, "The sandbox"). Every command
     /// runs no hook and no file-system monitor but ralph's, sandboxed or not.
     pub sandboxed: Option<PathBuf>,
+    /// Under `--sandbox`: every command writes only beneath the repository (`beneath.rs`).
+    pub beneath: Option<super::Beneath>,
+    /// Under `--sandbox`: ralph's own binary where the agent cannot write it, run as the
+    /// monitor's hook. A git confined by [`Self::beneath`] cannot execute `/proc/PID/exe` of
+    /// an unconfined ralph (Landlock refuses it the access a ptrace would need).
+    pub hook_program: Option<PathBuf>,
 }
 
 impl GitCli {
@@ -51,6 +57,8 @@ impl GitCli {
             work_tree: work_tree.to_path_buf(),
             monitor: None,
             sandboxed: None,
+            beneath: None,
+            hook_program: None,
         }
     }
 
@@ -82,7 +90,7 @@ impl GitCli {
             // The untracked cache lets git skip the directories the monitor says are
             // unchanged; both apply to ralph's own git commands only.
             cmd.arg("-c")
-                .arg(format!("core.fsmonitor={}", m.hook))
+                .arg(format!("core.fsmonitor={}", self.hook(m)))
                 .arg("-c")
                 .arg("core.untrackedCache=true");
         }
@@ -113,7 +121,23 @@ impl GitCli {
         if self.sandboxed.is_none() {
             cmd.env_remove("GIT_COMMON_DIR");
         }
+        if let Some(b) = &self.beneath {
+            b.command(&mut cmd);
+        }
         cmd
+    }
+
+    /// The monitor's hook command, run by [`Self::hook_program`] when there is one.
+    fn hook(&self, m: &Monitor) -> String {
+        let tail = format!(" {} ", super::fsmonitor::HOOK_COMMAND);
+        match (&self.hook_program, m.hook.find(&tail)) {
+            (Some(program), Some(at)) => format!(
+                "{}{}",
+                shell_words::quote(&program.to_string_lossy()),
+                &m.hook[at..]
+            ),
+            _ => m.hook.clone(),
+        }
     }
 
     /// Run `git ARGS` (with `stdin` fed to it), returning its stdout; a non-zero exit is an

@@ -165,6 +165,12 @@ impl Sandbox {
         })
     }
 
+    /// ralph's own binary where the agent cannot write it: the installed one, or a private
+    /// copy that lives as long as this sandbox.
+    pub fn own_binary(&self) -> &Path {
+        &self.own.path
+    }
+
     /// What stays open on this machine that the sandbox would close elsewhere, to say once.
     pub fn open_here(&self) -> Option<String> {
         let mut open = Vec::new();

@@ -14,6 +14,7 @@ mod escapes;
 mod files;
 mod git_bookkeeping;
 mod git_exact;
+mod git_links;
 mod git_props;
 mod hooks;
 mod init;
