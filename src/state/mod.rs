@@ -23,7 +23,9 @@ pub use logs::{
     parse_iter_record, tail_lines,
 };
 pub use progress::{status_block, with_status_block, without_status_block};
-pub use run_state::{HaltReason, Mode, Pinned, Recorded, RunState, SCHEMA_VERSION, valid_run_id};
+pub use run_state::{
+    HaltReason, Limits, Mode, Pinned, Recorded, RunState, SCHEMA_VERSION, valid_run_id,
+};
 
 pub const DIR: &str = ".ralph";
 

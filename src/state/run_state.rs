@@ -203,6 +203,28 @@ pub struct Pinned {
     /// The run's sandbox (`--sandbox`): a resume runs in it too, whatever its flags say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<crate::sandbox::Pinned>,
+    /// The run's budgets and limits: a resume keeps them unless its own flags give one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+}
+
+/// What bounds a run and its agent (SPEC §6), as it was started. The task file and
+/// `.ralph/config.toml` set them too, and the agent can write both: an agent that raised its own
+/// `max_cost` (or timeout, stuck threshold, or dropped the completion promise) must not have
+/// the run it continues spend, wait or trust more. Durations in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost: Option<f64>,
+    pub max_wait_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
+    pub check_timeout_ms: u64,
+    pub stuck_threshold: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_promise: Option<String>,
 }
 
 /// What is recorded of a work tree's run (SPEC §11): ralph's own record when it has one, and

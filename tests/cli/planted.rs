@@ -124,3 +124,46 @@ fn escape_sequences_the_agent_writes_never_reach_the_terminal() {
     assert!(stdout(&status).contains("\\u{1b}]52;c;ZWNobyBoaQo="));
     assert!(stdout(&status).contains("three \\u{1b}]0;owned"));
 }
+
+/// The agent raises its own budget in the task file (`max_cost: 1` → `1000`), which the run it
+/// is in does not read again; the user resumes after the iteration cap. The resume keeps the
+/// run's budget: 0.4 a session, the third reaches it (exit 10). Control: a new run of the same
+/// task file (whose budget the user can see in a commit) takes the file's.
+#[test]
+fn an_agent_that_raises_its_own_budget_does_not_raise_the_runs() {
+    let env = TestEnv::new();
+    env.write_task(&["c1", "c2", "c3", "c4", "c5"], "max_cost: 1\n");
+    env.commit_all("initial");
+    let raise = agent_sh(
+        &env,
+        "raise",
+        "sed -i 's/^max_cost: 1$/max_cost: 1000/' RALPH_TASK.md",
+    );
+    let script = format!("check+claude-result:0.4+{raise},check+claude-result:0.4");
+    let limit = Duration::from_secs(60);
+    let out = run_claude_fake(&env, "run", &script, &["--max-iterations", "1"], limit);
+    assert_exit(&out, 3);
+    assert!(env.read("RALPH_TASK.md").contains("max_cost: 1000"));
+    let out = run_claude_fake(&env, "resume", &script, &["--max-iterations", "10"], limit);
+    assert_exit(&out, 10);
+    assert!(env.agent_ran(3) && !env.agent_ran(4), "{}", stdout(&out));
+    // A flag given to the resume is the user's: it replaces the recorded budget.
+    let out = run_claude_fake(
+        &env,
+        "resume",
+        &script,
+        &["--max-iterations", "10", "--max-cost", "1.5"],
+        limit,
+    );
+    assert_exit(&out, 10);
+    assert!(env.agent_ran(4) && !env.agent_ran(5), "{}", stdout(&out));
+    // The control: a new run reads the file as it is now.
+    let out = run_claude_fake(
+        &env,
+        "run",
+        "check+claude-result:0.4",
+        &["--reset", "--max-iterations", "10"],
+        limit,
+    );
+    assert_exit(&out, 0);
+}
