@@ -99,8 +99,14 @@ pub fn report(repo: &Repo) -> Result<Status> {
         }
     });
     let elapsed_s = st.as_ref().and_then(|s| elapsed(s, running));
+    // Stalled by the run's own record when there is one: lines appended to the log (which the
+    // agent can write) make no stall, and hide none.
+    let stalled = st.as_ref().map_or_else(
+        || state::last_three_repeat(&parsed),
+        |s| state::last_three_keys_repeat(&s.last_keys),
+    );
     Ok(Status {
-        stalled: state::last_three_repeat(&parsed),
+        stalled,
         st,
         warning,
         running,
@@ -320,7 +326,10 @@ fn kept_status(st: Option<RunState>, logs: &Path) -> Status {
         .filter_map(|r| state::parse_iter_record(r))
         .collect();
     Status {
-        stalled: state::last_three_repeat(&parsed),
+        stalled: st.as_ref().map_or_else(
+            || state::last_three_repeat(&parsed),
+            |s| state::last_three_keys_repeat(&s.last_keys),
+        ),
         records,
         warning: None,
         refused: None,

@@ -175,15 +175,23 @@ pub fn parse_iter_record(line: &str) -> Option<IterRecord> {
 /// commit and fingerprint (an [`UNKNOWN`] one never matches). How an iteration ended (its exit)
 /// is not part of it: an iteration that ended in an error and changed nothing changed nothing.
 pub fn last_three_repeat(records: &[IterRecord]) -> bool {
-    let [.., a, b, c] = records else {
+    let keys: Vec<IterKey> = records
+        .iter()
+        .map(|r| IterKey {
+            figures: r.figures.clone(),
+            commit: r.commit.clone(),
+            fingerprint: r.fingerprint.clone(),
+        })
+        .collect();
+    last_three_keys_repeat(&keys)
+}
+
+/// [`last_three_repeat`] over the keys a run state records.
+pub fn last_three_keys_repeat(keys: &[IterKey]) -> bool {
+    let [.., a, b, c] = keys else {
         return false;
     };
-    let key = |r: &IterRecord| IterKey {
-        figures: r.figures.clone(),
-        commit: r.commit.clone(),
-        fingerprint: r.fingerprint.clone(),
-    };
-    key(a).same_as(&key(b)) && key(b).same_as(&key(c))
+    a.same_as(b) && b.same_as(c)
 }
 
 /// One ITER record's identity for the STALLED rule.

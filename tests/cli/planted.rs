@@ -167,3 +167,28 @@ fn an_agent_that_raises_its_own_budget_does_not_raise_the_runs() {
     );
     assert_exit(&out, 0);
 }
+
+/// Three identical ITER lines appended to the log (which the agent writes) make no stall in
+/// `ralph status`, and the run's own record still tells a real one. Control: the log alone
+/// (without a run state) reads as a stall.
+#[test]
+fn lines_appended_to_the_log_make_no_stall_in_status() {
+    let env = finished_run();
+    let fake = "ITER 7 | 0/2 criteria | exit 0 | abc1234 | 1 2\n".repeat(3);
+    let log = format!("{}{fake}", env.read(".ralph/iterations.log"));
+    env.write(".ralph/iterations.log", &log);
+    let st = status_json(&env);
+    assert_eq!(st["stalled"], false, "{st}");
+    assert!(!stdout(&env.ralph(&["status"])).contains("stalled"));
+    // The control: without a run state (neither ralph's record nor `state.json`), the log is
+    // all there is, and it reads as a stall.
+    std::fs::remove_dir_all(env.home.join(".local/state/ralph")).unwrap();
+    std::fs::remove_file(env.repo.join(".ralph/state.json")).unwrap();
+    assert_eq!(status_json(&env)["stalled"], true);
+    // A real stall: the record says so.
+    let env = TestEnv::new();
+    env.write_task(&["one"], "");
+    env.commit_all("initial");
+    assert_exit(&env.run_fake("idle", &[]), 4);
+    assert_eq!(status_json(&env)["stalled"], true);
+}
