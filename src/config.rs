@@ -193,6 +193,9 @@ impl Settings {
             check_timeout_ms: ms(self.check_timeout),
             stuck_threshold: self.stuck_threshold,
             completion_promise: self.completion_promise.clone(),
+            no_verify: self.no_verify,
+            no_commit: self.no_commit,
+            max_file_size: Some(self.max_file_size),
         }
     }
 
@@ -219,6 +222,15 @@ impl Settings {
         }
         if now.completion_promise.is_none() {
             self.completion_promise.clone_from(&was.completion_promise);
+        }
+        if now.no_verify.is_none() {
+            self.no_verify = was.no_verify;
+        }
+        if now.no_commit.is_none() {
+            self.no_commit = was.no_commit;
+        }
+        if let Some(size) = was.max_file_size {
+            self.max_file_size = size;
         }
     }
 
@@ -647,6 +659,17 @@ mod tests {
         assert_eq!(s.stuck_threshold, 2);
         assert_eq!(s.completion_promise.as_deref(), Some("DONE"));
         assert_eq!(s.check_timeout, Duration::from_secs(60));
+        // `.ralph/config.toml` created by the agent: the user's hooks skipped, bigger files.
+        let planted = Layer {
+            no_verify: Some(true),
+            max_file_size: Some("1GiB".into()),
+            ..Layer::default()
+        };
+        let layers = [src("flags", Layer::default()), src("repo", planted)];
+        let mut s = merge(&layers).unwrap();
+        s.keep_pinned(&pinned, &layers).unwrap();
+        assert!(!s.no_verify);
+        assert_eq!(s.max_file_size, merge(&[]).unwrap().max_file_size);
         // A flag given now replaces the recorded value.
         let flags = Layer {
             max_cost: Some(3.0),

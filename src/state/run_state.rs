@@ -208,7 +208,7 @@ pub struct Pinned {
     pub limits: Option<Limits>,
 }
 
-/// What bounds a run and its agent (SPEC §6), as it was started. The task file and
+/// What bounds a run and its agent (SPEC §6) and guards its commits, as it was started. The task file and
 /// `.ralph/config.toml` set them too, and the agent can write both: an agent that raised its own
 /// `max_cost` (or timeout, stuck threshold, or dropped the completion promise) must not have
 /// the run it continues spend, wait or trust more. Durations in milliseconds.
@@ -225,6 +225,14 @@ pub struct Limits {
     pub stuck_threshold: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_promise: Option<String>,
+    /// The guards of the commits: the repository's hooks skipped, no commits, the commit
+    /// guard's size limit (`.ralph/config.toml` sets them, and the agent can create that file).
+    #[serde(default)]
+    pub no_verify: bool,
+    #[serde(default)]
+    pub no_commit: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_file_size: Option<u64>,
 }
 
 /// What is recorded of a work tree's run (SPEC §11): ralph's own record when it has one, and
