@@ -80,8 +80,16 @@ impl Sandbox {
             args.extend([flag.into(), from.into(), to.into()]);
         };
         bind("--ro-bind", &self.own.path, &confine_at);
-        for p in self.writable.iter().chain(&self.pinned) {
+        for p in &self.writable {
             bind("--bind", p, p);
+        }
+        for p in &self.pinned {
+            let flag = if self.sealed.contains(p) {
+                "--ro-bind"
+            } else {
+                "--bind"
+            };
+            bind(flag, p, p);
         }
         for p in &self.read_only {
             bind("--ro-bind", p, p);
@@ -179,7 +187,13 @@ mod tests {
                 _copy: None,
             },
             writable: vec!["/h/.claude".into()],
-            pinned: vec!["/r".into(), "/r/.git".into()],
+            pinned: vec![
+                "/r".into(),
+                "/r/.git".into(),
+                "/r/.git/worktrees".into(),
+                "/r/.git/worktrees/w".into(),
+            ],
+            sealed: vec!["/r/.git/worktrees".into()],
             read_only: vec!["/r/.git/config".into(), "/h/.claude/settings.json".into()],
             hidden_dirs: vec!["/h/.ssh".into()],
             hidden_files: vec!["/h/.netrc".into()],
@@ -236,6 +250,11 @@ mod tests {
         let at = |w: &str| line.find(w).unwrap_or_else(|| panic!("{w} in {line}"));
         assert!(at("--bind /h/.claude /h/.claude") < at("--bind /r /r"));
         assert!(at("--bind /r/.git /r/.git") < at("--ro-bind /r/.git/config /r/.git/config"));
+        // Other loops' places read-only, this loop's own writable after them.
+        assert!(
+            at("--ro-bind /r/.git/worktrees /r/.git/worktrees")
+                < at("--bind /r/.git/worktrees/w /r/.git/worktrees/w")
+        );
         assert!(at("--bind /h/.claude ") < at("--ro-bind /h/.claude/settings.json"));
         assert!(at("--bind /r /r") < at("--ro-bind /dev/null /r/agent.sock"));
         assert!(at("--ro-bind /dev/null /var/lib/docker.sock") < at("--tmpfs /h/.ssh"));

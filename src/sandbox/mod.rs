@@ -93,6 +93,8 @@ pub struct Sandbox {
     /// Bound writable onto themselves after the state: the work tree, `.ralph`, the git
     /// directories (see `repo.rs`).
     pinned: Vec<PathBuf>,
+    /// Those of `pinned` bound read-only: the places of other loops (see `repo.rs`).
+    sealed: Vec<PathBuf>,
     /// Bound read-only: the git configuration in the agent's reach, `.git` files, `commondir`,
     /// `.ralph/config.toml`, and what the CLIs run or obey that lies in their writable state.
     read_only: Vec<PathBuf>,
@@ -155,6 +157,7 @@ impl Sandbox {
             own: OwnBinary::resolve(&reach)?,
             writable,
             pinned: binds.pinned,
+            sealed: binds.sealed,
             read_only,
             hidden_dirs,
             hidden_files,
