@@ -179,11 +179,63 @@ impl Settings {
                 .sandbox
                 .as_ref()
                 .map(|c| crate::sandbox::Pinned { net: c.net }),
+            limits: Some(self.limits()),
         }
     }
 
-    /// Resuming: the recorded run's agent and checks, except where the resume's own flags
-    /// (`layers[0]`) name one. A command taken from `state.json` counts as the repository's: the
+    fn limits(&self) -> crate::state::Limits {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        crate::state::Limits {
+            max_cost: self.max_cost,
+            max_wait_ms: ms(self.max_wait),
+            timeout_ms: self.timeout.map(ms),
+            idle_timeout_ms: self.idle_timeout.map(ms),
+            check_timeout_ms: ms(self.check_timeout),
+            stuck_threshold: self.stuck_threshold,
+            completion_promise: self.completion_promise.clone(),
+            no_verify: self.no_verify,
+            no_commit: self.no_commit,
+            max_file_size: Some(self.max_file_size),
+        }
+    }
+
+    /// Resuming: the recorded limits, but those the resume's own flags (`now`) give.
+    fn keep_limits(&mut self, was: &crate::state::Limits, now: &Layer) {
+        let ms = Duration::from_millis;
+        if now.max_cost.is_none() {
+            self.max_cost = was.max_cost;
+        }
+        if now.max_wait.is_none() {
+            self.max_wait = ms(was.max_wait_ms);
+        }
+        if now.timeout.is_none() {
+            self.timeout = was.timeout_ms.map(ms);
+        }
+        if now.idle_timeout.is_none() {
+            self.idle_timeout = was.idle_timeout_ms.map(ms);
+        }
+        if now.check_timeout.is_none() {
+            self.check_timeout = ms(was.check_timeout_ms);
+        }
+        if now.stuck_threshold.is_none() {
+            self.stuck_threshold = was.stuck_threshold;
+        }
+        if now.completion_promise.is_none() {
+            self.completion_promise.clone_from(&was.completion_promise);
+        }
+        if now.no_verify.is_none() {
+            self.no_verify = was.no_verify;
+        }
+        if now.no_commit.is_none() {
+            self.no_commit = was.no_commit;
+        }
+        if let Some(size) = was.max_file_size {
+            self.max_file_size = size;
+        }
+    }
+
+    /// Resuming: the recorded run's agent, checks and limits, except where the resume's own
+    /// flags (`layers[0]`) name one. A command taken from `state.json` counts as the repository's: the
     /// agent can write that file, so under `--sandbox` it runs in the sandbox (SPEC §4). The
     /// sandbox is part of the run: a resume can turn it on or take its network away, never the
     /// reverse.
@@ -213,6 +265,9 @@ impl Settings {
         if now.verdict_command.is_none() {
             self.verdict_command.clone_from(&pinned.verdict_command);
             self.verdict_command_from_repo = pinned.verdict_command.is_some();
+        }
+        if let Some(was) = &pinned.limits {
+            self.keep_limits(was, &now);
         }
         Ok(())
     }
@@ -573,6 +628,56 @@ mod tests {
             layer,
             from_repo: false,
         }
+    }
+
+    #[test]
+    fn a_resume_keeps_the_runs_limits_unless_its_flags_give_one() {
+        let file = Layer {
+            max_cost: Some(1.0),
+            timeout: Some("5s".into()),
+            stuck_threshold: Some(2),
+            completion_promise: Some("DONE".into()),
+            ..Layer::default()
+        };
+        let pinned = merge(&[src("task", file)]).unwrap().pinned();
+        // The agent edited the file: more money and time, no promise.
+        let edited = Layer {
+            max_cost: Some(1000.0),
+            timeout: Some("10h".into()),
+            stuck_threshold: Some(99),
+            ..Layer::default()
+        };
+        let flags = Layer {
+            check_timeout: Some("1m".into()),
+            ..Layer::default()
+        };
+        let layers = [src("flags", flags), src("task", edited)];
+        let mut s = merge(&layers).unwrap();
+        s.keep_pinned(&pinned, &layers).unwrap();
+        assert_eq!(s.max_cost, Some(1.0));
+        assert_eq!(s.timeout, Some(Duration::from_secs(5)));
+        assert_eq!(s.stuck_threshold, 2);
+        assert_eq!(s.completion_promise.as_deref(), Some("DONE"));
+        assert_eq!(s.check_timeout, Duration::from_secs(60));
+        // `.ralph/config.toml` created by the agent: the user's hooks skipped, bigger files.
+        let planted = Layer {
+            no_verify: Some(true),
+            max_file_size: Some("1GiB".into()),
+            ..Layer::default()
+        };
+        let layers = [src("flags", Layer::default()), src("repo", planted)];
+        let mut s = merge(&layers).unwrap();
+        s.keep_pinned(&pinned, &layers).unwrap();
+        assert!(!s.no_verify);
+        assert_eq!(s.max_file_size, merge(&[]).unwrap().max_file_size);
+        // A flag given now replaces the recorded value.
+        let flags = Layer {
+            max_cost: Some(3.0),
+            ..Layer::default()
+        };
+        let mut s = merge(&[src("flags", flags.clone())]).unwrap();
+        s.keep_pinned(&pinned, &[src("flags", flags)]).unwrap();
+        assert_eq!(s.max_cost, Some(3.0));
     }
 
     #[test]

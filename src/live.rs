@@ -95,7 +95,8 @@ impl LiveView {
 
     pub fn set_activity(&self, activity: &str) {
         if let Ok(mut s) = self.shown.lock() {
-            let a = one_line(activity, 100);
+            // The agent's words: no escape sequence reaches the terminal.
+            let a = crate::ui::shown(&one_line(activity, 100)).into_owned();
             if s.activity != a {
                 s.activity = a;
                 render(&self.bar, &s);

@@ -57,7 +57,15 @@ pub fn report(repo: &Repo) -> Result<Status> {
         .as_ref()
         .and_then(|s| s.iterations_log.as_ref())
         .map_or_else(|| rd.iterations_log(), |l| root.join(l));
-    let records = state::tail_lines(&log, 3)?;
+    // A log the agent made unreadable (a FIFO, a link out) hides the records, not the run.
+    let (records, warning) = match state::tail_lines(&log, 3) {
+        Ok(records) => (records, warning),
+        Err(e) => {
+            let unread = format!("{e}: the last ITER records are not shown");
+            let both = warning.map_or_else(|| unread.clone(), |w| format!("{w}; {unread}"));
+            (Vec::new(), Some(both))
+        }
+    };
     let parsed: Vec<state::IterRecord> = records
         .iter()
         .filter_map(|r| state::parse_iter_record(r))
@@ -91,8 +99,14 @@ pub fn report(repo: &Repo) -> Result<Status> {
         }
     });
     let elapsed_s = st.as_ref().and_then(|s| elapsed(s, running));
+    // Stalled by the run's own record when there is one: lines appended to the log (which the
+    // agent can write) make no stall, and hide none.
+    let stalled = st.as_ref().map_or_else(
+        || state::last_three_repeat(&parsed),
+        |s| state::last_three_keys_repeat(&s.last_keys),
+    );
     Ok(Status {
-        stalled: state::last_three_repeat(&parsed),
+        stalled,
         st,
         warning,
         running,
@@ -312,7 +326,10 @@ fn kept_status(st: Option<RunState>, logs: &Path) -> Status {
         .filter_map(|r| state::parse_iter_record(r))
         .collect();
     Status {
-        stalled: state::last_three_repeat(&parsed),
+        stalled: st.as_ref().map_or_else(
+            || state::last_three_repeat(&parsed),
+            |s| state::last_three_keys_repeat(&s.last_keys),
+        ),
         records,
         warning: None,
         refused: None,

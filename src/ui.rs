@@ -39,7 +39,30 @@ pub struct Ui {
     pub json: bool,
 }
 
+/// `text` as it may reach a terminal: every control character but a newline and a tab written
+/// out as an escape (`\u{1b}`, `\r`). Much of what ralph prints comes from files and programs
+/// the agent wrote (criteria, ITER records, commit subjects, a check's output, git's messages);
+/// a terminal would obey an escape sequence in them — set the clipboard (OSC 52), rewrite
+/// what `ralph status` printed (`\r`, `ESC[2K`), set the title — outside any sandbox. ralph's
+/// own colours are added after.
+pub fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.contains(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 impl Ui {
+    /// Write a line that is safe for a terminal ([`shown`], and then ralph's own styles).
     fn human(&self, text: &str) {
         if self.json {
             let mut out = anstream::stderr();
@@ -53,21 +76,23 @@ impl Ui {
     /// A normal line (suppressed by `-q`).
     pub fn line(&self, text: &str) {
         if !self.quiet {
-            self.human(text);
+            self.human(&shown(text));
         }
     }
 
     pub fn success(&self, text: &str) {
+        let text = shown(text);
         self.human(&format!("{GREEN}{text}{GREEN:#}"));
     }
 
     /// A line that must be seen even with `-q` (e.g. `STALLED: …`).
     pub fn alert(&self, text: &str) {
+        let text = shown(text);
         self.human(&format!("{YELLOW}{text}{YELLOW:#}"));
     }
 
     pub fn plain(&self, text: &str) {
-        self.human(text);
+        self.human(&shown(text));
     }
 
     /// One JSON Lines event on stdout (only with `--json`), stamped with the schema version and
@@ -93,31 +118,31 @@ impl Ui {
 
     pub fn warn(&self, text: &str) {
         let mut err = anstream::stderr();
-        let _ = writeln!(err, "{YELLOW}warning:{YELLOW:#} {text}");
+        let _ = writeln!(err, "{YELLOW}warning:{YELLOW:#} {}", shown(text));
     }
 
     pub fn note(&self, text: &str) {
         if !self.quiet {
             let mut err = anstream::stderr();
-            let _ = writeln!(err, "{CYAN}note:{CYAN:#} {text}");
+            let _ = writeln!(err, "{CYAN}note:{CYAN:#} {}", shown(text));
         }
     }
 
     /// `error: …`, each cause, then `hint: …`.
     pub fn error(&self, e: &Error) {
         let mut err = anstream::stderr();
-        let _ = writeln!(err, "{RED}error:{RED:#} {e}");
+        let _ = writeln!(err, "{RED}error:{RED:#} {}", shown(&e.to_string()));
         let mut source = std::error::Error::source(e);
         // Transparent variants repeat their inner message as the first source.
         while let Some(s) = source {
             let text = s.to_string();
             if text != e.to_string() {
-                let _ = writeln!(err, "  caused by: {text}");
+                let _ = writeln!(err, "  caused by: {}", shown(&text));
             }
             source = s.source();
         }
         if let Some(h) = e.hint() {
-            let _ = writeln!(err, "{CYAN}hint:{CYAN:#} {h}");
+            let _ = writeln!(err, "{CYAN}hint:{CYAN:#} {}", shown(&h));
         }
     }
 }
@@ -227,6 +252,18 @@ impl Report<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_written_out_newlines_and_tabs_kept() {
+        assert!(matches!(
+            shown("plain — ü\tx\ny"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            shown("a\u{1b}]52;c;ZWNobw==\u{7}b\r\u{1b}[2Kc\u{9b}d\u{7f}"),
+            "a\\u{1b}]52;c;ZWNobw==\\u{7}b\\r\\u{1b}[2Kc\\u{9b}d\\u{7f}"
+        );
+    }
 
     #[test]
     fn durations_read_well() {

@@ -83,9 +83,9 @@ impl ReadError {
     }
 }
 
-/// Read a regular file (or a symlink to one) of at most `limit` bytes. A FIFO, a socket, a
-/// device or a directory is refused at once; the open never blocks.
-pub fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+/// Open a regular file (or a symlink to one inside its repository) for reading. A FIFO, a
+/// socket, a device or a directory is refused at once; the open never blocks.
+pub fn open_read(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), ReadError> {
     let io = |source: std::io::Error| ReadError::Io {
         path: path.to_path_buf(),
         source,
@@ -113,24 +113,23 @@ pub fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
         Err(e) => return Err(io(e)),
     };
     let meta = file.metadata().map_err(io)?;
-    let ft = meta.file_type();
-    if !ft.is_file() {
-        let kind = if ft.is_dir() {
-            Kind::Directory
-        } else if ft.is_fifo() {
-            Kind::Fifo
-        } else if ft.is_socket() {
-            Kind::Socket
-        } else if ft.is_block_device() || ft.is_char_device() {
-            Kind::Device
-        } else {
-            Kind::Other
-        };
+    if !meta.is_file() {
         return Err(ReadError::NotRegular {
             path: path.to_path_buf(),
-            kind,
+            kind: kind_of_type(meta.file_type()),
         });
     }
+    Ok((file, meta))
+}
+
+/// Read a regular file (or a symlink to one) of at most `limit` bytes, opened by
+/// [`open_read`].
+pub fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let io = |source: std::io::Error| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let (file, meta) = open_read(path)?;
     if meta.len() > limit {
         return Err(ReadError::TooLarge {
             path: path.to_path_buf(),
@@ -174,12 +173,20 @@ pub fn read_text_if_exists(path: &Path) -> Result<Option<String>, ReadError> {
 }
 
 fn kind_of(path: &Path) -> Kind {
-    match std::fs::metadata(path).map(|m| m.file_type()) {
-        Ok(ft) if ft.is_fifo() => Kind::Fifo,
-        Ok(ft) if ft.is_socket() => Kind::Socket,
-        Ok(ft) if ft.is_dir() => Kind::Directory,
-        Ok(ft) if ft.is_block_device() || ft.is_char_device() => Kind::Device,
-        _ => Kind::Other,
+    std::fs::metadata(path).map_or(Kind::Other, |m| kind_of_type(m.file_type()))
+}
+
+fn kind_of_type(ft: std::fs::FileType) -> Kind {
+    if ft.is_fifo() {
+        Kind::Fifo
+    } else if ft.is_socket() {
+        Kind::Socket
+    } else if ft.is_dir() {
+        Kind::Directory
+    } else if ft.is_block_device() || ft.is_char_device() {
+        Kind::Device
+    } else {
+        Kind::Other
     }
 }
 

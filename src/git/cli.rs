@@ -55,6 +55,12 @@ pub struct GitCli {
     /// `commondir` the agent may have added (see ARCHITECTURE.md, "The sandbox"). Every command
     /// runs no hook and no file-system monitor but ralph's, sandboxed or not.
     pub sandboxed: Option<PathBuf>,
+    /// Under `--sandbox`: every command writes only beneath the repository (`beneath.rs`).
+    pub beneath: Option<super::Beneath>,
+    /// Under `--sandbox`: ralph's own binary where the agent cannot write it, run as the
+    /// monitor's hook. A git confined by [`Self::beneath`] cannot execute `/proc/PID/exe` of
+    /// an unconfined ralph (Landlock refuses it the access a ptrace would need).
+    pub hook_program: Option<PathBuf>,
     /// The index file as ralph's own git commands last left it (shared by the clones).
     index: Arc<IndexTrust>,
 }
@@ -101,6 +107,8 @@ impl GitCli {
                 // that is not there holds no cache.
                 seen: Mutex::new(None),
             }),
+            beneath: None,
+            hook_program: None,
         }
     }
 
@@ -167,6 +175,9 @@ impl GitCli {
         if self.sandboxed.is_none() {
             cmd.env_remove("GIT_COMMON_DIR");
         }
+        if let Some(b) = &self.beneath {
+            b.command(&mut cmd);
+        }
         cmd
     }
 
@@ -175,13 +186,28 @@ impl GitCli {
     /// monitor says are unchanged), never from a foreign index (git drops it when it writes).
     fn caches(&self, cmd: &mut Command, run: Run) {
         match self.monitor.as_ref().filter(|_| run.monitored) {
-            Some(m) => cmd.arg("-c").arg(format!("core.fsmonitor={}", m.hook)),
+            Some(m) => cmd
+                .arg("-c")
+                .arg(format!("core.fsmonitor={}", self.hook(m))),
             None => cmd.args(["-c", "core.fsmonitor=false"]),
         };
         if run.foreign {
             cmd.args(["-c", "core.untrackedCache=false"]);
         } else if run.monitored {
             cmd.args(["-c", "core.untrackedCache=true"]);
+        }
+    }
+
+    /// The monitor's hook command, run by [`Self::hook_program`] when there is one.
+    fn hook(&self, m: &Monitor) -> String {
+        let tail = format!(" {} ", super::fsmonitor::HOOK_COMMAND);
+        match (&self.hook_program, m.hook.find(&tail)) {
+            (Some(program), Some(at)) => format!(
+                "{}{}",
+                shell_words::quote(&program.to_string_lossy()),
+                &m.hook[at..]
+            ),
+            _ => m.hook.clone(),
         }
     }
 

@@ -63,7 +63,7 @@ impl Repo {
         let unchanged = match &parent {
             Some(c) => c.tree_id() == tree,
             // An unborn branch commits a non-empty index only, as git does.
-            None => tree == self.repo.treebuilder(None)?.write()?,
+            None => tree == self.writing(|r| r.treebuilder(None)?.write())?,
         };
         let mut report = CommitReport {
             outcome: None,
@@ -74,8 +74,8 @@ impl Repo {
             return Ok(report);
         }
         // Validate the identity before anything runs.
-        let author = Signature::now(&identity.author_name, &identity.author_email)?;
-        let committer = Signature::now(&identity.committer_name, &identity.committer_email)?;
+        Signature::now(&identity.author_name, &identity.author_email)?;
+        Signature::now(&identity.committer_name, &identity.committer_email)?;
         let mut message = message.to_string();
         if !message.ends_with('\n') {
             message.push('\n');
@@ -95,12 +95,20 @@ impl Repo {
             }
         }
         // A hook may have staged more (a formatter, say): commit the index as it is now.
-        let tree = self.repo.find_tree(self.index_tree()?)?;
-        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+        let tree = self.index_tree()?;
+        let parents: Vec<git2::Oid> = parent.iter().map(git2::Commit::id).collect();
         self.unlink_planted_reflogs();
-        let oid = self
-            .repo
-            .commit(Some("HEAD"), &author, &committer, &message, &tree, &parents)?;
+        let oid = self.writing(|r| {
+            let tree = r.find_tree(tree)?;
+            let parents = parents
+                .iter()
+                .map(|p| r.find_commit(*p))
+                .collect::<Result<Vec<_>, _>>()?;
+            let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
+            let author = Signature::now(&identity.author_name, &identity.author_email)?;
+            let committer = Signature::now(&identity.committer_name, &identity.committer_email)?;
+            r.commit(Some("HEAD"), &author, &committer, &message, &tree, &parents)
+        })?;
         let commit = self.repo.find_commit(oid)?;
         report.outcome = Some(CommitOutcome {
             commit: commit_info(&commit),

@@ -167,7 +167,10 @@ impl Repo {
         if unsaved + changes.len() > MAX_UNSAVED {
             return Ok(None);
         }
-        Ok(super::tree::apply(&self.repo, &head.tree()?, &changes)
+        let base = head.tree_id();
+        let changes = &changes;
+        Ok(self
+            .writing(|r| super::tree::apply(r, &r.find_tree(base)?, changes))
             .ok()
             .map(|tree| (tree, changes.len())))
     }

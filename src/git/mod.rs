@@ -12,6 +12,7 @@
 //! (`watch.rs`), ralph is the CLI's file-system monitor (`fsmonitor.rs`), so both cost what
 //! changed, not the size of the tree.
 
+mod beneath;
 mod cksum;
 pub mod cli;
 mod commit;
@@ -28,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use git2::{DiffOptions, ErrorCode, Oid, Repository, RepositoryState};
 
+pub use beneath::Beneath;
 pub use cksum::cksum;
 use cli::{GitCli, Monitor};
 
@@ -391,9 +393,41 @@ impl Repo {
     }
 
     /// Under `--sandbox`: ralph's git commands on the pinned common git directory, without the
-    /// repository's hooks, monitors and submodules (`GitCli::sandboxed`).
-    pub fn sandbox_git(&mut self, common_dir: &Path) {
+    /// repository's hooks, monitors and submodules (`GitCli::sandboxed`), and writing only
+    /// beneath the repository ([`Self::confine_writes`]). `false` when this kernel cannot
+    /// confine the writes.
+    /// `own_binary`: ralph's binary where the agent cannot write it (the sandbox's), for the
+    /// file-system monitor's hook.
+    pub fn sandbox_git(&mut self, common_dir: &Path, own_binary: &Path) -> bool {
         self.git.sandboxed = Some(common_dir.to_path_buf());
+        self.git.hook_program = Some(own_binary.to_path_buf());
+        self.confine_writes()
+    }
+
+    /// Every write of ralph's git on this repository — the git commands and libgit2's objects,
+    /// refs and reflogs — only beneath its work tree, git directory and common git directory,
+    /// never through a link the agent planted there to elsewhere (`beneath.rs`). `false` when
+    /// this kernel cannot (Landlock before ABI 2, or none).
+    pub fn confine_writes(&mut self) -> bool {
+        let dirs = [self.root.as_path(), self.repo.path(), self.repo.commondir()];
+        self.git.beneath = Beneath::new(&dirs);
+        self.git.beneath.is_some()
+    }
+
+    /// `f` on the repository, where libgit2 writes (trees, commits, refs): under
+    /// [`Self::confine_writes`], on a thread that is confined first, with a handle of its own.
+    pub(crate) fn writing<R: Send>(
+        &self,
+        f: impl FnOnce(&Repository) -> Result<R, git2::Error> + Send,
+    ) -> Result<R, GitError> {
+        let Some(beneath) = &self.git.beneath else {
+            return Ok(f(&self.repo)?);
+        };
+        let path = self.repo.path();
+        let done = beneath
+            .run(|| Repository::open(path).and_then(|repo| f(&repo)))
+            .map_err(|e| GitError::Spawn("a confined libgit2 write".into(), e))?;
+        Ok(done?)
     }
 
     /// Bytes `git status --porcelain` (v1) prints, with the user's configuration.

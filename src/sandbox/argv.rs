@@ -11,6 +11,10 @@ use super::paths::normal;
 use super::{Net, Sandbox, confine};
 use crate::agent::Invocation;
 
+/// What of the sandbox's `/proc` is the kernel's, not the sandbox's processes': bwrap's own list
+/// of what it means to cover.
+const PROC_READ_ONLY: [&str; 4] = ["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"];
+
 impl Sandbox {
     /// `inv` run inside the sandbox: `bwrap FLAGS -- ralph __confine -- program args…`, stdin
     /// kept, the environment less what the rule drops (`host.rs`). What the host has to cover
@@ -49,7 +53,13 @@ impl Sandbox {
         let mut words = |ws: &[&str]| args.extend(ws.iter().map(OsString::from));
         // A session of its own: no TIOCSTI into ralph's terminal. A pid namespace: the agent
         // cannot see or signal ralph's processes, and all of it dies with the sandbox.
-        words(&["--die-with-parent", "--new-session", "--unshare-pid"]);
+        words(&["--die-with-parent", "--new-session"]);
+        // A user namespace: the kernel keyrings (the user's `@u`, a Kerberos `KEYRING:`
+        // cache) are per user namespace, and as root bwrap makes none unless told.
+        if self.userns {
+            words(&["--unshare-user"]);
+        }
+        words(&["--unshare-pid"]);
         // As root, bwrap keeps every capability unless told otherwise (CAP_SYS_ADMIN would undo
         // the read-only binds).
         words(&["--cap-drop", "ALL"]);
@@ -57,14 +67,29 @@ impl Sandbox {
             words(&["--unshare-net"]);
         }
         words(&["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]);
+        // The kernel's settings, read-only: a process whose uid is root writes `/proc/sys`
+        // (`kernel.core_pattern`: a program the kernel runs as root, outside every namespace)
+        // and `/proc/sysrq-trigger` with no capability at all, and bwrap, dropping them, leaves
+        // these two writable.
+        for p in PROC_READ_ONLY {
+            words(&["--ro-bind-try", p, p]);
+        }
         let confine_at = self.private.confine_at();
         self.push_private(&mut args, &confine_at);
         let mut bind = |flag: &str, from: &Path, to: &Path| {
             args.extend([flag.into(), from.into(), to.into()]);
         };
         bind("--ro-bind", &self.own.path, &confine_at);
-        for p in self.writable.iter().chain(&self.pinned) {
+        for p in &self.writable {
             bind("--bind", p, p);
+        }
+        for p in &self.pinned {
+            let flag = if self.sealed.contains(p) {
+                "--ro-bind"
+            } else {
+                "--bind"
+            };
+            bind(flag, p, p);
         }
         for p in &self.read_only {
             bind("--ro-bind", p, p);
@@ -86,6 +111,17 @@ impl Sandbox {
         args.extend(["--".into(), confine_at.into(), confine::COMMAND.into()]);
         if self.scoped {
             args.push(confine::SCOPED.into());
+        }
+        // FIFOs only where nothing of ralph's reads (the private directories, `/dev/shm` of
+        // bwrap's `/dev`): never in the repository or the CLI's state.
+        for d in self
+            .private
+            .dirs
+            .iter()
+            .map(PathBuf::as_path)
+            .chain([Path::new("/dev/shm")])
+        {
+            args.extend([confine::FIFOS.into(), d.into()]);
         }
         args.extend(["--".into(), inv.program.into()]);
         args.extend(inv.args);
@@ -151,12 +187,19 @@ mod tests {
                 _copy: None,
             },
             writable: vec!["/h/.claude".into()],
-            pinned: vec!["/r".into(), "/r/.git".into()],
+            pinned: vec![
+                "/r".into(),
+                "/r/.git".into(),
+                "/r/.git/worktrees".into(),
+                "/r/.git/worktrees/w".into(),
+            ],
+            sealed: vec!["/r/.git/worktrees".into()],
             read_only: vec!["/r/.git/config".into(), "/h/.claude/settings.json".into()],
             hidden_dirs: vec!["/h/.ssh".into()],
             hidden_files: vec!["/h/.netrc".into()],
             env_keep: Vec::new(),
             scoped: true,
+            userns: true,
             repo: RepoPaths {
                 work_tree: "/r".into(),
                 git_dir: "/r/.git".into(),
@@ -192,12 +235,14 @@ mod tests {
         let line = argv.join(" ");
         assert!(
             line.starts_with(
-                "--die-with-parent --new-session --unshare-pid --cap-drop ALL --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --tmpfs /run --ro-bind /run/resolve/resolv.conf /run/resolve/resolv.conf --symlink /dev/shm /run/shm --ro-bind /usr/bin/ralph /run/ralph/ralph "
+                "--die-with-parent --new-session --unshare-user --unshare-pid --cap-drop ALL --ro-bind / / --dev /dev --proc /proc --ro-bind-try /proc/sys /proc/sys --ro-bind-try /proc/sysrq-trigger /proc/sysrq-trigger --ro-bind-try /proc/irq /proc/irq --ro-bind-try /proc/bus /proc/bus --tmpfs /tmp --tmpfs /run --ro-bind /run/resolve/resolv.conf /run/resolve/resolv.conf --symlink /dev/shm /run/shm --ro-bind /usr/bin/ralph /run/ralph/ralph "
             ),
             "{line}"
         );
         assert!(
-            line.ends_with(" -- /run/ralph/ralph __confine --scoped -- claude -p hi there"),
+            line.ends_with(
+                " -- /run/ralph/ralph __confine --scoped --fifos /tmp --fifos /run --fifos /dev/shm -- claude -p hi there"
+            ),
             "{line}"
         );
         assert!(!line.contains("--unshare-net"), "{line}");
@@ -205,6 +250,11 @@ mod tests {
         let at = |w: &str| line.find(w).unwrap_or_else(|| panic!("{w} in {line}"));
         assert!(at("--bind /h/.claude /h/.claude") < at("--bind /r /r"));
         assert!(at("--bind /r/.git /r/.git") < at("--ro-bind /r/.git/config /r/.git/config"));
+        // Other loops' places read-only, this loop's own writable after them.
+        assert!(
+            at("--ro-bind /r/.git/worktrees /r/.git/worktrees")
+                < at("--bind /r/.git/worktrees/w /r/.git/worktrees/w")
+        );
         assert!(at("--bind /h/.claude ") < at("--ro-bind /h/.claude/settings.json"));
         assert!(at("--bind /r /r") < at("--ro-bind /dev/null /r/agent.sock"));
         assert!(at("--ro-bind /dev/null /var/lib/docker.sock") < at("--tmpfs /h/.ssh"));
@@ -220,7 +270,9 @@ mod tests {
         s.scoped = false;
         let w = s.wrap_on(&Host::default(), inv());
         let line: Vec<String> = w.args.iter().map(|a| a.to_string_lossy().into()).collect();
-        assert!(line.join(" ").ends_with(" __confine -- claude -p hi there"));
+        assert!(line.join(" ").ends_with(
+            " __confine --fifos /tmp --fifos /run --fifos /dev/shm -- claude -p hi there"
+        ));
     }
 
     #[test]

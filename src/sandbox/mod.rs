@@ -93,6 +93,8 @@ pub struct Sandbox {
     /// Bound writable onto themselves after the state: the work tree, `.ralph`, the git
     /// directories (see `repo.rs`).
     pinned: Vec<PathBuf>,
+    /// Those of `pinned` bound read-only: the places of other loops (see `repo.rs`).
+    sealed: Vec<PathBuf>,
     /// Bound read-only: the git configuration in the agent's reach, `.git` files, `commondir`,
     /// `.ralph/config.toml`, and what the CLIs run or obey that lies in their writable state.
     read_only: Vec<PathBuf>,
@@ -104,6 +106,9 @@ pub struct Sandbox {
     env_keep: Vec<String>,
     /// The kernel has Landlock's scopes (abstract sockets, signals).
     scoped: bool,
+    /// bwrap can make a user namespace (`--unshare-user`): the user's kernel keyrings are not
+    /// the sandbox's.
+    userns: bool,
     /// The repository, for ralph's own git commands.
     pub repo: RepoPaths,
 }
@@ -128,7 +133,7 @@ impl Sandbox {
             ));
         }
         let bwrap = find_bwrap()?;
-        probe(&bwrap)?;
+        let userns = probe(&bwrap)?;
         let mut writable = match home {
             Some(h) => cli_state::writable_state(h, agent, make)?,
             None => Vec::new(),
@@ -152,20 +157,33 @@ impl Sandbox {
             own: OwnBinary::resolve(&reach)?,
             writable,
             pinned: binds.pinned,
+            sealed: binds.sealed,
             read_only,
             hidden_dirs,
             hidden_files,
             env_keep: config.env_keep.clone(),
             scoped: confine::supported(),
+            userns,
             repo,
         })
     }
 
+    /// ralph's own binary where the agent cannot write it: the installed one, or a private
+    /// copy that lives as long as this sandbox.
+    pub fn own_binary(&self) -> &Path {
+        &self.own.path
+    }
+
     /// What stays open on this machine that the sandbox would close elsewhere, to say once.
     pub fn open_here(&self) -> Option<String> {
-        (!self.scoped && self.net == Net::Host).then(|| {
-            "--sandbox: this kernel's Landlock has no scopes (Linux 6.12 or later has them): the host's abstract UNIX sockets (X11, some D-Bus buses) stay reachable from the sandbox; `--sandbox-net none` closes them".to_string()
-        })
+        let mut open = Vec::new();
+        if !self.scoped && self.net == Net::Host {
+            open.push("this kernel's Landlock has no scopes (Linux 6.12 or later has them): the host's abstract UNIX sockets (X11, some D-Bus buses) stay reachable from the sandbox; `--sandbox-net none` closes them");
+        }
+        if !self.userns {
+            open.push("bwrap cannot make a user namespace here (`--unshare-user` failed): your kernel keyrings (`keyctl`) stay readable from the sandbox");
+        }
+        (!open.is_empty()).then(|| format!("--sandbox: {}", open.join("; and ")))
     }
 }
 
@@ -234,14 +252,24 @@ fn install_hint() -> String {
 }
 
 /// A trial run (`bwrap --ro-bind / / true`): namespaces may be denied (a container without
-/// user namespaces, an AppArmor rule).
-fn probe(bwrap: &Path) -> Result<()> {
-    let mut cmd = std::process::Command::new(bwrap);
-    cmd.args(["--ro-bind", "/", "/", "--cap-drop", "ALL", "true"]);
-    let brief = crate::brief::run(&mut cmd, std::time::Duration::from_secs(10))
-        .map_err(|e| Error::io(format!("failed to run `{}`", bwrap.display()), e))?;
+/// user namespaces, an AppArmor rule). `true` when bwrap can also make a user namespace (a
+/// setuid bwrap where the kernel refuses them to users cannot).
+fn probe(bwrap: &Path) -> Result<bool> {
+    let trial = |userns: bool| {
+        let mut cmd = std::process::Command::new(bwrap);
+        if userns {
+            cmd.arg("--unshare-user");
+        }
+        cmd.args(["--ro-bind", "/", "/", "--cap-drop", "ALL", "true"]);
+        crate::brief::run(&mut cmd, std::time::Duration::from_secs(10))
+            .map_err(|e| Error::io(format!("failed to run `{}`", bwrap.display()), e))
+    };
+    if trial(true)?.status.is_some_and(|s| s.success()) {
+        return Ok(true);
+    }
+    let brief = trial(false)?;
     match brief.status {
-        Some(s) if s.success() => Ok(()),
+        Some(s) if s.success() => Ok(false),
         _ => Err(Error::user(format!(
             "--sandbox: `{} --ro-bind / / true` failed: {}",
             bwrap.display(),

@@ -11,8 +11,14 @@ use crate::error::{Error, Result};
 /// The repository's binds.
 #[derive(Debug, Default)]
 pub(super) struct RepoBinds {
-    /// Bound writable onto themselves: the work tree, `.ralph`, the git directories.
+    /// Bound onto themselves, outer ones first: the work tree, `.ralph`, the git directories
+    /// (writable), and the places of the other loops ([`Self::sealed`]).
     pub pinned: Vec<PathBuf>,
+    /// Those of [`Self::pinned`] bound read-only: where git and ralph keep the worktrees of
+    /// every loop (`$GIT_COMMON_DIR/worktrees`, `$GIT_COMMON_DIR/ralph/worktrees`), which lie in
+    /// the common git directory this loop writes. This loop's own, deeper, is bound writable
+    /// after them; another loop's work tree, task file and git directory stay as they are.
+    pub sealed: Vec<PathBuf>,
     /// Bound read-only: git's configuration files in the agent's reach, `.git` files,
     /// `commondir`, `gitdir`, `.ralph/config.toml`.
     pub read_only: Vec<PathBuf>,
@@ -24,7 +30,17 @@ pub(super) struct RepoBinds {
 /// first: else the agent could plant it.
 pub(super) fn repo_binds(repo: &RepoPaths, writable: &[PathBuf], make: Make) -> Result<RepoBinds> {
     check_commondir(repo)?;
-    let pinned = pinned_dirs(repo);
+    let sealed: Vec<PathBuf> = [
+        repo.common_dir.join("worktrees"),
+        repo.common_dir.join("ralph/worktrees"),
+    ]
+    .into_iter()
+    .filter(|d| d.is_dir() && !d.is_symlink())
+    .collect();
+    let mut pinned = pinned_dirs(repo);
+    pinned.extend(sealed.iter().cloned());
+    pinned.sort_by_key(|p| p.components().count());
+    pinned.dedup();
     let mut read_only = vec![
         repo.git_dir.join("commondir"),
         repo.git_dir.join("gitdir"),
@@ -43,7 +59,11 @@ pub(super) fn repo_binds(repo: &RepoPaths, writable: &[PathBuf], make: Make) -> 
     }
     read_only.sort();
     read_only.dedup();
-    Ok(RepoBinds { pinned, read_only })
+    Ok(RepoBinds {
+        pinned,
+        sealed,
+        read_only,
+    })
 }
 
 /// The directories bound onto themselves. A mount point cannot be renamed or removed, so the

@@ -103,8 +103,10 @@ impl Lock {
     }
 
     /// Whether some process holds the lock now (without taking it for long).
+    /// The file is opened as any the agent can touch: a FIFO the agent put in place of
+    /// `$GIT_DIR/ralph.lock` is refused, never waited on (`ralph status` hung on one).
     pub fn is_held(path: &Path) -> bool {
-        let Ok(file) = File::open(path) else {
+        let Ok((file, _)) = crate::files::open_read(path) else {
             return false;
         };
         match file.try_lock_shared() {
@@ -153,7 +155,8 @@ fn refuse_if_held(path: &Path) -> Result<()> {
 
 /// The pid a lock's holder wrote into it.
 fn holder_pid(path: &Path) -> Option<u32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    let text = crate::files::read_bytes(path, 64).ok()?;
+    std::str::from_utf8(&text).ok()?.trim().parse().ok()
 }
 
 fn already(path: &Path, pid: Option<u32>) -> Error {

@@ -1,7 +1,6 @@
 //! The append-only logs (SPEC §5.4, §7): one write per record, never glued to a torn last line,
 //! and tails read in bounded time and memory whatever the last line holds; the `ITER` record.
 
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -42,19 +41,15 @@ pub fn append_line(path: &Path, line: &str) -> Result<()> {
 /// The last `n` non-empty lines of a file, reading only its tail: at most 256 KiB are read and
 /// each line returned holds at most [`MAX_SHOWN_LINE`] bytes (a longer one keeps its end, after
 /// `…`), so a log whose last line is hundreds of megabytes costs what a short one does.
+/// The log is opened as any file an agent can touch (`files::open_read`): a FIFO is refused, never
+/// waited on, and a link out of the repository is never followed (a transcript linked to
+/// `~/.ssh/id_rsa` would hand its last lines to the next prompt).
 pub fn tail_lines(path: &Path, n: usize) -> Result<Vec<String>> {
-    let mut f = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::file("open", path, e)),
+    let (mut f, meta) = match crate::files::open_read(path) {
+        Ok(opened) => opened,
+        Err(e) if e.is_missing() => return Ok(Vec::new()),
+        Err(e) => return Err(Error::user(e.to_string())),
     };
-    let meta = f.metadata().map_err(|e| Error::file("read", path, e))?;
-    if !meta.is_file() {
-        return Err(Error::user(format!(
-            "`{}` is not a regular file",
-            path.display()
-        )));
-    }
     let len = meta.len();
     let mut window: u64 = 4096;
     loop {
@@ -180,15 +175,23 @@ pub fn parse_iter_record(line: &str) -> Option<IterRecord> {
 /// commit and fingerprint (an [`UNKNOWN`] one never matches). How an iteration ended (its exit)
 /// is not part of it: an iteration that ended in an error and changed nothing changed nothing.
 pub fn last_three_repeat(records: &[IterRecord]) -> bool {
-    let [.., a, b, c] = records else {
+    let keys: Vec<IterKey> = records
+        .iter()
+        .map(|r| IterKey {
+            figures: r.figures.clone(),
+            commit: r.commit.clone(),
+            fingerprint: r.fingerprint.clone(),
+        })
+        .collect();
+    last_three_keys_repeat(&keys)
+}
+
+/// [`last_three_repeat`] over the keys a run state records.
+pub fn last_three_keys_repeat(keys: &[IterKey]) -> bool {
+    let [.., a, b, c] = keys else {
         return false;
     };
-    let key = |r: &IterRecord| IterKey {
-        figures: r.figures.clone(),
-        commit: r.commit.clone(),
-        fingerprint: r.fingerprint.clone(),
-    };
-    key(a).same_as(&key(b)) && key(b).same_as(&key(c))
+    a.same_as(b) && b.same_as(c)
 }
 
 /// One ITER record's identity for the STALLED rule.
@@ -244,7 +247,7 @@ mod tests {
     fn a_huge_last_line_is_read_in_bounded_memory_and_shown_cut() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("log");
-        let mut f = File::create(&p).unwrap();
+        let mut f = std::fs::File::create(&p).unwrap();
         f.write_all(b"ITER 1 | a | exit 0 | x | 1 2\n").unwrap();
         // 8 MiB without a newline: the window stops at 256 KiB.
         let chunk = vec![b'z'; 1024 * 1024];

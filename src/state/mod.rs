@@ -19,11 +19,13 @@ use crate::error::{Error, Result};
 pub use home::{Keyed, StateHome, records_of};
 pub use lock::{Lock, TreeLocks, lock_path};
 pub use logs::{
-    IterExit, IterKey, IterRecord, MAX_SHOWN_LINE, UNKNOWN, append_line, last_three_repeat,
-    parse_iter_record, tail_lines,
+    IterExit, IterKey, IterRecord, MAX_SHOWN_LINE, UNKNOWN, append_line, last_three_keys_repeat,
+    last_three_repeat, parse_iter_record, tail_lines,
 };
 pub use progress::{status_block, with_status_block, without_status_block};
-pub use run_state::{HaltReason, Mode, Pinned, Recorded, RunState, SCHEMA_VERSION, valid_run_id};
+pub use run_state::{
+    HaltReason, Limits, Mode, Pinned, Recorded, RunState, SCHEMA_VERSION, valid_run_id,
+};
 
 pub const DIR: &str = ".ralph";
 

@@ -203,6 +203,36 @@ pub struct Pinned {
     /// The run's sandbox (`--sandbox`): a resume runs in it too, whatever its flags say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<crate::sandbox::Pinned>,
+    /// The run's budgets and limits: a resume keeps them unless its own flags give one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+}
+
+/// What bounds a run and its agent (SPEC §6) and guards its commits, as it was started. The task file and
+/// `.ralph/config.toml` set them too, and the agent can write both: an agent that raised its own
+/// `max_cost` (or timeout, stuck threshold, or dropped the completion promise) must not have
+/// the run it continues spend, wait or trust more. Durations in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost: Option<f64>,
+    pub max_wait_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
+    pub check_timeout_ms: u64,
+    pub stuck_threshold: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_promise: Option<String>,
+    /// The guards of the commits: the repository's hooks skipped, no commits, the commit
+    /// guard's size limit (`.ralph/config.toml` sets them, and the agent can create that file).
+    #[serde(default)]
+    pub no_verify: bool,
+    #[serde(default)]
+    pub no_commit: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_file_size: Option<u64>,
 }
 
 /// What is recorded of a work tree's run (SPEC §11): ralph's own record when it has one, and
@@ -240,7 +270,28 @@ impl RunState {
             Some(r) => read(r)?,
             None => None,
         };
-        let file = read(path)?;
+        let file = match (read_checked(path), &own) {
+            (Ok(file), _) => file,
+            // ralph's own record stands: a `state.json` the agent made unreadable (a FIFO,
+            // garbage) is ignored as one it rewrote is. What this ralph refuses (a newer
+            // schema, a run id that is not plain) stays refused, named (SPEC §7).
+            (
+                Err(Bad {
+                    error,
+                    refused: false,
+                }),
+                Some(o),
+            ) => {
+                return Ok(Recorded {
+                    warning: Some(format!(
+                        "{error}: the file is ignored, ralph's own record of run {} stands",
+                        o.run_id
+                    )),
+                    state: own,
+                });
+            }
+            (Err(bad), _) => return Err(bad.error),
+        };
         Ok(authority(path, home.is_some(), own, file))
     }
 
@@ -341,47 +392,71 @@ fn authority(
 /// Read a state file: `None` when there is none. A newer schema, an unreadable file or a run id
 /// that is not a plain name is an error naming the file (the file is left as it is).
 fn read(path: &Path) -> Result<Option<RunState>> {
+    read_checked(path).map_err(|bad| bad.error)
+}
+
+/// Why a state file was not taken.
+struct Bad {
+    error: Error,
+    /// It says something this ralph refuses (a newer schema, a run id or log path that is not
+    /// plain), rather than nothing readable at all (a FIFO, garbage).
+    refused: bool,
+}
+
+/// [`read`], telling a file that could not be read from one that was refused.
+fn read_checked(path: &Path) -> std::result::Result<Option<RunState>, Bad> {
     let hint = "it is ralph's runtime file: delete it, or start over with `ralph run --reset`";
+    let unreadable = |error: Error| Bad {
+        error: error.with_hint(hint),
+        refused: false,
+    };
+    let refused = |error: Error| Bad {
+        error,
+        refused: true,
+    };
     let text = match crate::files::read_text(path) {
         Ok(t) => t,
         Err(e) if e.is_missing() => return Ok(None),
-        Err(e) => return Err(Error::user(e.to_string()).with_hint(hint)),
+        Err(e) => return Err(unreadable(Error::user(e.to_string()))),
     };
-    let unreadable = |e: serde_json::Error| {
-        Error::user(format!(
+    let garbled = |e: serde_json::Error| {
+        unreadable(Error::user(format!(
             "{}:{}: unreadable state: {e}",
             path.display(),
             e.line()
-        ))
-        .with_hint(hint)
+        )))
     };
-    let raw: serde_json::Value = serde_json::from_str(&text).map_err(unreadable)?;
+    let raw: serde_json::Value = serde_json::from_str(&text).map_err(garbled)?;
     let version = raw["schema_version"].as_u64().unwrap_or(0);
     if version > u64::from(SCHEMA_VERSION) {
-        return Err(Error::user(format!(
+        return Err(refused(Error::user(format!(
             "{}: written by a newer ralph (schema_version {version}; this ralph knows up to {SCHEMA_VERSION})",
             path.display()
         ))
-        .with_hint("use that newer ralph to resume or inspect this run; this one leaves the file untouched"));
+        .with_hint("use that newer ralph to resume or inspect this run; this one leaves the file untouched")));
     }
-    let state: RunState = serde_json::from_value(raw).map_err(unreadable)?;
+    let state: RunState = serde_json::from_value(raw).map_err(garbled)?;
     if !valid_run_id(&state.run_id) {
-        return Err(Error::user(format!(
-            "{}: run_id `{}` is not a plain name (letters, digits, `-`, `_`)",
-            path.display(),
-            state.run_id.escape_debug()
-        ))
-        .with_hint(hint));
+        return Err(refused(
+            Error::user(format!(
+                "{}: run_id `{}` is not a plain name (letters, digits, `-`, `_`)",
+                path.display(),
+                state.run_id.escape_debug()
+            ))
+            .with_hint(hint),
+        ));
     }
     if let Some(log) = &state.iterations_log
         && !is_plain_relative(log)
     {
-        return Err(Error::user(format!(
-            "{}: iterations_log `{}` is not a path inside the repository",
-            path.display(),
-            log.escape_debug()
-        ))
-        .with_hint(hint));
+        return Err(refused(
+            Error::user(format!(
+                "{}: iterations_log `{}` is not a path inside the repository",
+                path.display(),
+                log.escape_debug()
+            ))
+            .with_hint(hint),
+        ));
     }
     Ok(Some(state))
 }

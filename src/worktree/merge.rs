@@ -17,8 +17,19 @@ use crate::ui::Ui;
 pub fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
     let records = Records::open(repo)?;
     let wt = super::open(repo, &records, name)?;
-    let loop_repo = Repo::discover(&wt.path)?;
-    completed(&loop_repo, name)?;
+    let mut loop_repo = Repo::discover(&wt.path)?;
+    let sandboxed = completed(&loop_repo, name)?;
+    // A sandboxed loop's agent could write the common git directory: the merge's git writes
+    // only beneath the repository too (`MERGE_MSG` linked to a file of the user's would have
+    // `git merge` overwrite it), as the loop's own did.
+    let confined;
+    let repo = if sandboxed {
+        loop_repo.confine_writes();
+        confined = opened(repo.root(), true)?;
+        &confined
+    } else {
+        repo
+    };
     let Some(base) = wt.base.clone() else {
         return Err(Error::user(format!(
             "ralph has no record of a branch loop `{name}` started from (a detached HEAD, or a worktree ralph did not make): there is no branch to merge it into"
@@ -55,7 +66,7 @@ pub fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
     }
     let target = target.map(|(tree, _)| tree);
     if let Some(tree) = &target
-        && is_dirty_tracked(&Repo::discover(tree)?)?
+        && is_dirty_tracked(&opened(tree, sandboxed)?)?
     {
         ui.alert(&format!(
             "not merged: the work tree of `{base}` ({}) has uncommitted changes",
@@ -69,11 +80,20 @@ pub fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
         return not_merged(&loop_repo);
     }
     let at = match &target {
-        Some(tree) => merge_in(&Repo::discover(tree)?, &wt.branch, ui)?,
+        Some(tree) => merge_in(&opened(tree, sandboxed)?, &wt.branch, ui)?,
         None => merge_ref(repo, &base, &wt.branch, ui)?,
     };
     settle(repo, &records, &wt, &loop_repo, at, ui)?;
     Ok(exit::COMPLETE)
+}
+
+/// The repository at `path`, its git's writes kept beneath it when `confined`.
+fn opened(path: &Path, confined: bool) -> Result<Repo> {
+    let mut repo = Repo::discover(path)?;
+    if confined {
+        repo.confine_writes();
+    }
+    Ok(repo)
 }
 
 /// After the merge: the loop's worktree removed and its logs kept, unless it holds files ralph
@@ -131,15 +151,18 @@ fn not_merged(loop_repo: &Repo) -> Result<i32> {
     Ok(exit::NOT_MERGED)
 }
 
-/// Only a completed loop merges.
-fn completed(loop_repo: &Repo, name: &str) -> Result<()> {
+/// Only a completed loop merges; `true` when it ran in the sandbox.
+fn completed(loop_repo: &Repo, name: &str) -> Result<bool> {
     let rd = RalphDir::new(loop_repo.root());
     let st = RunState::load(&rd.state_file())?;
     match st
         .as_ref()
         .and_then(|s| (!s.running).then_some(s.halt_reason))
     {
-        Some(Some(HaltReason::Complete)) => Ok(()),
+        Some(Some(HaltReason::Complete)) => Ok(st
+            .as_ref()
+            .and_then(|s| s.pinned.as_ref())
+            .is_some_and(|p| p.sandbox.is_some())),
         other => {
             let now = match other {
                 None if st.is_some() => "still running".to_string(),
@@ -352,24 +375,22 @@ fn merge_ref(repo: &Repo, base: &str, branch: &str, ui: Ui) -> Result<String> {
             .next()
             .unwrap_or("")
             .to_string();
-        let tree = g
-            .find_tree(git2::Oid::from_str(&tree_id).map_err(GitError::from)?)
-            .map_err(GitError::from)?;
+        let tree = git2::Oid::from_str(&tree_id).map_err(GitError::from)?;
         let who = repo.identity();
-        let sig = git2::Signature::now(&who.committer_name, &who.committer_email)
-            .map_err(GitError::from)?;
         let message = format!("Merge branch '{branch}'\n");
-        g.commit(None, &sig, &sig, &message, &tree, &[&ours, &theirs])
-            .map_err(GitError::from)?
+        let (ours, theirs) = (ours.id(), theirs.id());
+        repo.writing(|g| {
+            let sig = git2::Signature::now(&who.committer_name, &who.committer_email)?;
+            let tree = g.find_tree(tree)?;
+            let (ours, theirs) = (g.find_commit(ours)?, g.find_commit(theirs)?);
+            g.commit(None, &sig, &sig, &message, &tree, &[&ours, &theirs])
+        })?
     };
-    g.reference_matching(
-        &base_ref,
-        new,
-        true,
-        ours.id(),
-        &format!("ralph: merge {branch}"),
-    )
-    .map_err(GitError::from)?;
+    let (was, why) = (ours.id(), format!("ralph: merge {branch}"));
+    repo.writing(|g| {
+        g.reference_matching(&base_ref, new, true, was, &why)
+            .map(drop)
+    })?;
     ui.success(&format!(
         "merged `{branch}` into `{base}` (not checked out: only its ref moved)"
     ));

@@ -247,3 +247,57 @@ fn is_writable_dir(p: &Path) -> bool {
     let _ = std::fs::remove_file(&probe);
     ok
 }
+
+/// The agent replaces its own transcript with a link to a secret; a failing test command then
+/// sends the transcript's last lines to the next prompt (the check's feedback). Run in the
+/// sandbox, where the agent cannot read the secret itself: ralph, outside, must not read it for
+/// it.
+#[test]
+fn a_transcript_linked_to_a_secret_never_feeds_the_next_prompt() {
+    if !bwrap_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    let secret = plant_secret(&env);
+    env.write_task(&["one"], "");
+    env.commit_all("initial");
+    let agent = sh_agent(
+        &env,
+        "relink",
+        &format!(
+            "if [ \"$RALPH_ITERATION\" = 1 ]; then\n\
+               if cat '{secret}' >/dev/null 2>&1; then echo read > direct.txt; else echo hidden > direct.txt; fi\n\
+               t=$(ls .ralph/runs/*/iter-001.log); rm -f \"$t\"; ln -s '{secret}' \"$t\"\n\
+               echo work > work.txt\n\
+             fi\n",
+            secret = secret.display()
+        ),
+    );
+    let out = run(
+        &env,
+        &agent,
+        &[
+            "--sandbox",
+            "--max-iterations",
+            "2",
+            "--test-command",
+            "false",
+        ],
+    );
+    assert_exit(&out, 3);
+    // The control: the secret is hidden from the agent, and the link leads to it.
+    assert_eq!(env.read("direct.txt").trim(), "hidden");
+    let run_dir = std::fs::read_dir(env.repo.join(".ralph/runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let link = run_dir.join("iter-001.log");
+    assert_eq!(std::fs::read_link(&link).unwrap(), secret);
+    let prompt = std::fs::read_to_string(run_dir.join("iter-002.prompt.md")).unwrap();
+    // The feedback reached the prompt, without a word of the secret.
+    assert!(prompt.contains("Tests failed (exit 1): false"), "{prompt}");
+    assert!(!prompt.contains("hunter2"), "{prompt}");
+    assert!(!everything_in(&env).contains("hunter2"));
+}

@@ -478,3 +478,75 @@ fn the_directories_on_the_way_to_a_loops_work_tree_cannot_be_moved_in_the_sandbo
         }
     }
 }
+
+/// Loop `b` halts with a box left; loop `a`'s agent then checks `b`'s boxes in `b`'s worktree,
+/// which lies in the common git directory `a` writes, and plants a file in `b`'s git
+/// directory. In the sandbox both are refused (the other loops' places are bound read-only),
+/// and `b` resumes to do its own work. Control: without the sandbox `a`'s agent writes them,
+/// and `b` resumes to "already complete" on work it never did.
+#[test]
+fn a_sandboxed_loop_cannot_touch_another_loops_worktree() {
+    if !bwrap_works() {
+        return;
+    }
+    for sandboxed in [false, true] {
+        let env = TestEnv::outside_tmp();
+        env.write("A.md", &task(&["a1"]));
+        env.write("B.md", &task(&["b1", "b2"]));
+        env.commit_all("tasks");
+        let b = agent(&env, "b", "");
+        let out = run_loop(
+            &env,
+            "b",
+            "B.md",
+            &b,
+            &["--sandbox", "--max-iterations", "1"],
+        );
+        assert_exit(&out, 3);
+        let a = agent(
+            &env,
+            "a",
+            "c=\"$(git rev-parse --git-common-dir)\"\n\
+             sed -i 's/- \\[ \\]/- [x]/g' \"$c/ralph/worktrees/b/B.md\" 2>/dev/null\n\
+             echo planted > \"$c/worktrees/b/planted\" 2>/dev/null\n",
+        );
+        let flags: &[&str] = if sandboxed { &["--sandbox"] } else { &[] };
+        let out = run_loop(&env, "a", "A.md", &a, flags);
+        assert_exit(&out, 0);
+        let b_dir = env.repo.join(".git/ralph/worktrees/b");
+        let b_task = std::fs::read_to_string(b_dir.join("B.md")).unwrap();
+        let planted = env.repo.join(".git/worktrees/b/planted").exists();
+        let out = env.ralph_with_limit(
+            &[
+                "resume",
+                "--worktree",
+                "b",
+                "--agent-cmd",
+                &b,
+                "--yes",
+                "--max-iterations",
+                "3",
+            ],
+            &[],
+            Duration::from_secs(60),
+        );
+        assert_exit(&out, 0);
+        if !sandboxed {
+            // The door: `a`'s agent did `b`'s work, and `b` took it as done.
+            assert!(b_task.contains("- [x] b2") && planted);
+            assert!(
+                stdout(&out).contains("already complete"),
+                "{}",
+                stdout(&out)
+            );
+            continue;
+        }
+        assert!(b_task.contains("- [ ] b2") && !planted, "{b_task}");
+        assert!(
+            !stdout(&out).contains("already complete"),
+            "{}",
+            stdout(&out)
+        );
+        assert!(b_dir.join("work-b.txt").is_file());
+    }
+}

@@ -214,7 +214,12 @@ fn sandbox(ui: Ui, r: &mut Resolved, agent: &Agent, dry_run: bool) -> Result<()>
     if let Some(open) = sandbox.open_here() {
         ui.warn(&open);
     }
-    r.repo.sandbox_git(&sandbox.repo.common_dir);
+    if !r
+        .repo
+        .sandbox_git(&sandbox.repo.common_dir, sandbox.own_binary())
+    {
+        ui.warn("--sandbox: this kernel's Landlock cannot keep ralph's own git writes inside the repository (Linux 5.19 or later can): a link the agent plants in the git directory can lead them elsewhere");
+    }
     r.settings.sandboxed = Some(std::sync::Arc::new(sandbox));
     Ok(())
 }

@@ -28,7 +28,7 @@ const IGNORE_SAMPLES: [(&str, &[&str]); 2] = [
 ///
 /// [`IGNORE_LINES`]: super::IGNORE_LINES
 pub fn missing_ignore_lines(root: &Path) -> Vec<String> {
-    let text = fs::read(root.join(".gitignore"))
+    let text = crate::files::read_bytes(&root.join(".gitignore"), crate::files::MAX_TEXT)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
     let patterns = parse_gitignore(&text);
@@ -47,10 +47,16 @@ pub fn apply_ignore_lines(root: &Path, lines: &[String]) -> Result<(), CpmError>
     if let Some(bad) = lines.iter().find(|l| l.contains(['\n', '\r'])) {
         return Err(CpmError::InvalidIgnoreLine { line: bad.clone() });
     }
-    let existing = match fs::read(&path) {
+    // Read as any file an agent can touch: a FIFO is refused, never waited on.
+    let existing = match crate::files::read_bytes(&path, crate::files::MAX_TEXT) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(source) => return Err(CpmError::Read { path: rel, source }),
+        Err(e) if e.is_missing() => Vec::new(),
+        Err(e) => {
+            return Err(CpmError::Read {
+                path: rel,
+                source: std::io::Error::other(e.to_string()),
+            });
+        }
     };
     let text = String::from_utf8_lossy(&existing);
     let present: Vec<&str> = text.lines().map(str::trim).collect();
@@ -209,6 +215,19 @@ mod tests {
     use super::*;
     use crate::task::cpm::test_support::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_gitignore_that_is_a_fifo_is_refused_never_waited_on() -> TestResult {
+        let root = repo();
+        let r = root.path();
+        let c = std::ffi::CString::new(r.join(".gitignore").as_os_str().as_encoded_bytes())?;
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        assert_eq!(missing_ignore_lines(r), IGNORE_LINES);
+        let e = apply_ignore_lines(r, &missing_ignore_lines(r)).unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        Ok(())
+    }
 
     #[test]
     fn ignore_lines_detect_and_apply_idempotently() -> TestResult {

@@ -1,8 +1,6 @@
 //! Test-runner discovery (skill step 1d): the spec's Non-Functional Requirements `ENVn` entries
 //! first in spec mode, then the project's config files.
 
-use std::fs;
-use std::io::Read as _;
 use std::path::Path;
 
 use crate::markdown;
@@ -268,20 +266,10 @@ fn makefile_has_test_target(text: &str) -> bool {
     })
 }
 
-/// A small text file, or `None` (missing, too large, unreadable, not UTF-8).
+/// A small text file, or `None` (missing, too large, unreadable, not UTF-8, a FIFO, a link out of
+/// the repository: read as any file an agent can touch, `files::read_bytes`).
 fn read_limited(path: &Path) -> Option<String> {
-    let file = fs::File::open(path).ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    file.take(CONFIG_READ_LIMIT + 1)
-        .read_to_end(&mut bytes)
-        .ok()?;
-    if bytes.len() as u64 > CONFIG_READ_LIMIT {
-        return None;
-    }
-    String::from_utf8(bytes).ok()
+    String::from_utf8(crate::files::read_bytes(path, CONFIG_READ_LIMIT).ok()?).ok()
 }
 
 #[cfg(test)]
@@ -307,6 +295,20 @@ mod tests {
         assert_eq!(
             entries[2].text,
             "Test runner. Pest 3 or later, run as `vendor/bin/pest --parallel`"
+        );
+    }
+
+    #[test]
+    fn a_config_file_that_is_a_fifo_is_passed_over_never_waited_on() {
+        let d = tempfile::tempdir().unwrap();
+        let c = std::ffi::CString::new(d.path().join("Makefile").as_os_str().as_encoded_bytes())
+            .unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        std::fs::write(d.path().join("Cargo.toml"), "[package]\n").unwrap();
+        assert_eq!(
+            discover_test_runner(d.path(), None).map(|(cmd, _)| cmd),
+            Some("cargo test".to_string())
         );
     }
 
