@@ -388,3 +388,38 @@ pub fn plan_script(env: &TestEnv, rows: &[(&str, &str)], rest: &str) -> String {
         matrix_src.display()
     )
 }
+
+/// CPM under `--sandbox`: the roll-up runs in the sandbox, whose `/tmp` is a private one, and
+/// its captured output must still reach ralph (it was captured in the host's `/tmp`: every
+/// roll-up "could not run", exit 7). The control is the same run without the sandbox.
+#[test]
+fn epic_mode_completes_in_the_sandbox() {
+    if !bwrap_works() {
+        return;
+    }
+    for sandboxed in [false, true] {
+        let env = TestEnv::outside_tmp();
+        env.write("README.md", "project\n");
+        env.write("docs/epics/01-epic-accounts.md", &epic("In Progress", None));
+        let m = "docs/epics/01-coverage-accounts.md";
+        env.write(
+            m,
+            &unit_matrix("", "docs/epics/01-epic-accounts.md", &unit_rows(2)),
+        );
+        env.commit_all("initial");
+        let rollup = rollup_path();
+        let mut args = vec!["docs/epics/01-epic-accounts.md", "--rollup", &rollup];
+        if sandboxed {
+            args.push("--sandbox");
+        }
+        // The fake agent's log is outside the repository: the sandbox's private /tmp instead.
+        let log = [("FAKE_AGENT_LOG", "/tmp/fake-agent-log")];
+        let out = run_cpm_env(&env, &tick(&env, m), &args, &log);
+        assert_exit(&out, 0);
+        assert!(
+            stdout(&out).contains("ALL_EPICS_COMPLETE"),
+            "{}",
+            output(&out)
+        );
+    }
+}

@@ -168,6 +168,47 @@ fn an_agent_that_raises_its_own_budget_does_not_raise_the_runs() {
     assert_exit(&out, 0);
 }
 
+/// The agent raises its own iteration cap in the task file (`max_iterations: 2` → `50`); the
+/// run halts at its cap, and `ralph resume` without a flag keeps it (nothing is left: the error
+/// names the flag). Control: with `--max-iterations` the user raises it, and a new run reads
+/// the file.
+#[test]
+fn an_agent_that_raises_its_own_iteration_cap_does_not_raise_the_runs() {
+    let env = TestEnv::new();
+    env.write_task(&["c1", "c2", "c3", "c4"], "max_iterations: 2\n");
+    env.commit_all("initial");
+    let raise = agent_sh(
+        &env,
+        "raise",
+        "sed -i 's/^max_iterations: 2$/max_iterations: 50/' RALPH_TASK.md",
+    );
+    let out = env.run_fake(&format!("check+{raise}"), &[]);
+    assert_exit(&out, 3);
+    assert!(env.read("RALPH_TASK.md").contains("max_iterations: 50"));
+    let agent = fake_agent_cmd();
+    let resume = |extra: &[&str]| {
+        let mut args = vec!["resume", "--agent-cmd", agent.as_str(), "--yes"];
+        args.extend_from_slice(extra);
+        env.ralph_with_limit(
+            &args,
+            &[("FAKE_AGENT_SCRIPT", "check")],
+            Duration::from_secs(60),
+        )
+    };
+    let out = resume(&[]);
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("already used its 2 iterations"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!env.agent_ran(3));
+    // The control: the user's flag raises it.
+    let out = resume(&["--max-iterations", "4"]);
+    assert_exit(&out, 0);
+    assert!(env.agent_ran(4));
+}
+
 /// Three identical ITER lines appended to the log (which the agent writes) make no stall in
 /// `ralph status`, and the run's own record still tells a real one. Control: the log alone
 /// (without a run state) reads as a stall.

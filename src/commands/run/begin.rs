@@ -76,8 +76,9 @@ pub(super) fn ask_resume_or_reset(p: &RunState, yes: bool) -> Result<Continuatio
 }
 
 /// The iteration cap of a resumed run: a limit given now (flag or `RALPH_MAX_ITERATIONS`) wins;
-/// else a limit written in the task file or a config file counts when it is higher than the
-/// recorded one.
+/// else a limit written in the user's own config file counts when it is higher than the
+/// recorded one (the task file and `.ralph/config.toml` are the agent's to write: a limit there
+/// never raises the cap of the run it continues).
 pub(super) fn resumed_max_iterations(
     p: &RunState,
     options: &RunOptions,

@@ -155,7 +155,7 @@ struct Resolved {
     prior: Option<RunState>,
     plan: Plan,
     settings: Settings,
-    /// A limit written in the task file or a config file (for a resume's cap).
+    /// A limit written in the user's own config file (for a resume's cap).
     written_max: Option<u32>,
 }
 
@@ -280,7 +280,13 @@ fn resolve(
     {
         settings.keep_pinned(pinned, &layers)?;
     }
-    let written_max = layers.iter().skip(1).find_map(|s| s.layer.max_iterations);
+    // Only the user's own configuration: the task file and `.ralph/config.toml` are the
+    // agent's to write, and an agent must not raise its own cap for the resumed run.
+    let written_max = layers
+        .iter()
+        .skip(1)
+        .filter(|s| !s.from_repo)
+        .find_map(|s| s.layer.max_iterations);
     Ok(Resolved {
         repo,
         root,

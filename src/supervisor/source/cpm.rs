@@ -45,8 +45,10 @@ pub struct CpmSource {
     stripped: bool,
     /// Lines for the activity log and the report, taken by the loop ([`Self::take_notes`]).
     notes: Vec<String>,
-    /// Where the roll-up's stdout and stderr are captured (`None`: stdout's tail only).
-    capture: Option<tempfile::TempDir>,
+    /// Where the roll-up's stdout and stderr are captured: `.ralph/runs/.rollup-PID` (ignored
+    /// with the transcripts), inside the repository so that a roll-up run in the sandbox, whose
+    /// `/tmp` is a private one, writes where ralph reads (`None`: stdout's tail only).
+    capture: Option<PathBuf>,
 }
 
 impl CpmSource {
@@ -73,11 +75,13 @@ impl CpmSource {
             launch_epics: Vec::new(),
             stripped: false,
             notes: Vec::new(),
-            capture: tempfile::Builder::new()
-                .prefix("ralph-rollup-")
-                .tempdir()
-                .ok(),
+            capture: None,
         };
+        let dir = crate::state::RalphDir::new(&c.root)
+            .path
+            .join("runs")
+            .join(format!(".rollup-{}", std::process::id()));
+        c.capture = crate::files::own_dir(&dir).is_ok().then_some(dir);
         c.launch_epics = c.epics().unwrap_or_default();
         c
     }
@@ -152,7 +156,7 @@ impl CpmSource {
         )];
         let mut args: Vec<std::ffi::OsString> = Vec::new();
         if let Some(dir) = &self.capture {
-            let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
+            let (out, err) = (dir.join("stdout"), dir.join("stderr"));
             // A run that never starts must not be read as the last one's records.
             let _ = std::fs::remove_file(&out);
             let _ = std::fs::remove_file(&err);
@@ -177,7 +181,7 @@ impl CpmSource {
     pub fn verdict(&mut self, exit_code: i32, stdout_tail: &str) -> Verdict {
         let captured = |name: &str| {
             let dir = self.capture.as_ref()?;
-            read_capped(&dir.path().join(name))
+            read_capped(&dir.join(name))
         };
         let stdout = captured("stdout").unwrap_or_else(|| stdout_tail.to_string());
         let stderr = captured("stderr").unwrap_or_default();
@@ -339,9 +343,11 @@ impl CpmSource {
 }
 
 /// At most [`STDOUT_MAX`] bytes of a capture file, as text; `None` when it is missing.
+/// Read as any file the agent can touch (never through a link out of the repository, never a
+/// FIFO); a larger file is cut to its first [`STDOUT_MAX`] bytes.
 fn read_capped(path: &Path) -> Option<String> {
     use std::io::Read;
-    let f = std::fs::File::open(path).ok()?;
+    let (f, _) = crate::files::open_read(path).ok()?;
     let mut bytes = Vec::new();
     f.take(STDOUT_MAX).read_to_end(&mut bytes).ok()?;
     Some(String::from_utf8_lossy(&bytes).into_owned())
