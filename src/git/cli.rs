@@ -275,7 +275,17 @@ impl GitCli {
             foreign,
         };
         let before = self.index.now();
-        let out = output_of(self.command(args, run), args, stdin)?;
+        let lock = self.git_dir.join("index.lock");
+        let locked_before = lock.exists();
+        let out = output_of(self.command(args, run), args, stdin).inspect_err(|e| {
+            // ralph killed its own git at the deadline, with the lock that git took: no one
+            // else writes the index then (the agent's processes are gone), so the lock is
+            // removed as git would have on its way out. A lock that was there before is not
+            // ralph's to remove.
+            if matches!(e, GitError::Hung(..)) && !locked_before {
+                let _ = std::fs::remove_file(&lock);
+            }
+        })?;
         // An index ralph's command left is ralph's; a foreign one once a command rewrote it
         // (without the untracked cache, which `core.untrackedCache=false` drops).
         let after = self.index.now();
@@ -339,9 +349,14 @@ fn output_of(
     })
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
+    // Its own process group: the deadline ends git and whatever it started (a filter, the git of
+    // a submodule), which would otherwise keep the pipes open.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = cmd
         .spawn()
         .map_err(|e| GitError::Spawn(args.join(" "), e))?;
+    let deadline = git_deadline();
+    let watchdog = Watchdog::start(child.id(), deadline);
     // stdin is fed from a thread while wait_with_output drains both pipes.
     let feeder = match (stdin, child.stdin.take()) {
         (Some(bytes), Some(mut pipe)) => {
@@ -358,7 +373,74 @@ fn output_of(
     if let Some(f) = feeder {
         let _ = f.join();
     }
+    if watchdog.is_some_and(Watchdog::fired) {
+        return Err(GitError::Hung(args.join(" "), deadline.as_secs()));
+    }
     Ok(out)
+}
+
+/// How long one of ralph's git commands may run: `RALPH_GIT_TIMEOUT` (a duration such as `90s`),
+/// else 10 minutes, as for the hooks. git waits on nothing of ralph's; one that runs that long
+/// reads a FIFO planted where it reads a file (`.gitignore`, `.git/info/exclude`…) or runs a
+/// filter that never ends, and would hang an unattended run for good.
+fn git_deadline() -> std::time::Duration {
+    std::env::var("RALPH_GIT_TIMEOUT")
+        .ok()
+        .and_then(|v| humantime::parse_duration(v.trim()).ok())
+        .unwrap_or(std::time::Duration::from_secs(600))
+}
+
+/// Kills a git command's process group at its deadline. It waits on a pidfd (no polling):
+/// readable once git exits, when it returns at once.
+struct Watchdog {
+    thread: std::thread::JoinHandle<bool>,
+}
+
+impl Watchdog {
+    /// `None` where there are no pidfds (before Linux 5.3, other systems): no deadline there.
+    fn start(pid: u32, deadline: std::time::Duration) -> Option<Watchdog> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+            if fd < 0 {
+                return None;
+            }
+            // SAFETY: a descriptor just opened, owned by nothing else.
+            let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+            let thread = std::thread::spawn(move || {
+                use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+                let ms = u32::try_from(deadline.as_millis()).unwrap_or(u32::MAX);
+                let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+                let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
+                let exited = loop {
+                    match poll(&mut fds, timeout) {
+                        Err(nix::errno::Errno::EINTR) => continue,
+                        Ok(0) => break false,
+                        _ => break true,
+                    }
+                };
+                if !exited {
+                    // git is alive (not reaped: its pid and group id are still its own).
+                    let group = nix::unistd::Pid::from_raw(pid as i32);
+                    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+                }
+                !exited
+            });
+            Some(Watchdog { thread })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (pid, deadline);
+            None
+        }
+    }
+
+    /// Whether the deadline killed the command.
+    fn fired(self) -> bool {
+        self.thread.join().unwrap_or(false)
+    }
 }
 
 /// Whether a `git` program can be run at all.

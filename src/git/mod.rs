@@ -77,6 +77,11 @@ pub enum GitError {
     /// The git command could not be run at all.
     #[error("cannot run `git {0}` (is git installed?): {1}")]
     Spawn(String, #[source] std::io::Error),
+    /// A git command ran past its deadline and was killed.
+    #[error(
+        "`git {0}` ran longer than {1} s and was killed (a FIFO where git reads a file, or a filter that never ends?)"
+    )]
+    Hung(String, u64),
 }
 
 /// A commit, as the supervisor reports it.

@@ -471,3 +471,38 @@ fn an_iter_record_that_cannot_be_written_still_saves_the_state_and_ends_the_run(
     );
     assert!(!env.agent_ran(3), "the run did not go on");
 }
+
+/// The agent leaves a FIFO where git reads a file (`.gitignore`): every git that reads it
+/// waits for a writer for ever. ralph's git commands have a deadline (`RALPH_GIT_TIMEOUT`, 10
+/// minutes by default): the command is killed, the iteration ends in an error that names it and
+/// is recorded, and the run exits 1 instead of hanging overnight. Control: git itself hangs on
+/// it (`timeout` kills it). Once the FIFO is gone, `resume` commits the work and completes.
+#[test]
+fn a_git_command_that_hangs_on_a_fifo_ends_the_iteration_in_an_error() {
+    let env = setup(&["only"]);
+    let fifo = agent_sh(&env, "fifo", "echo work > work.txt\nmkfifo .gitignore");
+    let agent = fake_agent_cmd();
+    let out = env.ralph_with_limit(
+        &["run", "--agent-cmd", &agent, "--yes", "--grace", "1s"],
+        &[("FAKE_AGENT_SCRIPT", &fifo), ("RALPH_GIT_TIMEOUT", "2s")],
+        Duration::from_secs(60),
+    );
+    assert_error_close(&env, &out, 1);
+    assert!(
+        stderr(&out).contains("ran longer than 2 s and was killed"),
+        "{}",
+        stderr(&out)
+    );
+    // The control: git itself waits on the FIFO.
+    let hung = env
+        .command("timeout")
+        .args(["2", "git", "status", "--porcelain"])
+        .current_dir(&env.repo)
+        .output()
+        .unwrap();
+    assert_eq!(hung.status.code(), Some(124), "git did not hang");
+    std::fs::remove_file(env.repo.join(".gitignore")).unwrap();
+    let out = resume(&env, "check");
+    assert_exit(&out, 0);
+    assert!(env.git(&["log", "--format=%s"]).contains("(halted: error)"));
+}
