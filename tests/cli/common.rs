@@ -687,3 +687,29 @@ pub fn bwrap_works() -> bool {
     }
     ok
 }
+
+/// A task file with frontmatter `task: t` and these criteria under `## Success Criteria`.
+pub fn task(criteria: &[&str]) -> String {
+    let mut s = String::from("---\ntask: t\n---\n## Success Criteria\n");
+    for c in criteria {
+        s.push_str(&format!("- [ ] {c}\n"));
+    }
+    s
+}
+
+/// `ralph run --worktree NAME TASK --agent-cmd AGENT --yes --grace 1s EXTRA…`, bounded.
+pub fn run_loop(env: &TestEnv, name: &str, task_file: &str, agent: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        "--worktree",
+        name,
+        task_file,
+        "--agent-cmd",
+        agent,
+        "--yes",
+        "--grace",
+        "1s",
+    ];
+    args.extend_from_slice(extra);
+    env.ralph_with_limit(&args, &[], Duration::from_secs(60))
+}

@@ -11,14 +11,6 @@ use std::time::Duration;
 
 use crate::common::*;
 
-fn task(criteria: &[&str]) -> String {
-    let mut s = String::from("---\ntask: t\n---\n## Success Criteria\n");
-    for c in criteria {
-        s.push_str(&format!("- [ ] {c}\n"));
-    }
-    s
-}
-
 /// A `sh` agent whose script is `body`, then its work (`work-NAME.txt`) and the first box checked.
 fn agent(env: &TestEnv, name: &str, body: &str) -> String {
     let script = env.dir().join(format!("{name}.sh"));
@@ -30,29 +22,6 @@ fn agent(env: &TestEnv, name: &str, body: &str) -> String {
     )
     .unwrap();
     format!("sh '{}'", script.display())
-}
-
-/// `ralph run --worktree NAME TASK --agent-cmd AGENT --yes EXTRA…`, bounded.
-fn run_loop(
-    env: &TestEnv,
-    name: &str,
-    task_file: &str,
-    agent: &str,
-    extra: &[&str],
-) -> std::process::Output {
-    let mut args = vec![
-        "run",
-        "--worktree",
-        name,
-        task_file,
-        "--agent-cmd",
-        agent,
-        "--yes",
-        "--grace",
-        "1s",
-    ];
-    args.extend_from_slice(extra);
-    env.ralph_with_limit(&args, &[], Duration::from_secs(60))
 }
 
 /// The markers directory, outside the repository (read-only to a sandboxed agent).

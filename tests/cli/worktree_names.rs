@@ -7,14 +7,6 @@ use std::time::Duration;
 
 use crate::common::*;
 
-fn task(criteria: &[&str]) -> String {
-    let mut s = String::from("---\ntask: t\n---\n## Success Criteria\n");
-    for c in criteria {
-        s.push_str(&format!("- [ ] {c}\n"));
-    }
-    s
-}
-
 /// An agent that checks the first box and appends `WORD iteration N` to `out.txt`.
 fn agent(env: &TestEnv, word: &str) -> String {
     let script = env.home.join(format!("agent-{word}.sh"));
@@ -26,27 +18,6 @@ fn agent(env: &TestEnv, word: &str) -> String {
     )
     .unwrap();
     format!("sh '{}'", script.display())
-}
-
-/// `ralph run --worktree NAME TASK --agent-cmd AGENT --yes EXTRA…`, bounded.
-fn run_loop(
-    env: &TestEnv,
-    name: &str,
-    task_file: &str,
-    agent: &str,
-    extra: &[&str],
-) -> std::process::Output {
-    let mut args = vec![
-        "run",
-        "--worktree",
-        name,
-        task_file,
-        "--agent-cmd",
-        agent,
-        "--yes",
-    ];
-    args.extend_from_slice(extra);
-    env.ralph_with_limit(&args, &[], Duration::from_secs(60))
 }
 
 fn all_json(env: &TestEnv) -> Vec<serde_json::Value> {

@@ -19,14 +19,6 @@ fn loop_agent(env: &TestEnv, loop_name: &str, file: &str) -> String {
     format!("sh:{}", path.display())
 }
 
-fn task(criteria: &[&str]) -> String {
-    let mut s = String::from("---\ntask: t\n---\n## Success Criteria\n");
-    for c in criteria {
-        s.push_str(&format!("- [ ] {c}\n"));
-    }
-    s
-}
-
 /// Start `ralph run --worktree NAME TASK --merge` in the background with its own agent log.
 fn start_loop(env: &TestEnv, name: &str, task_file: &str, script: &str) -> Background {
     let log = env.home.join(format!("log-{name}"));
