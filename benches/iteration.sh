@@ -34,7 +34,10 @@
 #          touched cases the one-time stat refresh may happen there or in the first close. The
 #          shell's first is its first pipeline on the new copy, where git refreshes and writes
 #          back its stat cache.
-#   steady the mean of iterations 2..N.
+#   steady the mean of iterations 2..N (ralph's: 2..N-1, the iterations in the middle of a run).
+#   last   ralph's iteration N: its close also halts the run, and before any halt ralph checks
+#          the tree once with a full walk without its file watcher (SPEC §12, the price of
+#          exactness paid once per run); shown apart, in a note under the table.
 #   beside ralph's CPU time (its own and that of helpers it reaped, from /proc/PID/stat) while
 #          its agents ran: work done beside the agent escapes the gaps above, so it is printed
 #          under the table (it would also slow the shell iteration timed in the meantime).
@@ -46,7 +49,7 @@
 #
 #   bash benches/iteration.sh [TRIALS] [SIZE[:TRIALS]...]
 #   e.g. bash benches/iteration.sh 3 20000 100000:1        (the default)
-#   ITERATIONS=4 (3..15) iterations per run; KEEP=1 keeps the temporary directory.
+#   ITERATIONS=5 (4..15) iterations per run; KEEP=1 keeps the temporary directory.
 #   BENCH_DIR=DIR puts the repositories in DIR; by default they go to /dev/shm (tmpfs) when it has
 #   room: on shared virtual disks creating a file can cost ten times what it does on tmpfs or a
 #   local SSD, which would make the set-up slow and the figures noisy. BENCH_DIR=/tmp measures on
@@ -55,8 +58,8 @@ set -euo pipefail
 export LC_ALL=C
 trials=${1:-3}; shift || true
 sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(20000 100000:1)
-iters=${ITERATIONS:-4}
-[[ $iters =~ ^[0-9]+$ ]] && [ "$iters" -ge 3 ] && [ "$iters" -le 15 ] || { echo "ITERATIONS must be 3..15" >&2; exit 2; }
+iters=${ITERATIONS:-5}
+[[ $iters =~ ^[0-9]+$ ]] && [ "$iters" -ge 4 ] && [ "$iters" -le 15 ] || { echo "ITERATIONS must be 4..15" >&2; exit 2; }
 [[ $trials =~ ^[1-9][0-9]*$ ]] || { echo "TRIALS must be a positive number" >&2; exit 2; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 start_all=${EPOCHREALTIME/./}
@@ -200,10 +203,10 @@ run_pair() { # $1 = ralph's repo, $2 = the shell loop's
   # the stamps, then the moment ralph had exited as the start of a next agent that never ran
   echo "$t1 0 0 0" >> "$work/stamps"
   awk -v t0="$t0" -v tick="$tick_us" '{ s[NR] = $1; e[NR] = $2; beside += $4 - $3 } END {
-    if (NR < 4) { print "ralph ran only " NR - 1 " iterations" > "/dev/stderr"; exit 1 }
+    if (NR < 5) { print "ralph ran only " NR - 1 " iterations (4 are needed)" > "/dev/stderr"; exit 1 }
     first = (s[1] - t0) + (s[2] - e[1])
-    for (k = 2; k < NR; k++) rest += s[k + 1] - e[k]
-    printf "%d %d %d %d\n", first, rest / (NR - 2), s[1] - t0, beside * tick / (NR - 1) }' "$work/stamps" > "$work/ralph-figures"
+    for (k = 2; k < NR - 1; k++) rest += s[k + 1] - e[k]
+    printf "%d %d %d %d %d\n", first, rest / (NR - 3), s[1] - t0, beside * tick / (NR - 1), s[NR] - e[NR - 1] }' "$work/stamps" > "$work/ralph-figures"
   awk -v n="$iters" '$1 == 1 { first = $2 } $1 > 1 { rest += $2; k++ } END {
     if (NR != n || k != n - 1) { print "the shell loop ran " NR " of " n " iterations" > "/dev/stderr"; exit 1 }
     printf "%d %d ", first, rest / k }' "$work/shell-times"
@@ -221,7 +224,7 @@ same_result() { # $1 = the shell's repo, $2 = ralph's
 
 ms() { awk -v u="$1" 'BEGIN { printf "%.0f", u / 1000 }'; }
 
-table=() beside=0 tick_us=$(( 1000000 / $(getconf CLK_TCK) ))
+table=() last=() beside=0 tick_us=$(( 1000000 / $(getconf CLK_TCK) ))
 for spec in "${sizes[@]}"; do
   n=${spec%%:*}; t=$trials; [ "$spec" = "$n" ] || t=${spec#*:}
   log "building the $n-file repository"
@@ -237,11 +240,12 @@ for spec in "${sizes[@]}"; do
       make_case "$n" "$kind" "$work/$kind-ralph"
       log "  $kind, trial $trial: two working copies made in $(ms $(( $(now_us) - t_setup ))) ms"
       sleep 1 # no file as new as the index the first iteration writes (racy git)
-      read -r a b c d u v < <(run_pair "$work/$kind-ralph" "$work/$kind-shell")
+      read -r a b c d u v w < <(run_pair "$work/$kind-ralph" "$work/$kind-shell")
       same_result "$work/$kind-shell" "$work/$kind-ralph"
       rm -rf "$work/$kind-shell" "$work/$kind-ralph"
-      log "$(printf '%7d files %-7s trial %d: shell first %6s ms steady %6s ms | ralph first %6s ms (start-up %s) steady %6s ms; CPU beside the agent %s ms' \
-        "$n" "$kind" "$trial" "$(ms "$a")" "$(ms "$b")" "$(ms "$c")" "$(ms "$u")" "$(ms "$d")" "$(ms "$v")")"
+      log "$(printf '%7d files %-7s trial %d: shell first %6s ms steady %6s ms | ralph first %6s ms (start-up %s) steady %6s ms last %6s ms; CPU beside the agent %s ms' \
+        "$n" "$kind" "$trial" "$(ms "$a")" "$(ms "$b")" "$(ms "$c")" "$(ms "$u")" "$(ms "$d")" "$(ms "$w")" "$(ms "$v")")"
+      last+=("$n $kind $w")
       [ "$v" -le "$beside" ] || beside=$v
       sf[$kind]+="$a "; ss[$kind]+="$b "; rf[$kind]+="$c "; rs[$kind]+="$d "
     done
@@ -273,4 +277,7 @@ printf 'Per-iteration overhead in ms; ratio = ralph / shell (per-trial range in 
 echo '| files | case | shell first | ralph first | ratio | shell steady | ralph steady | ratio |'
 echo '|---:|---|---:|---:|---:|---:|---:|---:|'
 printf '%s\n' "${table[@]}"
+printf '\nralph'"'"'s last iteration (its close also halts the run, after the full check of the tree without the watcher), ms, mean over the trials: %s.\n' \
+  "$(printf '%s\n' "${last[@]}" | awk '{ k = $1 " " $2; s[k] += $3; c[k]++; if (!(k in o)) { o[k] = ++n; key[n] = k } }
+    END { for (i = 1; i <= n; i++) { split(key[i], p, " "); printf "%s%s %s %.0f", (i > 1 ? ", " : ""), p[1], p[2], s[key[i]] / c[key[i]] / 1000 } }')"
 printf '\nralph'"'"'s own CPU time while its agents ran (work beside the agent, not counted above): at most %s ms per iteration.\n' "$(ms "$beside")"
