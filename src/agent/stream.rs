@@ -36,7 +36,8 @@ use serde_json::Value;
 use super::cli::Output;
 use super::findings::{ACTIVITY_BYTES, Findings, TailLine};
 use super::reset::Clock;
-use super::text::{TAIL_BYTES, find_last_newline, find_newline, keep_tail, strip_controls};
+use super::text::{TAIL_BYTES, find_last_newline, find_newline, strip_controls};
+use crate::proc::relay::keep_tail;
 
 pub use super::cli::Format;
 pub use super::format_for;
@@ -216,13 +217,13 @@ impl Observer {
     /// For the relay (`process::run`), which keeps the end of stdout itself: the observer of a
     /// text output does not copy it from every chunk, and is given it by
     /// [`Observer::relayed_tail`] before [`Observer::finish`].
-    pub(super) fn relay_keeps_tail(&mut self) {
+    pub(crate) fn relay_keeps_tail(&mut self) {
         self.relay_keeps_tail = true;
     }
 
     /// The end of stdout the relay kept (at least its last [`TAIL_BYTES`]), and whether stdout
     /// was longer.
-    pub(super) fn relayed_tail(&mut self, tail: &[u8], cut: bool) {
+    pub(crate) fn relayed_tail(&mut self, tail: &[u8], cut: bool) {
         if self.relay_keeps_tail && self.format.output == Output::Text {
             self.tail.clear();
             self.tail_cut = keep_tail(&mut self.tail, tail, TAIL_BYTES) || cut;

@@ -98,24 +98,6 @@ pub(super) fn find_last_newline(bytes: &[u8]) -> Option<usize> {
     bytes.iter().rposition(|&b| b == b'\n')
 }
 
-/// Appends `bytes` to `tail`, keeping at least its last `keep` bytes (at most twice that): a
-/// piece longer than `keep` replaces the tail with its own end, so a byte is copied at most
-/// once. Whether bytes were dropped.
-pub(super) fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8], keep: usize) -> bool {
-    if bytes.len() >= keep {
-        let dropped = !tail.is_empty() || bytes.len() > keep;
-        tail.clear();
-        tail.extend_from_slice(&bytes[bytes.len() - keep..]);
-        return dropped;
-    }
-    let over = (tail.len() + bytes.len()).saturating_sub(2 * keep);
-    if over > 0 {
-        tail.drain(..tail.len() + bytes.len() - keep);
-    }
-    tail.extend_from_slice(bytes);
-    over > 0
-}
-
 /// The first byte [`strip_controls`] must look at: a C0 control, DEL, or the lead byte of a C1.
 fn find_control(bytes: &[u8]) -> Option<usize> {
     find_byte(
@@ -294,22 +276,5 @@ mod tests {
         assert_eq!(as_u64(&Value::from(-3)), None);
         assert_eq!(as_f64(&Value::from("0.5")), Some(0.5));
         assert_eq!(as_f64(&Value::Null), None);
-    }
-
-    #[test]
-    fn the_tail_keeps_the_last_bytes_whatever_the_chunks() {
-        let data: Vec<u8> = (0..10_000u32).flat_map(|i| i.to_le_bytes()).collect();
-        for size in [1, 7, 100, 999, 1000, 1001, 4096, 40_000] {
-            let mut tail = Vec::new();
-            for chunk in data.chunks(size) {
-                keep_tail(&mut tail, chunk, 1000);
-                assert!(tail.len() <= 2000, "{size}");
-            }
-            assert!(tail.len() >= 1000);
-            assert!(data.ends_with(&tail), "{size}");
-        }
-        let mut tail = Vec::new();
-        assert!(!keep_tail(&mut tail, b"abc", 1000));
-        assert_eq!(tail, b"abc");
     }
 }

@@ -8,10 +8,10 @@ use serde_json::json;
 use super::Loop;
 use super::decide::Halt;
 use super::prepare::Prepared;
-use crate::agent::process::{self, Echo, Finished, RunError, StopCause, Watchers};
 use crate::agent::stream::{Observer, Usage, format_for};
 use crate::error::Result;
 use crate::live::LiveView;
+use crate::proc::relay::{self, Echo, Finished, RunError, StopCause, Watchers};
 use crate::ui::human_duration;
 
 /// How the agent phase of an iteration ended.
@@ -105,7 +105,7 @@ impl Loop {
         let inv = self.settings.confine(prep.inv.clone(), true);
         if self.interrupts.count() > 0 {
             // Interrupted while the attempt was set up (no await since: the count cannot move
-            // before `process::run` takes it): no agent is started.
+            // before `relay::run` takes it): no agent is started.
             if let Some(w) = &self.watch {
                 w.end_agent();
             }
@@ -114,7 +114,7 @@ impl Loop {
             }
             return Ok(Err(Halt::Interrupted));
         }
-        let run = process::run(
+        let run = relay::run(
             &inv,
             &root,
             &mut prep.transcript,

@@ -7,9 +7,9 @@ use std::path::Path;
 
 use super::Loop;
 use super::prepare::Prepared;
-use crate::agent::Invocation;
-use crate::agent::process::{self, Echo, Finished, Limits, StopCause, Watchers};
 use crate::error::{Error, Result};
+use crate::proc::Invocation;
+use crate::proc::relay::{self, Echo, Finished, Limits, StopCause, Watchers};
 use crate::signals::Interrupts;
 
 /// How many lines of a failed check's output the next prompt gets.
@@ -94,7 +94,7 @@ pub async fn run_check(
     } = check;
     let _ = writeln!(transcript, "\n{}", header(&what));
     inv.env.extend_from_slice(env);
-    let fin = process::run(&inv, root, transcript, &limits, interrupts, echo, watchers)
+    let fin = relay::run(&inv, root, transcript, &limits, interrupts, echo, watchers)
         .await
         .map_err(|e| e.into_error(format_args!("the {what}")))?;
     Ok((fin.stopped != Some(StopCause::Interrupt)).then_some(fin))

@@ -6,9 +6,9 @@ use super::checks::Check;
 use super::decide::Halt;
 use super::prepare::Prepared;
 use super::source::Judged;
-use crate::agent::process::{Echo, Watchers};
 use crate::agent::stream::{Observer, format_for};
 use crate::error::{Error, Result};
+use crate::proc::relay::{Echo, Watchers};
 
 /// The reviewer's answer: `None` when it gave no REVIEW line, else PASS or FAIL with a reason.
 type ReviewVerdict = Option<std::result::Result<(), String>>;

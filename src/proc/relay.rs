@@ -13,8 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::sleep_until;
 
 use super::Invocation;
-use super::text::keep_tail;
-use super::unix::{Guarded, Orders};
+use super::guarded::{Guarded, Orders};
 use crate::signals::Interrupts;
 
 /// How long to keep reading the pipes after the process exited before calling them leaked.
@@ -73,7 +72,7 @@ impl Finished {
 /// limits) and the live terminal view.
 #[derive(Default)]
 pub struct Watchers<'a> {
-    pub observer: Option<&'a mut super::stream::Observer>,
+    pub observer: Option<&'a mut crate::agent::stream::Observer>,
     pub view: Option<&'a crate::live::LiveView>,
     /// `.ralph/activity.now`, for `ralph watch`.
     pub activity: Option<&'a crate::activity::Sink>,
@@ -513,7 +512,7 @@ impl State {
     fn kill_now(&mut self, orders: &mut Orders) {
         self.killed = true;
         orders.kill();
-        self.kill_at = tokio::time::Instant::now() + crate::agent::unix::LAST_RESORT;
+        self.kill_at = tokio::time::Instant::now() + super::guarded::LAST_RESORT;
     }
 }
 
@@ -521,6 +520,24 @@ impl State {
 fn begin_stop(orders: &mut Orders, grace: Duration, kill_at: &mut tokio::time::Instant) {
     orders.terminate();
     *kill_at = tokio::time::Instant::now() + grace;
+}
+
+/// Appends `bytes` to `tail`, keeping at least its last `keep` bytes (at most twice that): a
+/// piece longer than `keep` replaces the tail with its own end, so a byte is copied at most
+/// once. Whether bytes were dropped.
+pub(crate) fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8], keep: usize) -> bool {
+    if bytes.len() >= keep {
+        let dropped = !tail.is_empty() || bytes.len() > keep;
+        tail.clear();
+        tail.extend_from_slice(&bytes[bytes.len() - keep..]);
+        return dropped;
+    }
+    let over = (tail.len() + bytes.len()).saturating_sub(2 * keep);
+    if over > 0 {
+        tail.drain(..tail.len() + bytes.len() - keep);
+    }
+    tail.extend_from_slice(bytes);
+    over > 0
 }
 
 /// Read from an optional pipe; pending forever once it is closed, `None` at end of file.
@@ -567,5 +584,22 @@ mod tests {
         stdout.read(3);
         assert_eq!(stdout.tail(), b"abc");
         assert!(Stdout::default().tail().is_empty());
+    }
+
+    #[test]
+    fn the_tail_keeps_the_last_bytes_whatever_the_chunks() {
+        let data: Vec<u8> = (0..10_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        for size in [1, 7, 100, 999, 1000, 1001, 4096, 40_000] {
+            let mut tail = Vec::new();
+            for chunk in data.chunks(size) {
+                keep_tail(&mut tail, chunk, 1000);
+                assert!(tail.len() <= 2000, "{size}");
+            }
+            assert!(tail.len() >= 1000);
+            assert!(data.ends_with(&tail), "{size}");
+        }
+        let mut tail = Vec::new();
+        assert!(!keep_tail(&mut tail, b"abc", 1000));
+        assert_eq!(tail, b"abc");
     }
 }
