@@ -14,6 +14,7 @@ mod reset;
 pub mod signal;
 pub mod stream;
 mod text;
+pub mod views;
 
 mod claude;
 mod codex;

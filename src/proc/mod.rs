@@ -2,14 +2,17 @@
 //! `[hooks]`, git hooks, the roll-up): what to run ([`Invocation`]), the guard it runs under so
 //! that nothing it starts outlives it (`guarded` ralph's side, `reaper` the guard itself, `tree`
 //! the `/proc` walk), short runs ralph waits for (`brief`), and the relay of a long one
-//! (`relay`: spawn, relay, stop), which publishes what it observes to whoever subscribes.
+//! (`relay`: spawn, relay; `supervise`: the timers and the stop), which publishes what it
+//! observes (`observe`) to whoever watches.
 //!
 //! Below `agent/`, `sandbox/`, `hooks` and `config`: nothing here knows which program runs.
 
 pub mod brief;
 pub mod guarded;
+pub mod observe;
 pub mod reaper;
 pub mod relay;
+mod supervise;
 pub mod tree;
 
 use std::ffi::OsString;

@@ -9,9 +9,11 @@ use super::Loop;
 use super::decide::Halt;
 use super::prepare::Prepared;
 use crate::agent::stream::{Observer, Usage, format_for};
+use crate::agent::views::Watched;
 use crate::error::Result;
 use crate::live::LiveView;
-use crate::proc::relay::{self, Echo, Finished, RunError, StopCause, Watchers};
+use crate::proc::observe::{Echo, Watchers};
+use crate::proc::relay::{self, Finished, RunError, StopCause};
 use crate::ui::human_duration;
 
 /// How the agent phase of an iteration ended.
@@ -90,15 +92,13 @@ impl Loop {
             .then(|| self.live_view(prep.n));
         // The latest activity for `ralph watch`; dropped (its last line written) with this run.
         let activity = crate::activity::Sink::start(&self.rd.path);
-        let watchers = Watchers {
-            observer: Some(&mut observer),
-            view: view.as_ref(),
-            activity: Some(&activity),
-            ..Default::default()
-        };
+        let mut watched = Watched::new(&mut observer)
+            .shown_on(view.as_ref())
+            .shown_on(Some(&activity));
+        let mut echo = self.echo();
+        let watchers = Watchers::default().with(&mut watched).with(&mut echo);
         let root = self.repo.root().to_path_buf();
         let limits = self.agent_limits();
-        let echo = self.echo();
         if let Some(w) = &self.watch {
             w.begin_agent();
         }
@@ -120,7 +120,6 @@ impl Loop {
             &mut prep.transcript,
             &limits,
             &mut self.interrupts,
-            echo,
             watchers,
         )
         .await;

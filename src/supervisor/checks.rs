@@ -9,7 +9,8 @@ use super::Loop;
 use super::prepare::Prepared;
 use crate::error::{Error, Result};
 use crate::proc::Invocation;
-use crate::proc::relay::{self, Echo, Finished, Limits, StopCause, Watchers};
+use crate::proc::observe::{Echo, Watchers};
+use crate::proc::relay::{self, Finished, Limits, StopCause};
 use crate::signals::Interrupts;
 
 /// How many lines of a failed check's output the next prompt gets.
@@ -78,7 +79,7 @@ impl Loop {
 
 /// Run one check in `root` under supervision, its output appended to `transcript` after a
 /// header naming it. `None` when an interrupt stopped it.
-pub async fn run_check(
+pub(crate) async fn run_check(
     root: &Path,
     check: Check,
     transcript: &mut std::fs::File,
@@ -94,7 +95,9 @@ pub async fn run_check(
     } = check;
     let _ = writeln!(transcript, "\n{}", header(&what));
     inv.env.extend_from_slice(env);
-    let fin = relay::run(&inv, root, transcript, &limits, interrupts, echo, watchers)
+    let mut echo = echo;
+    let watchers = watchers.with(&mut echo);
+    let fin = relay::run(&inv, root, transcript, &limits, interrupts, watchers)
         .await
         .map_err(|e| e.into_error(format_args!("the {what}")))?;
     Ok((fin.stopped != Some(StopCause::Interrupt)).then_some(fin))

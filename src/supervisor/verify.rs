@@ -9,7 +9,7 @@ use super::decide::Halt;
 use super::prepare::Prepared;
 use super::source::Judged;
 use crate::error::Result;
-use crate::proc::relay::Watchers;
+use crate::proc::observe::Watchers;
 use crate::task::checklist::normalize;
 use crate::task::verdict::{Verdict, VerdictClass};
 
