@@ -83,20 +83,6 @@ pub enum RunError {
     Wait(#[source] std::io::Error),
 }
 
-impl RunError {
-    /// The crate's error, naming what ran (`agent `claude``, `the test command: make`): "failed
-    /// to spawn agent `claude`", "failed to write the transcript", "failed to wait for …", with
-    /// the OS error as its cause.
-    pub fn into_error(self, what: impl std::fmt::Display) -> crate::error::Error {
-        use crate::error::Error;
-        match self {
-            RunError::Spawn(e) => Error::io(format!("failed to spawn {what}"), e),
-            RunError::Transcript(e) => Error::io("failed to write the transcript", e),
-            RunError::Wait(e) => Error::io(format!("failed to wait for {what}"), e),
-        }
-    }
-}
-
 /// Run `inv` in `cwd` under its guard (the leader of a new process group, every descendant
 /// adopted by the guard), relaying its output into `transcript` and to `watchers`, until it
 /// exits or a limit or an interrupt stops it; then whatever it left running is ended.

@@ -6,6 +6,7 @@
 use serde_json::json;
 
 use super::Loop;
+use super::checks::run_failed;
 use super::decide::Halt;
 use super::prepare::Prepared;
 use crate::agent::stream::{Observer, Usage, format_for};
@@ -146,7 +147,7 @@ impl Loop {
                     hint: "free some disk space, then continue with `ralph resume`".into(),
                 }))
             }
-            Err(e) => Err(e.into_error(format_args!("agent `{}`", prep.inv.program))),
+            Err(e) => Err(run_failed(e, format_args!("agent `{}`", prep.inv.program))),
         }
     }
 

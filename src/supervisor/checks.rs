@@ -10,7 +10,7 @@ use super::prepare::Prepared;
 use crate::error::{Error, Result};
 use crate::proc::Invocation;
 use crate::proc::observe::{Echo, Watchers};
-use crate::proc::relay::{self, Finished, Limits, StopCause};
+use crate::proc::relay::{self, Finished, Limits, RunError, StopCause};
 use crate::signals::Interrupts;
 
 /// How many lines of a failed check's output the next prompt gets.
@@ -99,8 +99,19 @@ pub(crate) async fn run_check(
     let watchers = watchers.with(&mut echo);
     let fin = relay::run(&inv, root, transcript, &limits, interrupts, watchers)
         .await
-        .map_err(|e| e.into_error(format_args!("the {what}")))?;
+        .map_err(|e| run_failed(e, format_args!("the {what}")))?;
     Ok((fin.stopped != Some(StopCause::Interrupt)).then_some(fin))
+}
+
+/// The crate's error for a run that failed, naming what ran (`agent `claude``, `the test
+/// command: make`): "failed to spawn agent `claude`", "failed to write the transcript", "failed
+/// to wait for …", with the OS error as its cause.
+pub(super) fn run_failed(e: RunError, what: impl std::fmt::Display) -> Error {
+    match e {
+        RunError::Spawn(e) => Error::io(format!("failed to spawn {what}"), e),
+        RunError::Transcript(e) => Error::io("failed to write the transcript", e),
+        RunError::Wait(e) => Error::io(format!("failed to wait for {what}"), e),
+    }
 }
 
 /// One agent run outside the loop (the planning runs of `ralph init --plan` and `ralph run
