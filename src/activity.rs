@@ -108,6 +108,18 @@ impl Drop for Sink {
     }
 }
 
+/// The file rests [`MIN_INTERVAL`] between writes, so the activity is worked out for it at most
+/// that often (and once more at the end).
+impl crate::agent::views::ActivityView for Sink {
+    fn interval(&self) -> Option<Duration> {
+        Some(MIN_INTERVAL)
+    }
+
+    fn show(&self, activity: &str) {
+        self.set(activity);
+    }
+}
+
 /// The writer thread: take the newest line, write it if it changed, rest, until closed.
 fn writer(dir: &Path, cell: &Cell) {
     let (lock, wake) = &**cell;

@@ -570,9 +570,9 @@ impl Settings {
     /// or runs on the repository's say (`on_repos_say`); otherwise as it is (SPEC §4).
     pub fn confine(
         &self,
-        inv: crate::agent::Invocation,
+        inv: crate::proc::Invocation,
         on_repos_say: bool,
-    ) -> crate::agent::Invocation {
+    ) -> crate::proc::Invocation {
         match &self.sandboxed {
             Some(s) if on_repos_say => s.wrap(inv),
             _ => inv,

@@ -96,7 +96,7 @@ fn run_hook(
             cmd
         }
     };
-    let brief = crate::brief::run_guarded(cmd.current_dir(root), HOOK_TIMEOUT)
+    let brief = crate::proc::brief::run_guarded(cmd.current_dir(root), HOOK_TIMEOUT)
         .map_err(|e| format!("cannot run the {name} hook: {e}"))?;
     let (status, output) = (brief.status, brief.output);
     let tail: String = output

@@ -2,7 +2,6 @@
 
 pub mod activity;
 pub mod agent;
-pub mod brief;
 pub mod cli;
 pub mod commands;
 pub mod config;
@@ -14,6 +13,7 @@ pub mod hooks;
 pub mod live;
 pub mod loops;
 pub mod markdown;
+pub mod proc;
 pub mod sandbox;
 pub mod signals;
 pub mod state;
@@ -37,8 +37,8 @@ pub fn main() -> i32 {
     if first.as_deref() == Some(std::ffi::OsStr::new(git::fsmonitor::HOOK_COMMAND)) {
         return git::fsmonitor::hook_main(&args.collect::<Vec<_>>());
     }
-    if first.as_deref() == Some(std::ffi::OsStr::new(agent::reaper::GUARD_COMMAND)) {
-        return agent::reaper::main(&args.collect::<Vec<_>>());
+    if first.as_deref() == Some(std::ffi::OsStr::new(proc::reaper::GUARD_COMMAND)) {
+        return proc::reaper::main(&args.collect::<Vec<_>>());
     }
     if first.as_deref() == Some(std::ffi::OsStr::new(sandbox::confine::COMMAND)) {
         return sandbox::confine::main(&args.collect::<Vec<_>>());

@@ -118,6 +118,13 @@ impl LiveView {
     }
 }
 
+/// The live line shows every change of the agent's activity (indicatif redraws at its own pace).
+impl crate::agent::views::ActivityView for LiveView {
+    fn show(&self, activity: &str) {
+        self.set_activity(activity);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

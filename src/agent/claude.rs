@@ -3,6 +3,9 @@
 //! final `result` (cost, tokens, turns, `is_error`), `rate_limit_event`s, `api_retry`s and the
 //! synthetic API-error messages that report limits and login failures (`AGENT-CLIS.md`).
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 use serde_json::Value;
 
 use super::cli::{Cli, Launch, Output, Part, literal};
@@ -105,7 +108,8 @@ impl Cli for Claude {
         if !line.trim_ascii_end().ends_with(b"}") {
             return false;
         }
-        let Some(at) = line.windows(10).position(|w| w == br#""content":"#) else {
+        static CONTENT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(br#""content":"#));
+        let Some(at) = CONTENT.find(line) else {
             return false;
         };
         let rest = &line[at..];
@@ -237,116 +241,16 @@ fn assistant(v: &Value, seen: &mut Findings) {
 
 /// Whether an `assistant` line may be a synthetic API-error message: whether it holds one of
 /// the markers `assistant` reads them by — `<synthetic>`, `isApiErrorMessage`, `"error"` — as
-/// Claude Code writes them. One pass over the line, 32 (or 16) bytes at a time: `<`, or `rr`
-/// (in both other markers), then a look at what surrounds it.
+/// Claude Code writes them. Two vectorised passes, each looking closer only where it stops: at
+/// a `<` (rare in JSON), and at `rror` (in both other markers). Measured faster than one
+/// hand-written AVX2 pass for `<` and `rr`.
 fn may_be_api_error(line: &[u8]) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    let from = {
-        let (found, from) = if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2.
-            unsafe { markers_avx2(line) }
-        } else {
-            // SAFETY: SSE2 is part of x86_64.
-            unsafe { markers_sse2(line) }
-        };
-        if found {
-            return true;
-        }
-        from
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let from = 0;
-    (from..line.len()).any(|i| marker_at(line, i))
-}
-
-/// Whether a marker has its `<` or its first `rr` at `i`.
-fn marker_at(line: &[u8], i: usize) -> bool {
-    match line[i] {
-        b'<' => line[i..].starts_with(b"<synthetic>"),
-        b'r' => {
+    static RROR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"rror"));
+    memchr::memchr_iter(b'<', line).any(|i| line[i..].starts_with(b"<synthetic>"))
+        || RROR.find_iter(line).any(|i| {
             (i >= 2 && line[i - 2..].starts_with(br#""error""#))
                 || (i >= 6 && line[i - 6..].starts_with(b"isApiErrorMessage"))
-        }
-        _ => false,
-    }
-}
-
-/// [`may_be_api_error`] 32 bytes at a time: whether a marker was found, else where the bytes
-/// left to look at begin (a line too short for one block is left whole).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn markers_avx2(line: &[u8]) -> (bool, usize) {
-    use std::arch::x86_64::{
-        __m256i, _mm256_and_si256, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_movemask_epi8,
-        _mm256_or_si256, _mm256_set1_epi8,
-    };
-    let (lt, r) = (_mm256_set1_epi8(b'<' as i8), _mm256_set1_epi8(b'r' as i8));
-    let Some(last) = line.len().checked_sub(33) else {
-        return (false, 0);
-    };
-    let mut i = 0;
-    loop {
-        // The last block overlaps the one before; a marker never begins at the last byte.
-        let at = i.min(last);
-        // SAFETY: both loads read 32 bytes within the line (`at + 33 <= len`).
-        let (here, next) = unsafe {
-            (
-                _mm256_loadu_si256(line.as_ptr().add(at).cast::<__m256i>()),
-                _mm256_loadu_si256(line.as_ptr().add(at + 1).cast::<__m256i>()),
-            )
-        };
-        let rr = _mm256_and_si256(_mm256_cmpeq_epi8(here, r), _mm256_cmpeq_epi8(next, r));
-        let mut hits =
-            _mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi8(here, lt), rr)) as u32;
-        while hits != 0 {
-            if marker_at(line, at + hits.trailing_zeros() as usize) {
-                return (true, at);
-            }
-            hits &= hits - 1;
-        }
-        if at == last {
-            return (false, line.len());
-        }
-        i += 32;
-    }
-}
-
-/// [`may_be_api_error`] 16 bytes at a time, the same way.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse2")]
-fn markers_sse2(line: &[u8]) -> (bool, usize) {
-    use std::arch::x86_64::{
-        __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
-        _mm_set1_epi8,
-    };
-    let (lt, r) = (_mm_set1_epi8(b'<' as i8), _mm_set1_epi8(b'r' as i8));
-    let Some(last) = line.len().checked_sub(17) else {
-        return (false, 0);
-    };
-    let mut i = 0;
-    loop {
-        // The last block overlaps the one before; a marker never begins at the last byte.
-        let at = i.min(last);
-        // SAFETY: both loads read 16 bytes within the line (`at + 17 <= len`).
-        let (here, next) = unsafe {
-            (
-                _mm_loadu_si128(line.as_ptr().add(at).cast::<__m128i>()),
-                _mm_loadu_si128(line.as_ptr().add(at + 1).cast::<__m128i>()),
-            )
-        };
-        let rr = _mm_and_si128(_mm_cmpeq_epi8(here, r), _mm_cmpeq_epi8(next, r));
-        let mut hits = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(here, lt), rr));
-        while hits != 0 {
-            if marker_at(line, at + hits.trailing_zeros() as usize) {
-                return (true, at);
-            }
-            hits &= hits - 1;
-        }
-        if at == last {
-            return (false, line.len());
-        }
-        i += 16;
-    }
+        })
 }
 
 /// The final `result`: cost, tokens, turns, and, when `is_error`, the limit or login failure
@@ -425,7 +329,7 @@ mod tests {
             r#","model":"<synthetic>""#,
         ] {
             assert!(!Claude.supersedable(message(marker).as_bytes()), "{marker}");
-            // Wherever the marker falls against the sixteen-byte blocks.
+            // Wherever the marker falls in the line.
             for pad in 0..40 {
                 let line = message(&format!(r#","pad":"{}"{marker}"#, "x".repeat(pad)));
                 assert!(!Claude.supersedable(line.as_bytes()), "{marker} {pad}");
@@ -458,12 +362,6 @@ mod tests {
                 .iter()
                 .any(|m| line.windows(m.len()).any(|w| w == *m));
             proptest::prop_assert_eq!(may_be_api_error(&line), plain);
-            #[cfg(target_arch = "x86_64")]
-            {
-                // SAFETY: SSE2 is part of x86_64.
-                let (found, from) = unsafe { markers_sse2(&line) };
-                proptest::prop_assert_eq!(found || (from..line.len()).any(|i| marker_at(&line, i)), plain);
-            }
         }
     }
 

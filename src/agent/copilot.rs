@@ -61,7 +61,7 @@ impl Cli for Copilot {
     }
 
     fn probe(&self, program: &Path, launch: &mut Launch) {
-        let help = crate::brief::run(
+        let help = crate::proc::brief::run(
             std::process::Command::new(program).arg("--help"),
             Duration::from_secs(10),
         )

@@ -5,19 +5,16 @@
 //! prints, its limit and login signals — and one line in [`PRESETS`]; `--agent-cmd` templates
 //! are `custom`. Below them all: the vocabulary ([`output`], [`cli`], [`findings`]), the
 //! reset-time parser (`reset`), text signals (`signal`) and helpers (`text`); above them, the
-//! [`stream::Observer`] that reads an attempt's output and [`process`] that runs it.
+//! [`stream::Observer`] that reads an attempt's output (`crate::proc` runs it).
 
 pub mod cli;
 pub mod findings;
 pub mod output;
-pub mod process;
-pub mod reaper;
 mod reset;
 pub mod signal;
 pub mod stream;
 mod text;
-pub mod tree;
-pub mod unix;
+pub mod views;
 
 mod claude;
 mod codex;
@@ -35,6 +32,7 @@ pub use cli::{Cli, Format, Launch, Output, Part};
 
 use crate::config::AgentChoice;
 use crate::error::{Error, Result};
+use crate::proc::Invocation;
 
 /// A prompt longer than this never travels as one argument (Linux refuses a single argument over
 /// 128 KiB); presets switch to stdin and custom `{prompt}` templates are refused.
@@ -84,35 +82,6 @@ pub struct Agent {
     pub env: Vec<(String, String)>,
     /// Things to say once (e.g. `IS_SANDBOX=1` for claude as root).
     pub notes: Vec<String>,
-}
-
-/// What to spawn for one iteration.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invocation {
-    pub program: String,
-    pub args: Vec<OsString>,
-    pub stdin: Option<Vec<u8>>,
-    pub env: Vec<(String, String)>,
-}
-
-impl Invocation {
-    /// The argv for display, with a long prompt abbreviated.
-    pub fn display(&self) -> String {
-        let mut words = vec![self.program.clone()];
-        for a in &self.args {
-            let a = a.to_string_lossy();
-            if a.len() > 80 {
-                words.push(format!("<prompt: {} bytes>", a.len()));
-            } else {
-                words.push(shell_words::quote(&a).into_owned());
-            }
-        }
-        let mut s = words.join(" ");
-        if let Some(input) = &self.stdin {
-            s.push_str(&format!(" < <prompt: {} bytes on stdin>", input.len()));
-        }
-        s
-    }
 }
 
 impl Agent {

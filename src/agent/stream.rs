@@ -36,7 +36,9 @@ use serde_json::Value;
 use super::cli::Output;
 use super::findings::{ACTIVITY_BYTES, Findings, TailLine};
 use super::reset::Clock;
-use super::text::{TAIL_BYTES, find_last_newline, find_newline, keep_tail, strip_controls};
+use super::text::{TAIL_BYTES, find_last_newline, find_newline, strip_controls};
+use crate::proc::observe::{Observation, Watcher};
+use crate::proc::relay::keep_tail;
 
 pub use super::cli::Format;
 pub use super::format_for;
@@ -213,16 +215,9 @@ impl Observer {
         self.seen.flush_activity();
     }
 
-    /// For the relay (`process::run`), which keeps the end of stdout itself: the observer of a
-    /// text output does not copy it from every chunk, and is given it by
-    /// [`Observer::relayed_tail`] before [`Observer::finish`].
-    pub(super) fn relay_keeps_tail(&mut self) {
-        self.relay_keeps_tail = true;
-    }
-
     /// The end of stdout the relay kept (at least its last [`TAIL_BYTES`]), and whether stdout
     /// was longer.
-    pub(super) fn relayed_tail(&mut self, tail: &[u8], cut: bool) {
+    fn relayed_tail(&mut self, tail: &[u8], cut: bool) {
         if self.relay_keeps_tail && self.format.output == Output::Text {
             self.tail.clear();
             self.tail_cut = keep_tail(&mut self.tail, tail, TAIL_BYTES) || cut;
@@ -600,6 +595,27 @@ impl Observer {
             .collect();
         lines.sort_unstable_by_key(|(n, _)| *n);
         lines.into_iter().map(|(_, line)| line).collect()
+    }
+}
+
+/// The observer watching a supervised run: fed every chunk the relay publishes, finished when
+/// the run ends. The relay keeps the end of stdout (a text output's tail) and hands it over at
+/// the end, so the observer does not copy it from every chunk.
+impl Watcher for Observer {
+    fn observe(&mut self, what: &Observation<'_>) {
+        match *what {
+            Observation::Started => self.relay_keeps_tail = true,
+            Observation::Output { bytes, stderr } => self.feed(bytes, stderr),
+            Observation::Ended {
+                exit,
+                stdout_tail,
+                cut,
+            } => {
+                self.relayed_tail(stdout_tail, cut);
+                self.finish(exit);
+            }
+            Observation::Stopping(_) | Observation::Killed => {}
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Small text helpers shared by the observer and the CLIs: terminal control codes stripped (found
-//! eight bytes at a time), lines found with the C library's `memchr`, messages cut to one short
-//! line, lenient JSON numbers.
+//! eight bytes at a time), lines found with `memchr` (vectorised, so finding lines costs far less
+//! than relaying them), messages cut to one short line, lenient JSON numbers.
 
 use serde_json::Value;
 
@@ -76,44 +76,14 @@ fn find_byte(bytes: &[u8], word: impl Fn(u64) -> bool, byte: impl Fn(u8) -> bool
     bytes[i..].iter().position(|&b| byte(b)).map(|p| i + p)
 }
 
-/// The first newline (the C library's `memchr`: vectorised, so finding lines costs far less than
-/// relaying them).
+/// The first newline.
 pub(super) fn find_newline(bytes: &[u8]) -> Option<usize> {
-    // SAFETY: `memchr` reads only the `bytes.len()` bytes of the slice.
-    let found = unsafe { libc::memchr(bytes.as_ptr().cast(), i32::from(b'\n'), bytes.len()) };
-    (!found.is_null()).then(|| found as usize - bytes.as_ptr() as usize)
+    memchr::memchr(b'\n', bytes)
 }
 
 /// The last newline.
-#[cfg(any(target_os = "linux", target_os = "android"))]
 pub(super) fn find_last_newline(bytes: &[u8]) -> Option<usize> {
-    // SAFETY: `memrchr` reads only the `bytes.len()` bytes of the slice.
-    let found = unsafe { libc::memrchr(bytes.as_ptr().cast(), i32::from(b'\n'), bytes.len()) };
-    (!found.is_null()).then(|| found as usize - bytes.as_ptr() as usize)
-}
-
-/// The last newline.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub(super) fn find_last_newline(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().rposition(|&b| b == b'\n')
-}
-
-/// Appends `bytes` to `tail`, keeping at least its last `keep` bytes (at most twice that): a
-/// piece longer than `keep` replaces the tail with its own end, so a byte is copied at most
-/// once. Whether bytes were dropped.
-pub(super) fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8], keep: usize) -> bool {
-    if bytes.len() >= keep {
-        let dropped = !tail.is_empty() || bytes.len() > keep;
-        tail.clear();
-        tail.extend_from_slice(&bytes[bytes.len() - keep..]);
-        return dropped;
-    }
-    let over = (tail.len() + bytes.len()).saturating_sub(2 * keep);
-    if over > 0 {
-        tail.drain(..tail.len() + bytes.len() - keep);
-    }
-    tail.extend_from_slice(bytes);
-    over > 0
+    memchr::memrchr(b'\n', bytes)
 }
 
 /// The first byte [`strip_controls`] must look at: a C0 control, DEL, or the lead byte of a C1.
@@ -294,22 +264,5 @@ mod tests {
         assert_eq!(as_u64(&Value::from(-3)), None);
         assert_eq!(as_f64(&Value::from("0.5")), Some(0.5));
         assert_eq!(as_f64(&Value::Null), None);
-    }
-
-    #[test]
-    fn the_tail_keeps_the_last_bytes_whatever_the_chunks() {
-        let data: Vec<u8> = (0..10_000u32).flat_map(|i| i.to_le_bytes()).collect();
-        for size in [1, 7, 100, 999, 1000, 1001, 4096, 40_000] {
-            let mut tail = Vec::new();
-            for chunk in data.chunks(size) {
-                keep_tail(&mut tail, chunk, 1000);
-                assert!(tail.len() <= 2000, "{size}");
-            }
-            assert!(tail.len() >= 1000);
-            assert!(data.ends_with(&tail), "{size}");
-        }
-        let mut tail = Vec::new();
-        assert!(!keep_tail(&mut tail, b"abc", 1000));
-        assert_eq!(tail, b"abc");
     }
 }

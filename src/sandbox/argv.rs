@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use super::host::{Host, Layout};
 use super::paths::normal;
 use super::{Net, Sandbox, confine};
-use crate::agent::Invocation;
+use crate::proc::Invocation;
 
 /// What of the sandbox's `/proc` is the kernel's, not the sandbox's processes': bwrap's own list
 /// of what it means to cover.

@@ -261,7 +261,7 @@ fn probe(bwrap: &Path) -> Result<bool> {
             cmd.arg("--unshare-user");
         }
         cmd.args(["--ro-bind", "/", "/", "--cap-drop", "ALL", "true"]);
-        crate::brief::run(&mut cmd, std::time::Duration::from_secs(10))
+        crate::proc::brief::run(&mut cmd, std::time::Duration::from_secs(10))
             .map_err(|e| Error::io(format!("failed to run `{}`", bwrap.display()), e))
     };
     if trial(true)?.status.is_some_and(|s| s.success()) {

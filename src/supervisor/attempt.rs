@@ -6,12 +6,15 @@
 use serde_json::json;
 
 use super::Loop;
+use super::checks::run_failed;
 use super::decide::Halt;
 use super::prepare::Prepared;
-use crate::agent::process::{self, Echo, Finished, RunError, StopCause, Watchers};
 use crate::agent::stream::{Observer, Usage, format_for};
+use crate::agent::views::Watched;
 use crate::error::Result;
 use crate::live::LiveView;
+use crate::proc::observe::{Echo, Watchers};
+use crate::proc::relay::{self, Finished, RunError, StopCause};
 use crate::ui::human_duration;
 
 /// How the agent phase of an iteration ended.
@@ -90,22 +93,20 @@ impl Loop {
             .then(|| self.live_view(prep.n));
         // The latest activity for `ralph watch`; dropped (its last line written) with this run.
         let activity = crate::activity::Sink::start(&self.rd.path);
-        let watchers = Watchers {
-            observer: Some(&mut observer),
-            view: view.as_ref(),
-            activity: Some(&activity),
-            ..Default::default()
-        };
+        let mut watched = Watched::new(&mut observer)
+            .shown_on(view.as_ref())
+            .shown_on(Some(&activity));
+        let mut echo = self.echo();
+        let watchers = Watchers::default().with(&mut watched).with(&mut echo);
         let root = self.repo.root().to_path_buf();
         let limits = self.agent_limits();
-        let echo = self.echo();
         if let Some(w) = &self.watch {
             w.begin_agent();
         }
         let inv = self.settings.confine(prep.inv.clone(), true);
         if self.interrupts.count() > 0 {
             // Interrupted while the attempt was set up (no await since: the count cannot move
-            // before `process::run` takes it): no agent is started.
+            // before `relay::run` takes it): no agent is started.
             if let Some(w) = &self.watch {
                 w.end_agent();
             }
@@ -114,13 +115,12 @@ impl Loop {
             }
             return Ok(Err(Halt::Interrupted));
         }
-        let run = process::run(
+        let run = relay::run(
             &inv,
             &root,
             &mut prep.transcript,
             &limits,
             &mut self.interrupts,
-            echo,
             watchers,
         )
         .await;
@@ -147,7 +147,7 @@ impl Loop {
                     hint: "free some disk space, then continue with `ralph resume`".into(),
                 }))
             }
-            Err(e) => Err(e.into_error(format_args!("agent `{}`", prep.inv.program))),
+            Err(e) => Err(run_failed(e, format_args!("agent `{}`", prep.inv.program))),
         }
     }
 

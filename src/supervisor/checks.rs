@@ -7,9 +7,10 @@ use std::path::Path;
 
 use super::Loop;
 use super::prepare::Prepared;
-use crate::agent::Invocation;
-use crate::agent::process::{self, Echo, Finished, Limits, StopCause, Watchers};
 use crate::error::{Error, Result};
+use crate::proc::Invocation;
+use crate::proc::observe::{Echo, Watchers};
+use crate::proc::relay::{self, Finished, Limits, RunError, StopCause};
 use crate::signals::Interrupts;
 
 /// How many lines of a failed check's output the next prompt gets.
@@ -78,7 +79,7 @@ impl Loop {
 
 /// Run one check in `root` under supervision, its output appended to `transcript` after a
 /// header naming it. `None` when an interrupt stopped it.
-pub async fn run_check(
+pub(crate) async fn run_check(
     root: &Path,
     check: Check,
     transcript: &mut std::fs::File,
@@ -94,10 +95,23 @@ pub async fn run_check(
     } = check;
     let _ = writeln!(transcript, "\n{}", header(&what));
     inv.env.extend_from_slice(env);
-    let fin = process::run(&inv, root, transcript, &limits, interrupts, echo, watchers)
+    let mut echo = echo;
+    let watchers = watchers.with(&mut echo);
+    let fin = relay::run(&inv, root, transcript, &limits, interrupts, watchers)
         .await
-        .map_err(|e| e.into_error(format_args!("the {what}")))?;
+        .map_err(|e| run_failed(e, format_args!("the {what}")))?;
     Ok((fin.stopped != Some(StopCause::Interrupt)).then_some(fin))
+}
+
+/// The crate's error for a run that failed, naming what ran (`agent `claude``, `the test
+/// command: make`): "failed to spawn agent `claude`", "failed to write the transcript", "failed
+/// to wait for …", with the OS error as its cause.
+pub(super) fn run_failed(e: RunError, what: impl std::fmt::Display) -> Error {
+    match e {
+        RunError::Spawn(e) => Error::io(format!("failed to spawn {what}"), e),
+        RunError::Transcript(e) => Error::io("failed to write the transcript", e),
+        RunError::Wait(e) => Error::io(format!("failed to wait for {what}"), e),
+    }
 }
 
 /// One agent run outside the loop (the planning runs of `ralph init --plan` and `ralph run

@@ -12,8 +12,8 @@ use super::decide::{Counters, Decision, Halt, Outcome, decide};
 use super::faults::{Faults, chain, failed};
 use super::prepare::Prepared;
 use super::record::{Ending, Recorded};
-use crate::agent::process::StopCause;
 use crate::error::{Error, Result};
+use crate::proc::relay::StopCause;
 use crate::state::{self, IterExit};
 use crate::ui::{CostLine, Report, human_duration};
 

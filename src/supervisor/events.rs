@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use super::Loop;
 use super::checks::{Check, run_check, shell};
-use crate::agent::process::{Echo, Limits, Watchers};
+use crate::proc::observe::{Echo, Watchers};
+use crate::proc::relay::Limits;
 use crate::state;
 
 /// The grace a hook gets after its timeout before SIGKILL.

@@ -6,9 +6,9 @@ use super::checks::Check;
 use super::decide::Halt;
 use super::prepare::Prepared;
 use super::source::Judged;
-use crate::agent::process::{Echo, Watchers};
 use crate::agent::stream::{Observer, format_for};
 use crate::error::{Error, Result};
+use crate::proc::observe::{Echo, Watchers};
 
 /// The reviewer's answer: `None` when it gave no REVIEW line, else PASS or FAIL with a reason.
 type ReviewVerdict = Option<std::result::Result<(), String>>;
@@ -114,12 +114,7 @@ impl Loop {
         let mut inv = self.agent.invocation(&prompt, &prompt_file)?;
         inv.env.extend(self.ralph_env(prep.n));
         let mut observer = Observer::new(format_for(&self.agent.name), chrono::Utc::now());
-        let watchers = Watchers {
-            observer: Some(&mut observer),
-            view: None,
-            activity: None,
-            ..Default::default()
-        };
+        let watchers = Watchers::default().with(&mut observer);
         let check = Check {
             what: format!("review of task {k}: a fresh {} run", self.agent.name),
             inv: self.settings.confine(inv, true),

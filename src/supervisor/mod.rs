@@ -34,10 +34,10 @@ pub use commit::{FALLBACK_IDENTITY_WARNING, commit_message, guarded_commit};
 pub use verify::promise_in_final_message;
 
 use crate::agent::Agent;
-use crate::agent::process::Limits;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::git::Repo;
+use crate::proc::relay::Limits;
 use crate::signals::Interrupts;
 use crate::state::{self, RalphDir, RunState};
 use crate::ui::Ui;

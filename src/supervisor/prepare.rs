@@ -9,8 +9,8 @@ use serde_json::json;
 use super::Loop;
 use super::decide::Counters;
 use super::source::PromptCtx;
-use crate::agent::Invocation;
 use crate::error::{Error, Result};
+use crate::proc::Invocation;
 use crate::state;
 
 /// An iteration ready to run its agent.

@@ -8,8 +8,8 @@ use super::checks::{Check, shell};
 use super::decide::Halt;
 use super::prepare::Prepared;
 use super::source::Judged;
-use crate::agent::process::Watchers;
 use crate::error::Result;
+use crate::proc::observe::Watchers;
 use crate::task::checklist::normalize;
 use crate::task::verdict::{Verdict, VerdictClass};
 
@@ -123,7 +123,7 @@ impl Loop {
         &mut self,
         prep: &mut Prepared,
         display: String,
-        inv: crate::agent::Invocation,
+        inv: crate::proc::Invocation,
         feedback: &mut Vec<String>,
     ) -> Result<Option<Verdict>> {
         let check = Check {

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use super::{Judged, PromptCtx, stuck_paragraph};
-use crate::agent::Invocation;
 use crate::error::Result;
+use crate::proc::Invocation;
 use crate::supervisor::decide::Halt;
 use crate::task::cpm::{self, Coverage, Phase, Targets};
 use crate::task::verdict::{Verdict, VerdictClass};

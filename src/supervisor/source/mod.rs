@@ -13,9 +13,9 @@ pub use table::TableSource;
 
 use super::decide::Halt;
 use super::prompt::STUCK_ALERT;
-use crate::agent::Invocation;
 use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::proc::Invocation;
 use crate::state::Mode;
 use crate::task::cpm::Targets;
 use crate::task::verdict::{Verdict, VerdictClass};

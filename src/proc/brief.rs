@@ -72,10 +72,10 @@ fn collect(rx: mpsc::Receiver<String>) -> String {
 }
 
 /// As [`run`], for a command the repository gave (a git hook, which the agent could have
-/// written): under ralph's guard, so nothing it starts outlives it (see `agent/unix.rs`); at
+/// written): under ralph's guard, so nothing it starts outlives it (see `guarded.rs`); at
 /// the deadline its whole tree is killed.
 pub fn run_guarded(cmd: &Command, deadline: Duration) -> std::io::Result<Brief> {
-    use crate::agent::unix::BlockingGuarded;
+    use super::guarded::BlockingGuarded;
     let args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
     let cwd = cmd
         .get_current_dir()

@@ -11,12 +11,14 @@
 //! closing it for a dead ralph — makes it finish the tree and exit.
 
 use std::io::{BufRead, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::process::{Pid, Signal};
 use tokio::sync::mpsc;
 
 use super::reaper::{GUARD_COMMAND, KILL, SPARE_LEADER, TERMINATE};
@@ -56,10 +58,10 @@ pub const LAST_RESORT: Duration = Duration::from_secs(2);
 pub struct Orders {
     control: Option<std::fs::File>,
     /// The command's process group: signalled directly if the guard is gone.
-    group: i32,
+    group: Option<Pid>,
     /// The guard itself (ralph's child, so its pid cannot be reused before ralph reaps it): a
     /// command can stop it (`kill -STOP $PPID`); every order continues it first.
-    guard: i32,
+    guard: Option<Pid>,
     /// SIGKILL was ordered.
     pub kill_sent: bool,
 }
@@ -67,13 +69,13 @@ pub struct Orders {
 impl Orders {
     /// SIGTERM to the command's group and everything it started.
     pub fn terminate(&mut self) {
-        self.send(TERMINATE, libc::SIGTERM);
+        self.send(TERMINATE, Signal::TERM);
     }
 
     /// SIGKILL to all of it.
     pub fn kill(&mut self) {
         self.kill_sent = true;
-        self.send(KILL, libc::SIGKILL);
+        self.send(KILL, Signal::KILL);
     }
 
     /// The last resort when the guard does not carry out SIGKILL (stopped again and again by
@@ -81,31 +83,28 @@ impl Orders {
     /// signal); what the guard had adopted is left to init — better than a supervisor that
     /// never stops.
     pub fn kill_guard(&mut self) {
-        if self.guard > 1 {
-            // SAFETY: kill takes a pid (our own unreaped child) and a signal number.
-            unsafe { libc::kill(self.guard, libc::SIGKILL) };
+        if let Some(guard) = self.guard {
+            let _ = rustix::process::kill_process(guard, Signal::KILL);
         }
     }
 
     /// Continue a guard the command stopped.
     pub fn wake(&self) {
-        if self.guard > 1 {
-            // SAFETY: as in kill_guard.
-            unsafe { libc::kill(self.guard, libc::SIGCONT) };
+        if let Some(guard) = self.guard {
+            let _ = rustix::process::kill_process(guard, Signal::CONT);
         }
     }
 
-    fn send(&mut self, order: u8, sig: i32) {
+    fn send(&mut self, order: u8, sig: Signal) {
         self.wake();
         let sent = self
             .control
             .as_mut()
             .is_some_and(|c| c.write_all(&[order]).is_ok());
-        if !sent && self.group > 1 {
+        if !sent && let Some(group) = self.group {
             // The guard is gone (killed from inside the command's tree): its group is what is
             // left to reach.
-            // SAFETY: killpg takes a group id and a signal number.
-            unsafe { libc::killpg(self.group, sig) };
+            let _ = rustix::process::kill_process_group(group, sig);
         }
     }
 }
@@ -170,11 +169,16 @@ fn guard_command(
         .current_dir(cwd)
         .stdin(Stdio::null())
         .process_group(0);
-    // SAFETY: the closure runs between fork and exec and only calls fcntl.
+    // SAFETY: the closure runs between fork and exec and makes two `fcntl` calls, nothing else
+    // (async-signal-safe), on two descriptors open there (ralph holds them until the guard
+    // runs). std offers no safe way to hand a child a descriptor beyond stdio.
     unsafe {
         cmd.pre_exec(move || {
-            inherit(cr)?;
-            inherit(rw)
+            for fd in [cr, rw] {
+                // Close-on-exec cleared: the guard, and only it, inherits them.
+                rustix::io::fcntl_setfd(BorrowedFd::borrow_raw(fd), rustix::io::FdFlags::empty())?;
+            }
+            Ok(())
         });
     }
     Ok((
@@ -203,8 +207,8 @@ impl Pipes {
             control: Some(std::fs::File::from(std::os::fd::OwnedFd::from(
                 self.control_w,
             ))),
-            group: 0,
-            guard: guard.map_or(0, |p| p as i32),
+            group: None,
+            guard: guard.and_then(|p| pid(i32::try_from(p).ok()?)),
             kill_sent: false,
         };
         (orders, self.report_r)
@@ -214,8 +218,8 @@ impl Pipes {
 /// The first report: the command's pid, or why it could not start.
 fn started(first: Option<Report>, orders: &mut Orders) -> std::io::Result<()> {
     match first {
-        Some(Report::Pid(pid)) => {
-            orders.group = pid;
+        Some(Report::Pid(n)) => {
+            orders.group = pid(n);
             Ok(())
         }
         Some(Report::Spawn(e)) => Err(e),
@@ -360,14 +364,10 @@ fn next_report(
         if reports.buffer().is_empty()
             && let Some(t) = timeout
         {
-            let mut fd = libc::pollfd {
-                fd: reports.get_ref().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = t.as_millis().clamp(1, i32::MAX as u128) as i32;
-            // SAFETY: poll on one live pollfd.
-            if unsafe { libc::poll(&mut fd, 1, ms) } <= 0 {
+            let mut fds = [PollFd::new(reports.get_ref(), PollFlags::IN)];
+            // At least a millisecond, as a deadline just reached is not waited on in a loop.
+            let t = Timespec::try_from(t.max(Duration::from_millis(1))).ok()?;
+            if rustix::event::poll(&mut fds, Some(&t)).unwrap_or(0) == 0 {
                 return None;
             }
         }
@@ -389,16 +389,9 @@ fn forwards_no_sigterm(program: &std::ffi::OsStr) -> bool {
     Path::new(program).file_name() == Some(std::ffi::OsStr::new("bwrap"))
 }
 
-/// Clear close-on-exec on `fd` (in the guard's child, before exec).
-fn inherit(fd: RawFd) -> std::io::Result<()> {
-    // SAFETY: fcntl on a descriptor number.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFD);
-        if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+/// A process ralph may signal: never 0 or 1 (its group, init), whatever a report said.
+fn pid(n: i32) -> Option<Pid> {
+    Pid::from_raw(n).filter(|p| p.as_raw_pid() > 1)
 }
 
 /// ralph's own binary, runnable even when a new build has replaced it on disk.

@@ -18,10 +18,16 @@
 //! time. Without `/proc` (macOS) only the command's group is signalled.
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::RawFd;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
+
+use nix::sys::signal::{SigSet, Signal as NixSignal};
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use rustix::io::FdFlags;
+use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, WaitOptions, waitid};
 
 use super::tree;
 
@@ -84,45 +90,45 @@ pub fn main(args: &[OsString]) -> i32 {
         );
         return 2;
     };
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
-        // SAFETY: ignoring a signal installs no handler code.
-        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    // SAFETY: the two descriptors are the guard's by its protocol: ralph made them for it and
+    // passed their numbers, and nothing else in the guard knows them. std has no safe way to
+    // take a descriptor that came by number.
+    let (control, report) = unsafe {
+        (
+            OwnedFd::from_raw_fd(a.control),
+            OwnedFd::from_raw_fd(a.report),
+        )
+    };
+    for fd in [&control, &report] {
+        let _ = rustix::io::fcntl_setfd(fd, FdFlags::CLOEXEC);
     }
-    for fd in [a.control, a.report] {
-        set_cloexec(fd);
-    }
+    let report = Reporter(File::from(report));
     #[cfg(target_os = "linux")]
-    // SAFETY: prctl with an integer argument.
-    unsafe {
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
-    }
-    let Some(wake) = Wake::install() else {
-        report(a.report, "spawn 24");
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    let Ok(wake) = Wake::install() else {
+        report.say("spawn 24");
         return 127;
     };
     let agent = match spawn(&a) {
         Ok(pid) => pid,
         Err(e) => {
-            report(
-                a.report,
-                &format!("spawn {}", e.raw_os_error().unwrap_or(0)),
-            );
+            report.say(&format!("spawn {}", e.raw_os_error().unwrap_or(0)));
             return 127;
         }
     };
-    report(a.report, &format!("pid {agent}"));
+    report.say(&format!("pid {agent}"));
     // The command holds the pipes to ralph now; the guard lets go of its copies, so that their
     // end of file depends on the command's tree alone.
     detach_stdio();
     let mut g = Guard {
-        me: std::process::id() as i32,
+        me: rustix::process::getpid().as_raw_pid(),
         agent,
         agent_ended: false,
         agent_reaped: false,
-        report: a.report,
+        report,
         grace: a.grace,
         spare_leader: a.spare_leader,
-        control: Some(a.control),
+        control: Some(File::from(control)),
         wake,
         end: None,
         kill_ordered: false,
@@ -132,117 +138,92 @@ pub fn main(args: &[OsString]) -> i32 {
     0
 }
 
-/// The command, leading a process group of its own, with the signals the guard ignores back at
-/// their defaults, dying by SIGKILL if the guard dies.
+/// The command, leading a process group of its own, dying by SIGKILL if the guard dies. The
+/// signals the guard blocks are not blocked in it: std clears the signal mask of what it
+/// spawns.
 fn spawn(a: &Args) -> std::io::Result<i32> {
     let mut cmd = std::process::Command::new(&a.program);
     cmd.args(&a.args).process_group(0);
     #[cfg(target_os = "linux")]
-    let guard = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls.
-    unsafe {
-        cmd.pre_exec(move || {
-            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            #[cfg(target_os = "linux")]
-            {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
+    {
+        let guard = rustix::process::getpid();
+        // SAFETY: the closure runs between fork and exec and makes two system calls, nothing
+        // else (no allocation, no lock): async-signal-safe. std offers no safe hook there.
+        unsafe {
+            cmd.pre_exec(move || {
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+                if rustix::process::getppid() != Some(guard) {
+                    // The guard died before that took effect: never run unguarded.
+                    return Err(rustix::io::Errno::SRCH.into());
                 }
-                if libc::getppid() != guard {
-                    libc::_exit(1);
-                }
-            }
-            Ok(())
-        });
+                Ok(())
+            });
+        }
     }
     // The guard reaps by pid itself: the std handle is only a way to start it.
     let child = cmd.spawn()?;
-    Ok(child.id() as i32)
+    Ok(Pid::from_child(&child).as_raw_pid())
 }
 
 /// The guard's stdin, stdout and stderr become /dev/null.
 fn detach_stdio() {
-    // SAFETY: open and dup2 on descriptors the guard owns.
-    unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            for fd in 0..3 {
-                libc::dup2(null, fd);
-            }
-            if null > 2 {
-                libc::close(null);
-            }
-        }
+    if let Ok(null) = OpenOptions::new().read(true).write(true).open("/dev/null") {
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
+        let _ = rustix::stdio::dup2_stderr(&null);
     }
 }
 
-fn set_cloexec(fd: RawFd) {
-    // SAFETY: fcntl on a descriptor number; a bad one only returns an error.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFD);
-        if flags >= 0 {
-            libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-        }
+/// The report pipe to ralph.
+struct Reporter(File);
+
+impl Reporter {
+    /// One report line; lost without harm when ralph is gone.
+    fn say(&self, line: &str) {
+        let _ = (&self.0).write_all(format!("{line}\n").as_bytes());
     }
 }
 
-/// One report line to ralph; lost without harm when ralph is gone.
-fn report(fd: RawFd, line: &str) {
-    let line = format!("{line}\n");
-    // SAFETY: write from a live buffer to a descriptor the guard owns.
-    unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
-}
-
-/// The write end of the SIGCHLD self-pipe, for the handler.
-static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
-
-extern "C" fn on_sigchld(_: libc::c_int) {
-    let fd = WAKE_FD.load(Ordering::Relaxed);
-    // SAFETY: write is async-signal-safe; a full pipe already holds a wake-up.
-    unsafe { libc::write(fd, [0u8].as_ptr().cast(), 1) };
-}
-
-/// SIGCHLD as a readable descriptor (a self-pipe: portable, and a signal that arrives before
-/// the guard polls is not lost).
+/// SIGCHLD as a readable descriptor, without a signal handler: the signals the guard never acts
+/// on — SIGINT, SIGTERM, SIGHUP (it ends only by its control pipe), SIGPIPE (a report to a gone
+/// ralph is lost, not fatal) — and SIGCHLD are blocked, and a thread of its own waits for
+/// SIGCHLD (`sigwait`) and writes a byte to a pipe the guard polls. A SIGCHLD that comes before
+/// the guard polls stays pending, so it is not lost.
 struct Wake {
-    read: RawFd,
+    read: std::io::PipeReader,
 }
 
 impl Wake {
-    fn install() -> Option<Wake> {
-        let mut fds = [0; 2];
-        // SAFETY: pipe writes two descriptors into the array.
-        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-            return None;
+    fn install() -> std::io::Result<Wake> {
+        let mut blocked = SigSet::empty();
+        for sig in [
+            NixSignal::SIGINT,
+            NixSignal::SIGTERM,
+            NixSignal::SIGHUP,
+            NixSignal::SIGPIPE,
+            NixSignal::SIGCHLD,
+        ] {
+            blocked.add(sig);
         }
-        for fd in fds {
-            set_cloexec(fd);
-            // SAFETY: fcntl on descriptors just made.
-            unsafe {
-                let fl = libc::fcntl(fd, libc::F_GETFL);
-                libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
-            }
-        }
-        WAKE_FD.store(fds[1], Ordering::Relaxed);
-        // SAFETY: the handler only writes one byte to a pipe.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_sigchld as extern "C" fn(libc::c_int) as usize;
-            sa.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
-            libc::sigemptyset(&mut sa.sa_mask);
-            if libc::sigaction(libc::SIGCHLD, &sa, std::ptr::null_mut()) != 0 {
-                return None;
-            }
-        }
-        Some(Wake { read: fds[0] })
+        // Before the thread starts, which inherits the mask: no thread of the guard takes them.
+        blocked.thread_block()?;
+        let (read, mut write) = std::io::pipe()?;
+        let mut chld = SigSet::empty();
+        chld.add(NixSignal::SIGCHLD);
+        std::thread::Builder::new()
+            .name("ralph-sigchld".into())
+            .spawn(
+                move || {
+                    while chld.wait().is_ok() && write.write(&[0]).is_ok() {}
+                },
+            )?;
+        Ok(Wake { read })
     }
 
-    fn drain(&self) {
+    /// Takes the wake-ups that came (only called when the pipe is readable: never blocks).
+    fn drain(&mut self) {
         let mut buf = [0u8; 64];
-        // SAFETY: read into a live buffer from a non-blocking descriptor the guard owns.
-        while unsafe { libc::read(self.read, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+        let _ = self.read.read(&mut buf);
     }
 }
 
@@ -253,11 +234,11 @@ struct Guard {
     agent: i32,
     agent_ended: bool,
     agent_reaped: bool,
-    report: RawFd,
+    report: Reporter,
     grace: Duration,
     spare_leader: bool,
     /// `None` once ralph closed it (or died).
-    control: Option<RawFd>,
+    control: Option<File>,
     wake: Wake,
     /// Finishing: when SIGKILL replaces SIGTERM.
     end: Option<Instant>,
@@ -274,8 +255,7 @@ impl Guard {
             let timeout = match self.end {
                 None => None,
                 Some(kill_at) => {
-                    let living = self.living();
-                    if living.is_empty() {
+                    if self.living().is_empty() {
                         break;
                     }
                     let now = Instant::now();
@@ -283,7 +263,7 @@ impl Guard {
                         break;
                     }
                     if now >= kill_at {
-                        self.signal_all(libc::SIGKILL);
+                        self.signal_all(Signal::KILL);
                         Some(KILL_REPEAT)
                     } else {
                         Some(kill_at - now)
@@ -297,60 +277,58 @@ impl Guard {
 
     /// Wait for an order, a child's end, or `timeout`.
     fn wait(&mut self, timeout: Option<Duration>) {
-        let mut fds = vec![libc::pollfd {
-            fd: self.wake.read,
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        if let Some(c) = self.control {
-            fds.push(libc::pollfd {
-                fd: c,
-                events: libc::POLLIN,
-                revents: 0,
-            });
+        // At least a millisecond: a timer that has just run out is not waited on in a loop.
+        let timeout = timeout.map(|t| Timespec::try_from(t.max(Duration::from_millis(1))));
+        let Ok(timeout) = timeout.transpose() else {
+            return;
+        };
+        let mut fds = vec![PollFd::new(&self.wake.read, PollFlags::IN)];
+        if let Some(c) = &self.control {
+            fds.push(PollFd::new(c, PollFlags::IN));
         }
-        let ms = timeout.map_or(-1, |t| t.as_millis().clamp(1, i32::MAX as u128) as i32);
-        // SAFETY: poll on a live array of the given length.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if n <= 0 {
+        if poll(&mut fds, timeout.as_ref()).unwrap_or(0) == 0 {
             return;
         }
-        if fds[0].revents != 0 {
+        let woken = !fds[0].revents().is_empty();
+        let ordered = fds.get(1).is_some_and(|f| !f.revents().is_empty());
+        drop(fds);
+        if woken {
             self.wake.drain();
         }
-        if let Some(c) = fds.get(1).filter(|f| f.revents != 0).map(|f| f.fd) {
-            self.order(c);
+        if ordered {
+            self.order();
         }
     }
 
     /// Read ralph's orders; end of file (or an error) begins the finish.
-    fn order(&mut self, control: RawFd) {
-        let mut buf = [0u8; 16];
-        // SAFETY: read into a live buffer from a descriptor the guard owns.
-        let n = unsafe { libc::read(control, buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+    fn order(&mut self) {
+        let Some(control) = &mut self.control else {
             return;
-        }
-        if n <= 0 {
-            // SAFETY: closing the guard's own descriptor.
-            unsafe { libc::close(control) };
+        };
+        let mut buf = [0u8; 16];
+        let n = match control.read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return,
+            Ok(n) => n,
+            Err(_) => 0,
+        };
+        if n == 0 {
             self.control = None;
             self.swept = self.living().iter().filter(|p| p.pid != self.agent).count();
             let kill_at = if self.kill_ordered {
                 Instant::now()
             } else {
-                self.signal_all(libc::SIGTERM);
+                self.signal_all(Signal::TERM);
                 Instant::now() + self.grace
             };
             self.end = Some(kill_at);
             return;
         }
-        for b in &buf[..n as usize] {
+        for b in &buf[..n] {
             match *b {
-                TERMINATE => self.signal_all(libc::SIGTERM),
+                TERMINATE => self.signal_all(Signal::TERM),
                 KILL => {
                     self.kill_ordered = true;
-                    self.signal_all(libc::SIGKILL);
+                    self.signal_all(Signal::KILL);
                 }
                 _ => {}
             }
@@ -359,24 +337,20 @@ impl Guard {
 
     /// Note the command's end (without reaping it) and reap every other child that ended.
     fn collect(&mut self) {
-        if !self.agent_ended {
-            // SAFETY: waitid fills a zeroed siginfo_t.
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-            // SAFETY: as above; P_PID with the command's pid.
-            let r =
-                unsafe { libc::waitid(libc::P_PID, self.agent as libc::id_t, &mut info, flags) };
-            // SAFETY: si_pid and si_status are valid for SIGCHLD's siginfo.
-            let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
-            if r == 0 && pid == self.agent {
-                self.agent_ended = true;
-                let line = if info.si_code == libc::CLD_EXITED {
-                    format!("exit {status}")
-                } else {
-                    format!("signal {status}")
-                };
-                report(self.report, &line);
-            }
+        if !self.agent_ended
+            && let Some(agent) = Pid::from_raw(self.agent)
+            && let Ok(Some(status)) = waitid(
+                WaitId::Pid(agent),
+                WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+            )
+        {
+            self.agent_ended = true;
+            let line = match (status.exit_status(), status.terminating_signal()) {
+                (Some(code), _) if status.exited() => format!("exit {code}"),
+                (_, Some(sig)) => format!("signal {sig}"),
+                (code, _) => format!("exit {}", code.unwrap_or(0)),
+            };
+            self.report.say(&line);
         }
         self.reap_others();
     }
@@ -384,9 +358,12 @@ impl Guard {
     /// Reap the children that ended, except the command (kept until its group is done).
     fn reap_others(&mut self) {
         for p in tree::descendants(self.me) {
-            if p.ppid == self.me && p.zombie && p.pid != self.agent {
-                // SAFETY: waitpid on a child of ours.
-                unsafe { libc::waitpid(p.pid, std::ptr::null_mut(), libc::WNOHANG) };
+            if p.ppid == self.me
+                && p.zombie
+                && p.pid != self.agent
+                && let Some(pid) = Pid::from_raw(p.pid)
+            {
+                let _ = rustix::process::waitpid(Some(pid), WaitOptions::NOHANG);
             }
         }
     }
@@ -414,12 +391,14 @@ impl Guard {
     }
 
     /// `sig` to the command's group and to every descendant.
-    fn signal_all(&mut self, sig: i32) {
-        let whole_group = !(self.spare_leader && sig == libc::SIGTERM);
-        if !self.agent_reaped && whole_group {
+    fn signal_all(&mut self, sig: Signal) {
+        let whole_group = !(self.spare_leader && sig == Signal::TERM);
+        if !self.agent_reaped
+            && whole_group
+            && let Some(group) = Pid::from_raw(self.agent)
+        {
             // The unreaped leader keeps the group id from being reused.
-            // SAFETY: killpg takes a group id and a signal number.
-            unsafe { libc::killpg(self.agent, sig) };
+            let _ = rustix::process::kill_process_group(group, sig);
         }
         for p in self.living() {
             if p.pid == self.agent || (whole_group && p.pgid == self.agent) {
@@ -427,8 +406,9 @@ impl Guard {
             }
             if p.ppid == self.me {
                 // A child of ours, not reaped: its pid cannot have been reused.
-                // SAFETY: kill takes a pid and a signal number.
-                unsafe { libc::kill(p.pid, sig) };
+                if let Some(pid) = Pid::from_raw(p.pid) {
+                    let _ = rustix::process::kill_process(pid, sig);
+                }
             } else {
                 tree::signal(&p, sig);
             }
@@ -437,17 +417,15 @@ impl Guard {
 
     /// The last SIGKILL to the command's group, then every child reaped.
     fn finish(&mut self) {
-        if !self.agent_reaped {
-            // SAFETY: as in signal_all; then waitpid on our own child.
-            unsafe {
-                libc::killpg(self.agent, libc::SIGKILL);
-                libc::waitpid(self.agent, std::ptr::null_mut(), 0);
-            }
+        if !self.agent_reaped
+            && let Some(agent) = Pid::from_raw(self.agent)
+        {
+            let _ = rustix::process::kill_process_group(agent, Signal::KILL);
+            let _ = rustix::process::waitpid(Some(agent), WaitOptions::empty());
             self.agent_reaped = true;
         }
-        // SAFETY: reaping whatever children remain, without blocking.
-        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
-        report(self.report, &format!("swept {}", self.swept));
+        while let Ok(Some(_)) = rustix::process::wait(WaitOptions::NOHANG) {}
+        self.report.say(&format!("swept {}", self.swept));
     }
 }
 

@@ -37,8 +37,11 @@ pub fn parse_stat(stat: &str) -> Option<Proc> {
 
 #[cfg(target_os = "linux")]
 mod imp {
-    use super::{Proc, parse_stat};
     use std::collections::HashMap;
+
+    use rustix::process::{Pid, PidfdFlags, Signal};
+
+    use super::{Proc, parse_stat};
 
     /// One process, read now; `None` once it is gone.
     pub fn read(pid: i32) -> Option<Proc> {
@@ -77,38 +80,26 @@ mod imp {
 
     /// Send `sig` to `p` if it is still the process that was seen (same pid, same start time).
     /// Returns whether it was signalled.
-    pub fn signal(p: &Proc, sig: i32) -> bool {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, p.pid, 0) } as i32;
-        if fd < 0 {
-            // No pidfds (a kernel older than 5.3): check, then signal, with a window of a few
-            // instructions in which the pid could be reused.
-            return read(p.pid).is_some_and(|now| now.start == p.start)
-                // SAFETY: kill takes a pid and a signal number.
-                && unsafe { libc::kill(p.pid, sig) } == 0;
+    pub fn signal(p: &Proc, sig: Signal) -> bool {
+        let Some(pid) = Pid::from_raw(p.pid) else {
+            return false;
+        };
+        let still = || read(p.pid).is_some_and(|now| now.start == p.start);
+        match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+            // The descriptor names one process for good: if the pid still shows the same start
+            // time now, the descriptor is the process that was seen.
+            Ok(fd) => still() && rustix::process::pidfd_send_signal(&fd, sig).is_ok(),
+            // Gone (then `still` says no), or no pidfds (a kernel older than 5.3): check, then
+            // signal, with a window of a few instructions in which the pid could be reused.
+            Err(_) => still() && rustix::process::kill_process(pid, sig).is_ok(),
         }
-        // The descriptor names one process for good: if the pid still shows the same start
-        // time now, the descriptor is the process that was seen.
-        let same = read(p.pid).is_some_and(|now| now.start == p.start);
-        let sent = same
-            // SAFETY: pidfd_send_signal takes the descriptor, a signal, no siginfo and no flags.
-            && unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    fd,
-                    sig,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                )
-            } == 0;
-        // SAFETY: fd is ours, opened above.
-        unsafe { libc::close(fd) };
-        sent
     }
 }
 
 #[cfg(not(target_os = "linux"))]
 mod imp {
+    use rustix::process::Signal;
+
     use super::Proc;
 
     pub fn read(_pid: i32) -> Option<Proc> {
@@ -119,7 +110,7 @@ mod imp {
         Vec::new()
     }
 
-    pub fn signal(_p: &Proc, _sig: i32) -> bool {
+    pub fn signal(_p: &Proc, _sig: Signal) -> bool {
         false
     }
 }
@@ -156,6 +147,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_child_is_a_descendant_and_is_signalled_only_as_itself() {
+        use rustix::process::Signal;
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
@@ -172,12 +164,12 @@ mod tests {
             start: p.start + 1,
             ..p
         };
-        assert!(!signal(&impostor, libc::SIGKILL));
+        assert!(!signal(&impostor, Signal::KILL));
         assert!(read(pid).is_some_and(|now| !now.zombie), "still running");
-        assert!(signal(&p, libc::SIGKILL));
+        assert!(signal(&p, Signal::KILL));
         let status = child.wait().unwrap();
         use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(libc::SIGKILL));
-        assert!(!signal(&p, libc::SIGKILL), "gone: nothing to signal");
+        assert_eq!(status.signal(), Some(Signal::KILL.as_raw()));
+        assert!(!signal(&p, Signal::KILL), "gone: nothing to signal");
     }
 }
