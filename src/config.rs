@@ -93,13 +93,14 @@ pub struct Hooks {
 
 impl Hooks {
     /// The hook of an event (`iteration_finished`, `stuck`, `waiting`, `halted`).
-    pub fn for_event(&self, event: &str) -> Option<&Command> {
+    pub fn for_event(&self, event: &crate::event::Event) -> Option<&Command> {
+        use crate::event::Event;
         match event {
-            "iteration_finished" => self.on_iteration.as_ref(),
-            "stuck" => self.on_stuck.as_ref(),
-            "waiting" => self.on_waiting.as_ref(),
-            "halted" => self.on_halt.as_ref(),
-            _ => None,
+            Event::IterationFinished(_) => self.on_iteration.as_ref(),
+            Event::Stuck(_) => self.on_stuck.as_ref(),
+            Event::Waiting(_) => self.on_waiting.as_ref(),
+            Event::Halted(_) => self.on_halt.as_ref(),
+            Event::RunStarted(_) | Event::IterationStarted(_) => None,
         }
     }
 }
@@ -713,8 +714,12 @@ mod tests {
         assert_eq!(s.hooks.on_halt.as_ref().unwrap().cmd, "notify-send done");
         assert!(s.hooks.on_halt.as_ref().unwrap().from_repo);
         assert!(!s.hooks.on_stuck.as_ref().unwrap().from_repo);
-        assert_eq!(s.hooks.for_event("stuck").unwrap().cmd, "curl hook");
-        assert!(s.hooks.for_event("iteration_finished").is_none());
+        let stuck = crate::event::Event::Stuck(crate::event::Stuck {
+            iteration: 3,
+            no_progress_iterations: 3,
+        });
+        assert_eq!(s.hooks.for_event(&stuck).unwrap().cmd, "curl hook");
+        assert!(s.hooks.on_iteration.is_none());
         assert_eq!(s.hook_timeout, Duration::from_secs(5));
         let e = Layer::parse_toml(Path::new("p.toml"), "[hooks]\non_merge = \"x\"\n")
             .unwrap_err()

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod error;
+pub mod event;
 pub mod files;
 pub mod git;
 pub mod guard;
@@ -59,10 +60,14 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(e) => {
             ui.error(&e);
-            ui.event(
-                "halted",
-                serde_json::json!({"reason": "error", "exit_code": e.exit_code(), "message": e.to_string()}),
-            );
+            let event = event::Event::Halted(event::Halted {
+                run_id: None,
+                reason: state::HaltReason::Error,
+                exit_code: e.exit_code(),
+                at: None,
+                message: Some(e.to_string()),
+            });
+            ui.event(&event, &event.line_now());
             e.exit_code()
         }
     }

@@ -4,8 +4,6 @@
 //! steps after it run, and ends the run with the error: it never goes on past an iteration it
 //! could not record.
 
-use serde_json::json;
-
 use super::Loop;
 use super::attempt::Attempted;
 use super::decide::{Counters, Decision, Halt, Outcome, decide};
@@ -14,6 +12,7 @@ use super::prepare::Prepared;
 use super::record::{Ending, Recorded};
 use crate::agent::process::StopCause;
 use crate::error::{Error, Result};
+use crate::event::{At, Event, Halted, IterationFinished, Stuck};
 use crate::state::{self, IterExit};
 use crate::ui::{CostLine, Report, human_duration};
 
@@ -108,34 +107,34 @@ impl Loop {
         let usage = &attempted.usage;
         let fin = &attempted.finished;
         let key = &recorded.key;
-        self.emit(
-            "iteration_finished",
-            json!({
-                "run_id": self.state.run_id,
-                "iteration": n,
-                "done": recorded.done,
-                "total": recorded.total,
-                "figures": key.figures,
-                // `null` (and `error`) when the record says `exit error`.
-                "exit_code": (recorded.exit != IterExit::Error).then_some(fin.exit_code),
-                "error": recorded.exit == IterExit::Error,
-                "verdict_exit_code": match recorded.exit {
-                    IterExit::Code(c) if c != fin.exit_code => Some(c),
-                    _ => None,
-                },
-                "timed_out": matches!(fin.stopped, Some(StopCause::Timeout | StopCause::IdleTimeout)),
-                "commit": key.commit,
-                "committed": recorded.commit.subject.is_some(),
-                "commit_refused": recorded.commit.refused.is_some(),
-                "fingerprint": key.fingerprint,
-                "duration_s": duration.as_secs_f64(),
-                "cost_usd": usage.cost_usd,
-                "total_cost_usd": self.state.cost_usd,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "turns": usage.turns,
-            }),
-        );
+        self.emit(Event::IterationFinished(IterationFinished {
+            run_id: self.state.run_id.clone(),
+            iteration: n,
+            done: recorded.done,
+            total: recorded.total,
+            figures: key.figures.clone(),
+            // `null` (and `error`) when the record says `exit error`.
+            exit_code: (recorded.exit != IterExit::Error).then_some(fin.exit_code),
+            error: recorded.exit == IterExit::Error,
+            verdict_exit_code: match recorded.exit {
+                IterExit::Code(c) if c != fin.exit_code => Some(c),
+                _ => None,
+            },
+            timed_out: matches!(
+                fin.stopped,
+                Some(StopCause::Timeout | StopCause::IdleTimeout)
+            ),
+            commit: key.commit.clone(),
+            committed: recorded.commit.subject.is_some(),
+            commit_refused: recorded.commit.refused.is_some(),
+            fingerprint: key.fingerprint.clone(),
+            duration_s: duration.as_secs_f64(),
+            cost_usd: usage.cost_usd,
+            total_cost_usd: self.state.cost_usd,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            turns: usage.turns,
+        }));
         self.log(&format!(
             "Iteration {n}: {}/{} {} complete (started: {}, ended: {}, duration: {})",
             recorded.done,
@@ -154,10 +153,10 @@ impl Loop {
             self.log(&format!(
                 "⚠️ Stuck detected — {t} iterations with no progress"
             ));
-            self.emit(
-                "stuck",
-                json!({"iteration": n, "no_progress_iterations": t}),
-            );
+            self.emit(Event::Stuck(Stuck {
+                iteration: n,
+                no_progress_iterations: t,
+            }));
             notes.push(format!(
                 "Stuck detected — {t} iterations with no progress; the next prompt carries the STUCK ALERT"
             ));
@@ -271,20 +270,20 @@ impl Loop {
 
     /// The `halted` event.
     fn announce_halt(&mut self, halt: &Halt) {
-        let reason = halt.reason();
-        let code = halt.exit_code();
-        let mut event = json!({
-            "run_id": self.state.run_id,
-            "reason": reason,
-            "exit_code": code,
-            "iteration": self.state.iteration,
-            "done": self.state.done,
-            "total": self.state.total,
-        });
-        if let Halt::Error { message, .. } = halt {
-            event["message"] = message.clone().into();
-        }
-        self.emit("halted", event);
+        self.emit(Event::Halted(Halted {
+            run_id: Some(self.state.run_id.clone()),
+            reason: halt.reason(),
+            exit_code: halt.exit_code(),
+            at: Some(At {
+                iteration: self.state.iteration,
+                done: self.state.done,
+                total: self.state.total,
+            }),
+            message: match halt {
+                Halt::Error { message, .. } => Some(message.clone()),
+                _ => None,
+            },
+        }));
     }
 }
 

@@ -67,7 +67,7 @@ pub struct Loop {
     /// The file watcher that makes git's status and staging cost what changed (Linux).
     pub watch: Option<std::sync::Arc<crate::git::watch::Watch>>,
     /// Events whose hooks have yet to run.
-    pub pending_events: Vec<serde_json::Value>,
+    pub pending_events: Vec<events::Pending>,
 }
 
 /// Watch the work tree for the rest of the run and make the watcher git's file-system monitor

@@ -20,6 +20,7 @@ use crate::agent::Agent;
 use crate::cli::{ResumeArgs, RunArgs, RunOptions};
 use crate::config::{self, AgentChoice, Layer, Settings, Source as ConfigSource};
 use crate::error::{Error, Result, exit};
+use crate::event::{At, Event, Halted, RunStarted};
 use crate::git::Repo;
 use crate::signals::Interrupts;
 use crate::state::{self, HaltReason, Lock, Mode, RalphDir, RunState};
@@ -363,11 +364,18 @@ fn end_at_once(ui: Ui, r: &Resolved, how: Continuation) -> Result<Option<i32>> {
 
 /// The `halted` event of a run that ends before its first iteration; its exit code.
 fn halted_at_once(ui: Ui, reason: HaltReason, done: usize, total: usize) -> i32 {
-    ui.event(
-        "halted",
-        serde_json::json!({"reason": reason, "exit_code": reason.exit_code(),
-            "iteration": 0, "done": done, "total": total}),
-    );
+    let event = Event::Halted(Halted {
+        run_id: None,
+        reason,
+        exit_code: reason.exit_code(),
+        at: Some(At {
+            iteration: 0,
+            done,
+            total,
+        }),
+        message: None,
+    });
+    ui.event(&event, &event.line_now());
     reason.exit_code()
 }
 
@@ -603,11 +611,18 @@ fn halt_tampered(
     p.halt_reason = Some(HaltReason::Tampered);
     p.exit_code = Some(exit::TAMPERED);
     p.save(&rd.state_file())?;
-    ui.event(
-        "halted",
-        serde_json::json!({"reason": HaltReason::Tampered, "exit_code": exit::TAMPERED,
-            "iteration": p.iteration, "done": done, "total": total}),
-    );
+    let event = Event::Halted(Halted {
+        run_id: None,
+        reason: HaltReason::Tampered,
+        exit_code: exit::TAMPERED,
+        at: Some(At {
+            iteration: p.iteration,
+            done,
+            total,
+        }),
+        message: None,
+    });
+    ui.event(&event, &event.line_now());
     Ok(Some(exit::TAMPERED))
 }
 
@@ -769,21 +784,19 @@ fn make_loop(
         cpm::cpm_preflight(ui, &r.root, &r.rd, c, options.yes)?;
     }
     let (done, total) = r.plan.counts();
-    ui.event(
-        "run_started",
-        serde_json::json!({
-            "run_id": run_state.run_id,
-            "task": run_state.task,
-            "task_file": run_state.task_file,
-            "mode": run_state.mode,
-            "agent": agent.name,
-            "max_iterations": r.settings.max_iterations,
-            "iteration": run_state.iteration,
-            "done": done,
-            "total": total,
-            "resumed": run_state.iteration > 0,
-        }),
-    );
+    let event = Event::RunStarted(RunStarted {
+        run_id: run_state.run_id.clone(),
+        task: run_state.task.clone(),
+        task_file: run_state.task_file.clone(),
+        mode: run_state.mode,
+        agent: agent.name.clone(),
+        max_iterations: r.settings.max_iterations,
+        iteration: run_state.iteration,
+        done,
+        total,
+        resumed: run_state.iteration > 0,
+    });
+    ui.event(&event, &event.line_now());
     let counters = Counters::restore(
         &run_state,
         r.settings.max_iterations,
