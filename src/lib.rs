@@ -58,46 +58,24 @@ pub fn main() -> i32 {
     };
     match dispatch(&cli, ui) {
         Ok(code) => code,
+        // A run closes its own errors (its `halted` event said); what is left is told here.
         Err(e) => {
             ui.error(&e);
-            let event = event::Event::Halted(event::Halted {
-                run_id: None,
-                reason: state::HaltReason::Error,
-                exit_code: e.exit_code(),
-                at: None,
-                message: Some(e.to_string()),
-            });
-            ui.event(&event, &event.line_now());
             e.exit_code()
         }
     }
 }
 
 fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
-    let cwd = match &cli.dir {
-        Some(d) => {
-            let dir = d
-                .canonicalize()
-                .map_err(|e| Error::file("enter directory", d, e))?;
-            if !dir.is_dir() {
-                return Err(Error::usage(format!(
-                    "-C `{}`: not a directory",
-                    d.display()
-                )));
-            }
-            dir
-        }
-        None => std::env::current_dir()
-            .map_err(|e| Error::io("failed to read the current directory", e))?,
-    };
-    let ctx = Context { cwd, ui };
+    let dir = cli.dir.as_deref();
+    let ctx = || Context::new(dir, ui);
     match &cli.command {
-        Command::Init(args) => commands::init::run(&ctx, args),
-        Command::Run(args) => commands::run::run(&ctx, args),
-        Command::Resume(args) => commands::run::resume(&ctx, args),
-        Command::Status(args) => commands::status::run(&ctx, args.json, args.all),
-        Command::Merge(args) => commands::merge::run(&ctx, &args.name),
-        Command::Watch => commands::watch::run(&ctx),
+        Command::Init(args) => commands::init::run(&ctx()?, args),
+        Command::Run(args) => commands::run::run(ui, dir, args),
+        Command::Resume(args) => commands::run::resume(ui, dir, args),
+        Command::Status(args) => commands::status::run(&ctx()?, args.json, args.all),
+        Command::Merge(args) => commands::merge::run(&ctx()?, &args.name),
+        Command::Watch => commands::watch::run(&ctx()?),
     }
 }
 

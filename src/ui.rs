@@ -14,7 +14,6 @@ const RED: Style = AnsiColor::Red.on_default().bold();
 const YELLOW: Style = AnsiColor::Yellow.on_default().bold();
 const CYAN: Style = AnsiColor::Cyan.on_default().bold();
 const GREEN: Style = AnsiColor::Green.on_default().bold();
-static HALTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 pub const RULE: &str = "─────────────────────────────────────";
 
@@ -94,14 +93,9 @@ impl Ui {
     }
 
     /// One event's JSON line ([`crate::event::Event::line`]) on stdout, only with `--json`.
-    pub fn event(&self, event: &crate::event::Event, line: &str) {
+    pub fn event(&self, line: &str) {
         if !self.json {
             return;
-        }
-        if matches!(event, crate::event::Event::Halted(_))
-            && HALTED.swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            return; // one `halted` per process, the first (most specific) one
         }
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{line}");

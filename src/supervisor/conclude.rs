@@ -7,12 +7,12 @@
 use super::Loop;
 use super::attempt::Attempted;
 use super::decide::{Counters, Decision, Halt, Outcome, decide};
-use super::faults::{Faults, chain, failed};
+use super::faults::{Faults, failed};
 use super::prepare::Prepared;
 use super::record::{Ending, Recorded};
 use crate::agent::process::StopCause;
 use crate::error::{Error, Result};
-use crate::event::{At, Event, Halted, IterationFinished, Stuck};
+use crate::event::{Event, IterationFinished, Stuck};
 use crate::state::{self, IterExit};
 use crate::ui::{CostLine, Report, human_duration};
 
@@ -227,64 +227,6 @@ impl Loop {
         };
         self.ui.line(&report.render());
     }
-
-    /// Halt: record it in `state.json`, log it, announce it, print the summary; the exit code.
-    pub(super) fn halt(&mut self, halt: &Halt) -> i32 {
-        let halt = self.halt_quietly(halt);
-        self.summary(&halt);
-        halt.exit_code()
-    }
-
-    /// [`Loop::halt`] without the summary; the halt recorded — an error naming the state when
-    /// `state.json` cannot be saved (the halt it replaces named in it).
-    pub(super) fn halt_quietly(&mut self, halt: &Halt) -> Halt {
-        let halt = self.finish_state(halt);
-        let line = match &halt {
-            Halt::Error { message, .. } => format!(": {message}"),
-            _ => String::new(),
-        };
-        self.log(&format!(
-            "Halt: {} (exit {}){line}",
-            halt.reason(),
-            halt.exit_code()
-        ));
-        self.announce_halt(&halt);
-        halt
-    }
-
-    /// Record the halt in `state.json`: the halt recorded.
-    fn finish_state(&mut self, halt: &Halt) -> Halt {
-        let mark = |state: &mut state::RunState, halt: &Halt| {
-            state.running = false;
-            state.halt_reason = Some(halt.reason());
-            state.exit_code = Some(halt.exit_code());
-        };
-        mark(&mut self.state, halt);
-        let Err(e) = self.state.save(&self.rd.state_file()) else {
-            return halt.clone();
-        };
-        let unsaved = not_saved(halt, &e);
-        mark(&mut self.state, &unsaved);
-        unsaved
-    }
-
-    /// The `halted` event.
-    fn announce_halt(&mut self, halt: &Halt) {
-        self.emit(Event::Halted(Halted {
-            run_id: Some(self.state.run_id.clone()),
-            reason: halt.reason(),
-            exit_code: halt.exit_code(),
-            at: Some(At {
-                iteration: self.state.iteration,
-                done: self.state.done,
-                total: self.state.total,
-            }),
-            message: match halt {
-                Halt::Error { message, .. } => Some(message.clone()),
-                _ => None,
-            },
-        }));
-    }
 }
 
 /// The ITER record of iteration `n` is not written: whatever was decided, the run ends with
@@ -296,28 +238,6 @@ fn unrecorded(n: u32, e: &Error, decision: Decision) -> Halt {
         Decision::Halt(halt) => faults.halt_with(Some(&halt)),
         _ => faults.halt_with(None),
     }
-}
-
-/// `halt`, when `state.json` cannot be saved: an error naming the save (and the halt it
-/// replaces), unless `halt` already is that very error.
-fn not_saved(halt: &Halt, e: &Error) -> Halt {
-    if let Halt::Error { message, .. } = halt
-        && message.ends_with(&chain(e))
-    {
-        return halt.clone();
-    }
-    let mut faults = Faults::default();
-    match halt {
-        Halt::Error { .. } => faults.note("the state is not saved", e),
-        _ => faults.note(
-            format_args!(
-                "the run halted ({}), but its state is not saved",
-                halt.reason()
-            ),
-            e,
-        ),
-    }
-    faults.halt_with(Some(halt))
 }
 
 /// What the next prompt is told: the failed checks, and a commit a hook refused.
@@ -377,20 +297,5 @@ mod tests {
                 && message(&h).contains("; and iteration 4's record is not written: "),
             "{h:?}"
         );
-    }
-
-    #[test]
-    fn a_state_that_cannot_be_saved_turns_the_halt_into_an_error_once() {
-        let e = full_disk(".ralph/state.json");
-        let h = not_saved(&Halt::Complete, &e);
-        assert!(
-            message(&h).starts_with("the run halted (complete), but its state is not saved: "),
-            "{h:?}"
-        );
-        // The same failure, met again when the error itself is saved, is not repeated.
-        let first = failed("the state is not saved", &e);
-        assert_eq!(not_saved(&first, &e), first);
-        let other = failed("iteration 2's work is not committed", &full_disk("x"));
-        assert!(message(&not_saved(&other, &e)).contains("; and the state is not saved: "));
     }
 }

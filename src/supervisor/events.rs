@@ -26,7 +26,7 @@ impl Loop {
     /// Announce an event: its `--json` line now, its hook (if any) at the next `run_hooks`.
     pub(super) fn emit(&mut self, event: Event) {
         let line = event.line_now();
-        self.ui.event(&event, &line);
+        self.ui.event(&line);
         if let Some(hook) = self.settings.hooks.for_event(&event) {
             self.pending_events.push(Pending {
                 name: event.name(),

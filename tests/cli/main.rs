@@ -11,6 +11,7 @@ mod cpm_rollup;
 mod endings;
 mod errors;
 mod escapes;
+mod events;
 mod files;
 mod git_bookkeeping;
 mod git_exact;

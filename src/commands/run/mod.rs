@@ -6,6 +6,7 @@
 //! pre-flight), `dry_run`.
 
 mod begin;
+mod close;
 mod cpm;
 mod dry_run;
 mod plan;
@@ -20,11 +21,11 @@ use crate::agent::Agent;
 use crate::cli::{ResumeArgs, RunArgs, RunOptions};
 use crate::config::{self, AgentChoice, Layer, Settings, Source as ConfigSource};
 use crate::error::{Error, Result, exit};
-use crate::event::{At, Event, Halted, RunStarted};
+use crate::event::{Event, RunStarted};
 use crate::git::Repo;
 use crate::signals::Interrupts;
 use crate::state::{self, HaltReason, Lock, Mode, RalphDir, RunState};
-use crate::supervisor::decide::Counters;
+use crate::supervisor::decide::{Counters, Halt};
 use crate::supervisor::preflight::{Evidence, fresh_evidence};
 use crate::supervisor::source::{Source, cpm_error};
 use crate::supervisor::{self, Loop};
@@ -33,12 +34,14 @@ use crate::task::integrity::Baseline;
 use crate::task::table;
 use crate::ui::Ui;
 use begin::{Begin, Continuation};
+use close::Before;
 use plan::Plan;
 
 /// How long to wait for someone else's `index.lock` before giving up.
 const INDEX_LOCK_WAIT: Duration = Duration::from_secs(2);
 
-pub fn run(ctx: &Context, args: &RunArgs) -> Result<i32> {
+/// `ralph run` in `dir` (`-C`): closed whatever way it ends ([`launch`]).
+pub fn run(ui: Ui, dir: Option<&Path>, args: &RunArgs) -> Result<i32> {
     let how = if args.resume {
         Continuation::Resume
     } else if args.reset {
@@ -46,30 +49,80 @@ pub fn run(ctx: &Context, args: &RunArgs) -> Result<i32> {
     } else {
         Continuation::Fresh
     };
-    in_worktree(ctx, &args.targets, &args.options, args.dry_run, how)
+    launch(ui, dir, &args.targets, &args.options, args.dry_run, how)
 }
 
-pub fn resume(ctx: &Context, args: &ResumeArgs) -> Result<i32> {
-    in_worktree(ctx, &[], &args.options, false, Continuation::Resume)
+/// `ralph resume` in `dir` (`-C`).
+pub fn resume(ui: Ui, dir: Option<&Path>, args: &ResumeArgs) -> Result<i32> {
+    launch(ui, dir, &[], &args.options, false, Continuation::Resume)
+}
+
+/// The run, closed whatever way it ends (an error on the way too: `Before::error`), then —
+/// for a worktree loop — merged back; the merge's own errors come after the close.
+fn launch(
+    ui: Ui,
+    dir: Option<&Path>,
+    targets: &[String],
+    options: &RunOptions,
+    dry_run: bool,
+    how: Continuation,
+) -> Result<i32> {
+    let ran = Context::new(dir, ui)
+        .and_then(|ctx| Ok((in_worktree(&ctx, targets, options, dry_run, how)?, ctx)));
+    match ran {
+        Ok(((code, Some(loop_)), ctx)) => merge_back(&ctx, options, code, loop_),
+        Ok(((code, None), _)) => Ok(code),
+        Err(e) => Ok(Before::error(ui, e).close()),
+    }
+}
+
+/// A worktree loop that ran: its repository's, its name, its worktree.
+struct LoopRan {
+    repo: Repo,
+    name: String,
+    path: PathBuf,
+}
+
+/// `--merge` (or `merge = true` in the loop's config): a loop that completed merges back.
+fn merge_back(ctx: &Context, options: &RunOptions, code: i32, ran: LoopRan) -> Result<i32> {
+    let LoopRan { repo, name, path } = ran;
+    let configured = config::file_layers(&RalphDir::new(&path).path, None)?
+        .iter()
+        .find_map(|s| s.layer.merge)
+        .unwrap_or(false);
+    if code == exit::COMPLETE && (options.merge || configured) {
+        // A task already complete ends at once, before any state: the loop made nothing to merge.
+        if RunState::load(&RalphDir::new(&path).state_file())?.is_none() {
+            ctx.ui
+                .note(&format!("loop `{name}` ran no iteration: nothing to merge"));
+            return Ok(code);
+        }
+        return crate::worktree::merge(&repo, &name, ctx.ui);
+    }
+    Ok(code)
 }
 
 /// `--worktree NAME`: the loop runs in its own worktree (SPEC §13), then merges back with
 /// `--merge` when it completed. A run on a finished loop's name starts a new branch; on an
 /// unfinished loop it is asked about as any unfinished run (refused when nobody can answer,
-/// naming `ralph resume --worktree NAME`). A dry run makes and changes nothing.
+/// naming `ralph resume --worktree NAME`). A dry run makes and changes nothing. The exit
+/// code, and the loop to merge back when it ran in a worktree.
 fn in_worktree(
     ctx: &Context,
     targets: &[String],
     options: &RunOptions,
     dry_run: bool,
     how: Continuation,
-) -> Result<i32> {
+) -> Result<(i32, Option<LoopRan>)> {
     let Some(name) = &options.worktree else {
-        return start(ctx, targets, options, dry_run, how);
+        return Ok((start(ctx, targets, options, dry_run, how)?, None));
     };
     let repo = Repo::discover(&ctx.cwd)?;
     if dry_run {
-        return dry_run_in_worktree(ctx, &repo, name, targets, options, how);
+        return Ok((
+            dry_run_in_worktree(ctx, &repo, name, targets, options, how)?,
+            None,
+        ));
     }
     let wt = if how == Continuation::Resume {
         crate::worktree::open_for_resume(&repo, name)?
@@ -102,20 +155,12 @@ fn in_worktree(
     ));
     let inner = Context { cwd, ui: ctx.ui };
     let code = start(&inner, targets, options, false, how)?;
-    let configured = config::file_layers(&RalphDir::new(&wt.path).path, None)?
-        .iter()
-        .find_map(|s| s.layer.merge)
-        .unwrap_or(false);
-    if code == exit::COMPLETE && (options.merge || configured) {
-        // A task already complete ends at once, before any state: the loop made nothing to merge.
-        if RunState::load(&RalphDir::new(&wt.path).state_file())?.is_none() {
-            ctx.ui
-                .note(&format!("loop `{name}` ran no iteration: nothing to merge"));
-            return Ok(code);
-        }
-        return crate::worktree::merge(&repo, name, ctx.ui);
-    }
-    Ok(code)
+    let ran = LoopRan {
+        repo,
+        name: name.clone(),
+        path: wt.path,
+    };
+    Ok((code, Some(ran)))
 }
 
 /// `--dry-run --worktree NAME`: the plan in the loop's worktree when a run would continue there,
@@ -321,31 +366,39 @@ fn end_at_once(ui: Ui, r: &Resolved, how: Continuation) -> Result<Option<i32>> {
         Plan::Cpm {
             targets: Targets::Epics(e),
         } if e.is_empty() => {
-            ui.plain(&crate::task::cpm::nothing_to_run_message(&r.root).map_err(cpm_error)?);
-            Ok(Some(halted_at_once(ui, HaltReason::Complete, 0, 0)))
+            let said = crate::task::cpm::nothing_to_run_message(&r.root).map_err(cpm_error)?;
+            let end = Before::new(ui, Halt::Complete, move |ui| ui.plain(&said));
+            Ok(Some(end.at(0, (0, 0)).close()))
         }
         Plan::Table { progress, prd, .. } if table::next_task(progress).is_none() => {
             let mut finished = progress.clone();
             let overall = table::finish(&mut finished);
             let (done, total) = (table::done_count(&finished), finished.rows.len());
-            let reason = match overall {
+            let complete = match overall {
                 table::OverallStatus::Complete if checked => return Ok(None),
-                table::OverallStatus::Complete => {
+                table::OverallStatus::Complete => true,
+                _ => false,
+            };
+            let lines = table::summary(&finished);
+            let halt = if complete {
+                Halt::Complete
+            } else {
+                Halt::Partial(lines.clone())
+            };
+            let end = Before::new(ui, halt, move |ui| {
+                if complete {
                     ui.success(&format!(
                         "The task table is already COMPLETE ({done}/{total} tasks done). Nothing to run."
                     ));
-                    HaltReason::Complete
-                }
-                _ => {
+                } else {
                     ui.alert("## ⚠️ RALPH Loop — PARTIAL: no task is left to work");
-                    HaltReason::Partial
                 }
-            };
-            ui.plain(&format!("<promise>{}</promise>", prd.promise));
-            for l in table::summary(&finished) {
-                ui.plain(&l);
-            }
-            Ok(Some(halted_at_once(ui, reason, done, total)))
+                ui.plain(&format!("<promise>{}</promise>", prd.promise));
+                for l in lines {
+                    ui.plain(&l);
+                }
+            });
+            Ok(Some(end.at(0, (done, total)).close()))
         }
         Plan::Checklist { doc, rel, .. }
             if doc.checklist.remaining().next().is_none()
@@ -353,30 +406,15 @@ fn end_at_once(ui: Ui, r: &Resolved, how: Continuation) -> Result<Option<i32>> {
                 && gone_from_baseline(r.prior.as_ref(), &doc.checklist).is_empty() =>
         {
             let (done, total) = (doc.checklist.done(), doc.checklist.total());
-            ui.success(&format!(
-                "{rel}: already complete ({done}/{total} criteria checked). Nothing to run."
-            ));
-            Ok(Some(halted_at_once(ui, HaltReason::Complete, done, total)))
+            let end = Before::new(ui, Halt::Complete, |ui| {
+                ui.success(&format!(
+                    "{rel}: already complete ({done}/{total} criteria checked). Nothing to run."
+                ));
+            });
+            Ok(Some(end.at(0, (done, total)).close()))
         }
         _ => Ok(None),
     }
-}
-
-/// The `halted` event of a run that ends before its first iteration; its exit code.
-fn halted_at_once(ui: Ui, reason: HaltReason, done: usize, total: usize) -> i32 {
-    let event = Event::Halted(Halted {
-        run_id: None,
-        reason,
-        exit_code: reason.exit_code(),
-        at: Some(At {
-            iteration: 0,
-            done,
-            total,
-        }),
-        message: None,
-    });
-    ui.event(&event, &event.line_now());
-    reason.exit_code()
 }
 
 /// CPM needs its roll-up script (or `--yes` to run without one).
@@ -485,23 +523,25 @@ async fn supervise(
     let run_id = resumed
         .as_ref()
         .map_or_else(begin::new_run_id, |p| p.run_id.clone());
-    let evidence = match evidence_now(ui, &r, &source, &run_id, &mut interrupts).await? {
-        Ok(e) => e,
-        Err(code) => {
-            if let Some(mut p) = resumed {
-                mark_complete(&r.rd, &mut p)?;
-            }
-            return Ok(code);
-        }
-    };
+    let evidence =
+        match evidence_now(ui, &r, &source, &run_id, &mut interrupts, resumed.as_ref()).await? {
+            Ok(e) => e,
+            Err(code) => return Ok(code),
+        };
     if let Some(p) = &resumed {
         has_iterations_left(p, r.settings.max_iterations)?;
     }
     let run_state = begin_run(ui, &mut r, &agent, &source, resumed, &run_id, was_dirty)?;
-    let mut the_loop = make_loop(ui, r, source, agent, run_state, interrupts, options)?;
+    if let Err(e) = cpm_preflight(ui, &r, &mut source, &run_state, options.yes) {
+        // The run has begun: its state records the error.
+        let at = (run_state.iteration, (run_state.done, run_state.total));
+        let end = Before::error(ui, e).of_run(&r.rd, run_state);
+        return Ok(end.at(at.0, at.1).close());
+    }
+    let mut the_loop = make_loop(ui, r, source, agent, run_state, interrupts, options);
     the_loop.watch = watch;
     the_loop.state.feedback = evidence.and_then(|e| e.feedback);
-    the_loop.run().await
+    Ok(the_loop.run().await)
 }
 
 /// A resumed run needs an iteration left under its limit.
@@ -591,39 +631,27 @@ fn halt_tampered(
     p: &RunState,
     task_file: &str,
     gone: &[String],
-    (done, total): (usize, usize),
+    counts: (usize, usize),
 ) -> Result<Option<i32>> {
     if gone.is_empty() {
         return Ok(None);
     }
-    ui.alert("## ⛔ RALPH Loop — Criteria tampered");
-    ui.plain(&format!(
-        "{task_file} no longer has {} of the criteria run {} started with:",
-        gone.len(),
-        p.run_id
-    ));
-    for g in gone {
-        ui.plain(&format!("  - [ ] {g}"));
-    }
-    ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes. Restore them (see git log -p) and resume, or start over with ralph run --reset.");
-    let mut p = p.clone();
-    p.running = false;
-    p.halt_reason = Some(HaltReason::Tampered);
-    p.exit_code = Some(exit::TAMPERED);
-    p.save(&rd.state_file())?;
-    let event = Event::Halted(Halted {
-        run_id: None,
-        reason: HaltReason::Tampered,
-        exit_code: exit::TAMPERED,
-        at: Some(At {
-            iteration: p.iteration,
-            done,
-            total,
-        }),
-        message: None,
-    });
-    ui.event(&event, &event.line_now());
-    Ok(Some(exit::TAMPERED))
+    let said = |ui: Ui| {
+        ui.alert("## ⛔ RALPH Loop — Criteria tampered");
+        ui.plain(&format!(
+            "{task_file} no longer has {} of the criteria run {} started with:",
+            gone.len(),
+            p.run_id
+        ));
+        for g in gone {
+            ui.plain(&format!("  - [ ] {g}"));
+        }
+        ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes. Restore them (see git log -p) and resume, or start over with ralph run --reset.");
+    };
+    let end = Before::new(ui, Halt::Tampered(gone.to_vec()), said);
+    Ok(Some(
+        end.of_run(rd, p.clone()).at(p.iteration, counts).close(),
+    ))
 }
 
 /// A second line behind the locks (for a run without a state home, whose only lock is in the
@@ -663,15 +691,16 @@ async fn resume_after_asking(ctx: &Context, options: &RunOptions) -> Result<i32>
     supervise(ctx, r, options, Continuation::Resume, agent, rollup).await
 }
 
-/// SPEC §5.3: a source that says it is done is complete only when its checks pass now.
-/// `Err(exit code)` when the run ends here; `Ok(Some(evidence))` carries a failed check's
-/// output to the first prompt.
+/// SPEC §5.3: a source that says it is done is complete only when its checks pass now (a
+/// `resumed` run is then recorded as complete). `Err(exit code)` when the run ends here;
+/// `Ok(Some(evidence))` carries a failed check's output to the first prompt.
 async fn evidence_now(
     ui: Ui,
     r: &Resolved,
     source: &Source,
     run_id: &str,
     interrupts: &mut Interrupts,
+    resumed: Option<&RunState>,
 ) -> Result<std::result::Result<Option<Evidence>, i32>> {
     if !source.claims_complete() {
         return Ok(Ok(None));
@@ -680,22 +709,31 @@ async fn evidence_now(
     let dir = r.rd.run_dir(run_id);
     state::create_private_dir(&dir)?;
     let transcript = dir.join("evidence.log");
+    let counts = source.counts();
     let Some(evidence) = fresh_evidence(&r.root, &r.settings, &transcript, interrupts).await?
     else {
-        ui.alert("Interrupted while checking: nothing was run");
-        return Ok(Err(exit::INTERRUPTED));
+        let end = Before::new(ui, Halt::Interrupted, |ui| {
+            ui.alert("Interrupted while checking: nothing was run");
+        });
+        return Ok(Err(end.at(0, counts).close()));
     };
-    let (done, total) = source.counts();
     if evidence.complete {
-        ui.success(&format!(
-            "{}: already complete ({done}/{total} {} done, and its checks pass now). Nothing to run.",
-            source.task_file(),
-            source.unit()
-        ));
-        for l in source.completion_lines() {
-            ui.plain(&l);
-        }
-        return Ok(Err(halted_at_once(ui, HaltReason::Complete, done, total)));
+        let (done, total) = counts;
+        let end = Before::new(ui, Halt::Complete, |ui| {
+            ui.success(&format!(
+                "{}: already complete ({done}/{total} {} done, and its checks pass now). Nothing to run.",
+                source.task_file(),
+                source.unit()
+            ));
+            for l in source.completion_lines() {
+                ui.plain(&l);
+            }
+        });
+        let end = match resumed {
+            Some(p) => end.of_run(&r.rd, p.clone()).at(p.iteration, counts),
+            None => end.at(0, counts),
+        };
+        return Ok(Err(end.close()));
     }
     ui.note(&format!(
         "every {} is marked done, but the checks fail now: the loop goes on (see {})",
@@ -703,14 +741,6 @@ async fn evidence_now(
         transcript.display()
     ));
     Ok(Ok(Some(evidence)))
-}
-
-/// A resumed run whose evidence now shows it complete is recorded as complete.
-fn mark_complete(rd: &RalphDir, p: &mut RunState) -> Result<()> {
-    p.running = false;
-    p.halt_reason = Some(HaltReason::Complete);
-    p.exit_code = Some(exit::COMPLETE);
-    p.save(&rd.state_file())
 }
 
 /// Scaffold `.ralph/`, write the table's progress file when a plan starts one, and begin the
@@ -768,21 +798,16 @@ fn settle(ui: Ui, r: &mut Resolved, agent: &Agent, source: &Source, p: &RunState
     begin.settle(p)
 }
 
-/// The loop, after CPM's pre-flight and the `run_started` event.
+/// The loop, and its `run_started` event.
 fn make_loop(
     ui: Ui,
     r: Resolved,
-    mut source: Source,
+    source: Source,
     agent: Agent,
     run_state: RunState,
     interrupts: Interrupts,
     options: &RunOptions,
-) -> Result<Loop> {
-    if let Source::Cpm(c) = &mut source {
-        c.log = crate::task::cpm::log_path(&run_state.run_id);
-        c.resuming = run_state.iteration > 0;
-        cpm::cpm_preflight(ui, &r.root, &r.rd, c, options.yes)?;
-    }
+) -> Loop {
     let (done, total) = r.plan.counts();
     let event = Event::RunStarted(RunStarted {
         run_id: run_state.run_id.clone(),
@@ -796,13 +821,13 @@ fn make_loop(
         total,
         resumed: run_state.iteration > 0,
     });
-    ui.event(&event, &event.line_now());
+    ui.event(&event.line_now());
     let counters = Counters::restore(
         &run_state,
         r.settings.max_iterations,
         r.settings.stuck_threshold,
     );
-    Ok(Loop {
+    Loop {
         repo: r.repo,
         rd: r.rd,
         source,
@@ -818,5 +843,21 @@ fn make_loop(
         stream: options.stream,
         watch: None,
         pending_events: Vec::new(),
-    })
+    }
+}
+
+/// CPM's pre-flight, once the run began (its log is named by the run).
+fn cpm_preflight(
+    ui: Ui,
+    r: &Resolved,
+    source: &mut Source,
+    run_state: &RunState,
+    yes: bool,
+) -> Result<()> {
+    let Source::Cpm(c) = source else {
+        return Ok(());
+    };
+    c.log = crate::task::cpm::log_path(&run_state.run_id);
+    c.resuming = run_state.iteration > 0;
+    cpm::cpm_preflight(ui, &r.root, &r.rd, c, yes)
 }
