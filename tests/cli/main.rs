@@ -31,6 +31,7 @@ mod run;
 mod sandbox;
 mod sandbox_doors;
 mod sandbox_edges;
+mod startup;
 mod status;
 mod supervise;
 mod table;
