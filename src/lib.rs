@@ -6,6 +6,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod error;
+pub mod event;
 pub mod files;
 pub mod git;
 pub mod guard;
@@ -57,42 +58,24 @@ pub fn main() -> i32 {
     };
     match dispatch(&cli, ui) {
         Ok(code) => code,
+        // A run closes its own errors (its `halted` event said); what is left is told here.
         Err(e) => {
             ui.error(&e);
-            ui.event(
-                "halted",
-                serde_json::json!({"reason": "error", "exit_code": e.exit_code(), "message": e.to_string()}),
-            );
             e.exit_code()
         }
     }
 }
 
 fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
-    let cwd = match &cli.dir {
-        Some(d) => {
-            let dir = d
-                .canonicalize()
-                .map_err(|e| Error::file("enter directory", d, e))?;
-            if !dir.is_dir() {
-                return Err(Error::usage(format!(
-                    "-C `{}`: not a directory",
-                    d.display()
-                )));
-            }
-            dir
-        }
-        None => std::env::current_dir()
-            .map_err(|e| Error::io("failed to read the current directory", e))?,
-    };
-    let ctx = Context { cwd, ui };
+    let dir = cli.dir.as_deref();
+    let ctx = || Context::new(dir, ui);
     match &cli.command {
-        Command::Init(args) => commands::init::run(&ctx, args),
-        Command::Run(args) => commands::run::run(&ctx, args),
-        Command::Resume(args) => commands::run::resume(&ctx, args),
-        Command::Status(args) => commands::status::run(&ctx, args.json, args.all),
-        Command::Merge(args) => commands::merge::run(&ctx, &args.name),
-        Command::Watch => commands::watch::run(&ctx),
+        Command::Init(args) => commands::init::run(&ctx()?, args),
+        Command::Run(args) => commands::run::run(ui, dir, args),
+        Command::Resume(args) => commands::run::resume(ui, dir, args),
+        Command::Status(args) => commands::status::run(&ctx()?, args.json, args.all),
+        Command::Merge(args) => commands::merge::run(&ctx()?, &args.name),
+        Command::Watch => commands::watch::run(&ctx()?),
     }
 }
 

@@ -14,10 +14,7 @@ const RED: Style = AnsiColor::Red.on_default().bold();
 const YELLOW: Style = AnsiColor::Yellow.on_default().bold();
 const CYAN: Style = AnsiColor::Cyan.on_default().bold();
 const GREEN: Style = AnsiColor::Green.on_default().bold();
-static HALTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// The version of the `--json` event schema.
-pub const EVENT_SCHEMA_VERSION: u32 = 1;
 pub const RULE: &str = "─────────────────────────────────────";
 
 /// Set the colour choice for every stream once, at start-up.
@@ -95,24 +92,13 @@ impl Ui {
         self.human(&shown(text));
     }
 
-    /// One JSON Lines event on stdout (only with `--json`), stamped with the schema version and
-    /// the time. `fields` must be a JSON object.
-    pub fn event(&self, name: &str, fields: serde_json::Value) {
-        if self.json {
-            self.print_event(&event_object(name, fields));
-        }
-    }
-
-    /// Print an event object made by [`event_object`] (only with `--json`).
-    pub fn print_event(&self, obj: &serde_json::Value) {
+    /// One event's JSON line ([`crate::event::Event::line`]) on stdout, only with `--json`.
+    pub fn event(&self, line: &str) {
         if !self.json {
             return;
         }
-        if obj["event"] == "halted" && HALTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            return; // one `halted` per process, the first (most specific) one
-        }
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{obj}");
+        let _ = writeln!(out, "{line}");
         let _ = out.flush();
     }
 
@@ -145,19 +131,6 @@ impl Ui {
             let _ = writeln!(err, "{CYAN}hint:{CYAN:#} {}", shown(&h));
         }
     }
-}
-
-/// One event as `--json` prints it and hooks receive it: `event`, `schema_version`, `ts`, then
-/// `fields` (a JSON object).
-pub fn event_object(name: &str, fields: serde_json::Value) -> serde_json::Value {
-    let mut obj = serde_json::Map::new();
-    obj.insert("event".into(), name.into());
-    obj.insert("schema_version".into(), EVENT_SCHEMA_VERSION.into());
-    obj.insert("ts".into(), crate::state::now_rfc3339().into());
-    if let serde_json::Value::Object(f) = fields {
-        obj.extend(f);
-    }
-    serde_json::Value::Object(obj)
 }
 
 /// `1h 02m 03s`, `4m 05s`, `6s`, `0.4s`.

@@ -6,8 +6,9 @@ pub mod run;
 pub mod status;
 pub mod watch;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use crate::error::{Error, Result};
 use crate::ui::Ui;
 
 /// What every command gets: where to work and how to talk.
@@ -16,4 +17,27 @@ pub struct Context {
     /// The directory given with `-C`, else the current directory (absolute).
     pub cwd: PathBuf,
     pub ui: Ui,
+}
+
+impl Context {
+    /// The context of a command run in `dir` (`-C`), else in the current directory.
+    pub fn new(dir: Option<&Path>, ui: Ui) -> Result<Context> {
+        let cwd = match dir {
+            Some(d) => {
+                let dir = d
+                    .canonicalize()
+                    .map_err(|e| Error::file("enter directory", d, e))?;
+                if !dir.is_dir() {
+                    return Err(Error::usage(format!(
+                        "-C `{}`: not a directory",
+                        d.display()
+                    )));
+                }
+                dir
+            }
+            None => std::env::current_dir()
+                .map_err(|e| Error::io("failed to read the current directory", e))?,
+        };
+        Ok(Context { cwd, ui })
+    }
 }

@@ -3,8 +3,6 @@
 //! counts. The phase ends with the agent's last run, or with a halt (interrupt, a login failure,
 //! the waiting or cost budget) that the record phase closes like any other ending.
 
-use serde_json::json;
-
 use super::Loop;
 use super::checks::run_failed;
 use super::decide::Halt;
@@ -12,6 +10,7 @@ use super::prepare::Prepared;
 use crate::agent::stream::{Observer, Usage, format_for};
 use crate::agent::views::Watched;
 use crate::error::Result;
+use crate::event::{Event, Waiting};
 use crate::live::LiveView;
 use crate::proc::observe::{Echo, Watchers};
 use crate::proc::relay::{self, Finished, RunError, StopCause};
@@ -311,16 +310,13 @@ impl Loop {
             limit.kind,
             human_duration(wait)
         ));
-        self.emit(
-            "waiting",
-            json!({
-                "iteration": n,
-                "kind": limit.kind.to_string(),
-                "message": limit.message,
-                "reset_at": limit.reset_at.map(|t| t.to_rfc3339()),
-                "wait_s": wait.as_secs_f64(),
-            }),
-        );
+        self.emit(Event::Waiting(Waiting {
+            iteration: n,
+            kind: limit.kind.clone(),
+            message: limit.message.clone(),
+            reset_at: limit.reset_at.map(|t| t.to_rfc3339()),
+            wait_s: wait.as_secs_f64(),
+        }));
     }
 
     /// Sleep for `wait` with a countdown on a terminal; true when an interrupt cut it short.

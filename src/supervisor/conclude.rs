@@ -4,15 +4,14 @@
 //! steps after it run, and ends the run with the error: it never goes on past an iteration it
 //! could not record.
 
-use serde_json::json;
-
 use super::Loop;
 use super::attempt::Attempted;
 use super::decide::{Counters, Decision, Halt, Outcome, decide};
-use super::faults::{Faults, chain, failed};
+use super::faults::{Faults, failed};
 use super::prepare::Prepared;
 use super::record::{Ending, Recorded};
 use crate::error::{Error, Result};
+use crate::event::{Event, IterationFinished, Stuck};
 use crate::proc::relay::StopCause;
 use crate::state::{self, IterExit};
 use crate::ui::{CostLine, Report, human_duration};
@@ -108,34 +107,34 @@ impl Loop {
         let usage = &attempted.usage;
         let fin = &attempted.finished;
         let key = &recorded.key;
-        self.emit(
-            "iteration_finished",
-            json!({
-                "run_id": self.state.run_id,
-                "iteration": n,
-                "done": recorded.done,
-                "total": recorded.total,
-                "figures": key.figures,
-                // `null` (and `error`) when the record says `exit error`.
-                "exit_code": (recorded.exit != IterExit::Error).then_some(fin.exit_code),
-                "error": recorded.exit == IterExit::Error,
-                "verdict_exit_code": match recorded.exit {
-                    IterExit::Code(c) if c != fin.exit_code => Some(c),
-                    _ => None,
-                },
-                "timed_out": matches!(fin.stopped, Some(StopCause::Timeout | StopCause::IdleTimeout)),
-                "commit": key.commit,
-                "committed": recorded.commit.subject.is_some(),
-                "commit_refused": recorded.commit.refused.is_some(),
-                "fingerprint": key.fingerprint,
-                "duration_s": duration.as_secs_f64(),
-                "cost_usd": usage.cost_usd,
-                "total_cost_usd": self.state.cost_usd,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "turns": usage.turns,
-            }),
-        );
+        self.emit(Event::IterationFinished(IterationFinished {
+            run_id: self.state.run_id.clone(),
+            iteration: n,
+            done: recorded.done,
+            total: recorded.total,
+            figures: key.figures.clone(),
+            // `null` (and `error`) when the record says `exit error`.
+            exit_code: (recorded.exit != IterExit::Error).then_some(fin.exit_code),
+            error: recorded.exit == IterExit::Error,
+            verdict_exit_code: match recorded.exit {
+                IterExit::Code(c) if c != fin.exit_code => Some(c),
+                _ => None,
+            },
+            timed_out: matches!(
+                fin.stopped,
+                Some(StopCause::Timeout | StopCause::IdleTimeout)
+            ),
+            commit: key.commit.clone(),
+            committed: recorded.commit.subject.is_some(),
+            commit_refused: recorded.commit.refused.is_some(),
+            fingerprint: key.fingerprint.clone(),
+            duration_s: duration.as_secs_f64(),
+            cost_usd: usage.cost_usd,
+            total_cost_usd: self.state.cost_usd,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            turns: usage.turns,
+        }));
         self.log(&format!(
             "Iteration {n}: {}/{} {} complete (started: {}, ended: {}, duration: {})",
             recorded.done,
@@ -154,10 +153,10 @@ impl Loop {
             self.log(&format!(
                 "⚠️ Stuck detected — {t} iterations with no progress"
             ));
-            self.emit(
-                "stuck",
-                json!({"iteration": n, "no_progress_iterations": t}),
-            );
+            self.emit(Event::Stuck(Stuck {
+                iteration: n,
+                no_progress_iterations: t,
+            }));
             notes.push(format!(
                 "Stuck detected — {t} iterations with no progress; the next prompt carries the STUCK ALERT"
             ));
@@ -228,64 +227,6 @@ impl Loop {
         };
         self.ui.line(&report.render());
     }
-
-    /// Halt: record it in `state.json`, log it, announce it, print the summary; the exit code.
-    pub(super) fn halt(&mut self, halt: &Halt) -> i32 {
-        let halt = self.halt_quietly(halt);
-        self.summary(&halt);
-        halt.exit_code()
-    }
-
-    /// [`Loop::halt`] without the summary; the halt recorded — an error naming the state when
-    /// `state.json` cannot be saved (the halt it replaces named in it).
-    pub(super) fn halt_quietly(&mut self, halt: &Halt) -> Halt {
-        let halt = self.finish_state(halt);
-        let line = match &halt {
-            Halt::Error { message, .. } => format!(": {message}"),
-            _ => String::new(),
-        };
-        self.log(&format!(
-            "Halt: {} (exit {}){line}",
-            halt.reason(),
-            halt.exit_code()
-        ));
-        self.announce_halt(&halt);
-        halt
-    }
-
-    /// Record the halt in `state.json`: the halt recorded.
-    fn finish_state(&mut self, halt: &Halt) -> Halt {
-        let mark = |state: &mut state::RunState, halt: &Halt| {
-            state.running = false;
-            state.halt_reason = Some(halt.reason());
-            state.exit_code = Some(halt.exit_code());
-        };
-        mark(&mut self.state, halt);
-        let Err(e) = self.state.save(&self.rd.state_file()) else {
-            return halt.clone();
-        };
-        let unsaved = not_saved(halt, &e);
-        mark(&mut self.state, &unsaved);
-        unsaved
-    }
-
-    /// The `halted` event.
-    fn announce_halt(&mut self, halt: &Halt) {
-        let reason = halt.reason();
-        let code = halt.exit_code();
-        let mut event = json!({
-            "run_id": self.state.run_id,
-            "reason": reason,
-            "exit_code": code,
-            "iteration": self.state.iteration,
-            "done": self.state.done,
-            "total": self.state.total,
-        });
-        if let Halt::Error { message, .. } = halt {
-            event["message"] = message.clone().into();
-        }
-        self.emit("halted", event);
-    }
 }
 
 /// The ITER record of iteration `n` is not written: whatever was decided, the run ends with
@@ -297,28 +238,6 @@ fn unrecorded(n: u32, e: &Error, decision: Decision) -> Halt {
         Decision::Halt(halt) => faults.halt_with(Some(&halt)),
         _ => faults.halt_with(None),
     }
-}
-
-/// `halt`, when `state.json` cannot be saved: an error naming the save (and the halt it
-/// replaces), unless `halt` already is that very error.
-fn not_saved(halt: &Halt, e: &Error) -> Halt {
-    if let Halt::Error { message, .. } = halt
-        && message.ends_with(&chain(e))
-    {
-        return halt.clone();
-    }
-    let mut faults = Faults::default();
-    match halt {
-        Halt::Error { .. } => faults.note("the state is not saved", e),
-        _ => faults.note(
-            format_args!(
-                "the run halted ({}), but its state is not saved",
-                halt.reason()
-            ),
-            e,
-        ),
-    }
-    faults.halt_with(Some(halt))
 }
 
 /// What the next prompt is told: the failed checks, and a commit a hook refused.
@@ -378,20 +297,5 @@ mod tests {
                 && message(&h).contains("; and iteration 4's record is not written: "),
             "{h:?}"
         );
-    }
-
-    #[test]
-    fn a_state_that_cannot_be_saved_turns_the_halt_into_an_error_once() {
-        let e = full_disk(".ralph/state.json");
-        let h = not_saved(&Halt::Complete, &e);
-        assert!(
-            message(&h).starts_with("the run halted (complete), but its state is not saved: "),
-            "{h:?}"
-        );
-        // The same failure, met again when the error itself is saved, is not repeated.
-        let first = failed("the state is not saved", &e);
-        assert_eq!(not_saved(&first, &e), first);
-        let other = failed("iteration 2's work is not committed", &full_disk("x"));
-        assert!(message(&not_saved(&other, &e)).contains("; and the state is not saved: "));
     }
 }

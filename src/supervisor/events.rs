@@ -4,10 +4,10 @@
 //! child (own process group, `hook_timeout`, SIGTERM then SIGKILL); a hook that fails or hangs is
 //! logged and shown, and never stops the loop or changes its exit code.
 
-use serde_json::Value;
-
 use super::Loop;
 use super::checks::{Check, run_check, shell};
+use crate::config::Command;
+use crate::event::Event;
 use crate::proc::observe::{Echo, Watchers};
 use crate::proc::relay::Limits;
 use crate::state;
@@ -15,26 +15,33 @@ use crate::state;
 /// The grace a hook gets after its timeout before SIGKILL.
 const HOOK_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// An event whose hook has yet to run, with the very line `--json` printed.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    name: &'static str,
+    hook: Command,
+    line: String,
+}
+
 impl Loop {
     /// Announce an event: its `--json` line now, its hook (if any) at the next `run_hooks`.
-    pub(super) fn emit(&mut self, name: &str, fields: Value) {
-        let obj = crate::ui::event_object(name, fields);
-        self.ui.print_event(&obj);
-        if self.settings.hooks.for_event(name).is_some() {
-            self.pending_events.push(obj);
+    pub(super) fn emit(&mut self, event: Event) {
+        let line = event.line_now();
+        self.ui.event(&line);
+        if let Some(hook) = self.settings.hooks.for_event(&event) {
+            self.pending_events.push(Pending {
+                name: event.name(),
+                hook: hook.clone(),
+                line,
+            });
         }
     }
 
     /// Run the hooks of the events emitted since the last call, in order.
     pub(super) async fn run_hooks(&mut self) {
-        for obj in std::mem::take(&mut self.pending_events) {
-            let name = obj["event"].as_str().unwrap_or_default().to_string();
-            let Some(hook) = self.settings.hooks.for_event(&name).cloned() else {
-                continue;
-            };
-            let outcome = self.run_hook(&name, &hook, &obj).await;
-            if let Err(why) = outcome {
-                let line = format!("hook for `{name}` {why}: {}", hook.cmd);
+        for pending in std::mem::take(&mut self.pending_events) {
+            if let Err(why) = self.run_hook(&pending).await {
+                let line = format!("hook for `{}` {why}: {}", pending.name, pending.hook.cmd);
                 self.ui.warn(&line);
                 self.log(&format!("Hook: {line}"));
             }
@@ -42,12 +49,8 @@ impl Loop {
     }
 
     /// One hook run; `Err` says how it failed.
-    async fn run_hook(
-        &mut self,
-        name: &str,
-        hook: &crate::config::Command,
-        obj: &Value,
-    ) -> Result<(), String> {
+    async fn run_hook(&mut self, pending: &Pending) -> Result<(), String> {
+        let Pending { name, hook, line } = pending;
         let cmd = hook.cmd.as_str();
         let dir = self.rd.run_dir(&self.state.run_id);
         state::create_private_dir(&dir).map_err(|e| format!("could not run ({e})"))?;
@@ -56,9 +59,9 @@ impl Loop {
             crate::files::open_own(&path, true).map_err(|e| format!("could not run ({e})"))?;
         // A hook from `.ralph/config.toml` may be the agent's: in the sandbox (SPEC §4).
         let mut inv = self.settings.confine(shell(cmd), hook.from_repo);
-        inv.stdin = Some(format!("{obj}\n").into_bytes());
+        inv.stdin = Some(format!("{line}\n").into_bytes());
         let mut env = self.ralph_env(self.state.iteration);
-        env.push(("RALPH_EVENT".into(), name.to_string()));
+        env.push(("RALPH_EVENT".into(), (*name).to_string()));
         let timeout = self.settings.hook_timeout;
         let check = Check {
             what: format!("hook for {name}: {cmd}"),

@@ -12,6 +12,7 @@
 
 mod attempt;
 pub mod checks;
+pub(crate) mod close;
 mod commit;
 mod conclude;
 pub mod decide;
@@ -67,7 +68,7 @@ pub struct Loop {
     /// The file watcher that makes git's status and staging cost what changed (Linux).
     pub watch: Option<std::sync::Arc<crate::git::watch::Watch>>,
     /// Events whose hooks have yet to run.
-    pub pending_events: Vec<serde_json::Value>,
+    pub pending_events: Vec<events::Pending>,
 }
 
 /// Watch the work tree for the rest of the run and make the watcher git's file-system monitor
@@ -117,21 +118,27 @@ pub fn log_activity(ui: Ui, rd: &RalphDir, line: &str) {
 
 impl Loop {
     /// The pre-flight checks, then iterations until a halt rule fires; returns the exit code.
-    pub async fn run(mut self) -> Result<i32> {
-        let result = self.iterate().await;
+    /// Every ending, the pre-flight's errors too, goes through the run's close.
+    pub async fn run(mut self) -> i32 {
+        let code = self.iterate().await;
         self.run_hooks().await;
-        result
+        code
     }
 
-    async fn iterate(&mut self) -> Result<i32> {
-        if let Some(code) = self.preflight_verdict().await? {
-            return Ok(code);
+    async fn iterate(&mut self) -> i32 {
+        match self.preflight_verdict().await {
+            Ok(Some(code)) => return code,
+            Ok(None) => {}
+            Err(e) => {
+                let what = "the roll-up before the first iteration could not run";
+                return self.halt(&failed(what, &e));
+            }
         }
         loop {
             if self.interrupts.count() > 0 {
                 // Interrupted between iterations: the last one is fully recorded.
                 self.check_the_tree_between();
-                return Ok(self.halt(&Halt::Interrupted));
+                return self.halt(&Halt::Interrupted);
             }
             let n = self.counters.iteration + 1;
             let prev = Counters {
@@ -141,7 +148,7 @@ impl Loop {
             let halted = self.iteration(&prev).await;
             self.run_hooks().await;
             if let Some(code) = halted {
-                return Ok(code);
+                return code;
             }
         }
     }

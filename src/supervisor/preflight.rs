@@ -7,14 +7,17 @@ use std::path::Path;
 
 use super::Loop;
 use super::checks::{Check, feedback, run_check, shell};
+use super::close::{Ends, close};
 use super::decide::Halt;
 use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::event::{At, Event};
 use crate::proc::observe::{Echo, Watchers};
 use crate::proc::relay::Limits;
 use crate::signals::Interrupts;
 use crate::state::{self, Mode};
 use crate::task::verdict::{Verdict, VerdictClass};
+use crate::ui::Ui;
 
 /// What the checks say now about a task whose source claims it is done.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,16 +202,7 @@ impl Loop {
             VerdictClass::Verified => {
                 self.ui
                     .success("The roll-up already verifies every row: nothing to do.");
-                // The source's lines, without the loop's summary: no iteration ran.
-                let halted = self.halt_quietly(&Halt::Complete);
-                if halted != Halt::Complete {
-                    self.summary(&halted);
-                    return Ok(Some(halted.exit_code()));
-                }
-                for l in self.source.completion_lines() {
-                    self.ui.plain(&l);
-                }
-                return Ok(Some(crate::error::exit::COMPLETE));
+                return Ok(Some(close(&mut AlreadyComplete(self), &Halt::Complete)));
             }
             VerdictClass::TargetOnly(rows) => Some(Halt::TargetOnly(rows.clone())),
             VerdictClass::Unavailable => Some(Halt::VerdictUnavailable),
@@ -227,5 +221,36 @@ impl Loop {
             self.counters.best_done = self.counters.best_done.max(at);
         }
         Ok(None)
+    }
+}
+
+/// A run the pre-flight roll-up finds complete: closed as the loop closes, but summed up with
+/// the source's lines, without the loop's summary (no iteration ran).
+struct AlreadyComplete<'a>(&'a mut Loop);
+
+impl Ends for AlreadyComplete<'_> {
+    fn ui(&self) -> Ui {
+        self.0.ui
+    }
+
+    fn run(&mut self) -> Option<(&state::RalphDir, &mut state::RunState)> {
+        self.0.run()
+    }
+
+    fn at(&self) -> Option<At> {
+        self.0.at()
+    }
+
+    fn announce(&mut self, event: Event) {
+        self.0.emit(event);
+    }
+
+    fn sum_up(&mut self, halt: &Halt) {
+        if *halt != Halt::Complete {
+            return self.0.summary(halt);
+        }
+        for l in self.0.source.completion_lines() {
+            self.0.ui.plain(&l);
+        }
     }
 }

@@ -4,12 +4,11 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use serde_json::json;
-
 use super::Loop;
 use super::decide::Counters;
 use super::source::PromptCtx;
 use crate::error::{Error, Result};
+use crate::event::{Event, IterationStarted};
 use crate::proc::Invocation;
 use crate::state;
 
@@ -91,16 +90,13 @@ impl Loop {
             self.agent.name,
             self.source.unit()
         ));
-        self.emit(
-            "iteration_started",
-            json!({
-                "run_id": self.state.run_id,
-                "iteration": n,
-                "max_iterations": self.settings.max_iterations,
-                "done": done,
-                "total": total,
-                "stuck_alert": stuck_alert,
-            }),
-        );
+        self.emit(Event::IterationStarted(IterationStarted {
+            run_id: self.state.run_id.clone(),
+            iteration: n,
+            max_iterations: self.settings.max_iterations,
+            done,
+            total,
+            stuck_alert,
+        }));
     }
 }

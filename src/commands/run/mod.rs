@@ -1,16 +1,28 @@
 //! `ralph run` and `ralph resume`: resolve the target, the settings and the agent; end at once
 //! when there is nothing to do; dry-run; or begin (or continue) a run and supervise its loop.
 //!
-//! The rooms: `plan` (targets → what the run works on), `begin` (fresh / resumed state, the
-//! commits that come first), `planning` (a description planned into a table), `cpm` (CPM's
-//! pre-flight), `dry_run`.
+//! A run starts in named steps (`start`, then `supervise`): resolve → end at once → the agent
+//! and the sandbox → dry-run; then under the lock: lock → watch → plan the description → meet
+//! the recorded run → the source → settle the recorded run → evidence → begin → the loop. Every
+//! ending on the way goes through the run's close (`close`).
+//!
+//! The rooms: `resolve` (the repository, the recorded run, the plan, the settings, the
+//! sandbox), `plan` (targets → what the run works on), `at_once` (endings before the loop),
+//! `close` (their close), `begin` (fresh / resumed state, the commits that come first),
+//! `planning` (a description planned into a table), `cpm` (CPM's pre-flight), `dry_run`,
+//! `worktree` (`--worktree`).
 
+mod at_once;
 mod begin;
+mod close;
 mod cpm;
 mod dry_run;
 mod plan;
 mod planning;
+mod resolve;
+mod worktree;
 
+use std::ops::ControlFlow::{self, Break, Continue};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -18,26 +30,26 @@ use std::time::{Duration, Instant};
 use super::Context;
 use crate::agent::Agent;
 use crate::cli::{ResumeArgs, RunArgs, RunOptions};
-use crate::config::{self, AgentChoice, Layer, Settings, Source as ConfigSource};
-use crate::error::{Error, Result, exit};
-use crate::git::Repo;
+use crate::error::{Error, Result};
+use crate::event::{Event, RunStarted};
 use crate::signals::Interrupts;
-use crate::state::{self, HaltReason, Lock, Mode, RalphDir, RunState};
+use crate::state::{self, HaltReason, Lock, RunState};
 use crate::supervisor::decide::Counters;
-use crate::supervisor::preflight::{Evidence, fresh_evidence};
-use crate::supervisor::source::{Source, cpm_error};
+use crate::supervisor::preflight::Evidence;
+use crate::supervisor::source::Source;
 use crate::supervisor::{self, Loop};
-use crate::task::cpm::Targets;
-use crate::task::integrity::Baseline;
 use crate::task::table;
 use crate::ui::Ui;
 use begin::{Begin, Continuation};
+use close::Before;
 use plan::Plan;
+use resolve::Resolved;
 
 /// How long to wait for someone else's `index.lock` before giving up.
 const INDEX_LOCK_WAIT: Duration = Duration::from_secs(2);
 
-pub fn run(ctx: &Context, args: &RunArgs) -> Result<i32> {
+/// `ralph run` in `dir` (`-C`): closed whatever way it ends ([`launch`]).
+pub fn run(ui: Ui, dir: Option<&Path>, args: &RunArgs) -> Result<i32> {
     let how = if args.resume {
         Continuation::Resume
     } else if args.reset {
@@ -45,120 +57,46 @@ pub fn run(ctx: &Context, args: &RunArgs) -> Result<i32> {
     } else {
         Continuation::Fresh
     };
-    in_worktree(ctx, &args.targets, &args.options, args.dry_run, how)
+    launch(ui, dir, &args.targets, &args.options, args.dry_run, how)
 }
 
-pub fn resume(ctx: &Context, args: &ResumeArgs) -> Result<i32> {
-    in_worktree(ctx, &[], &args.options, false, Continuation::Resume)
+/// `ralph resume` in `dir` (`-C`).
+pub fn resume(ui: Ui, dir: Option<&Path>, args: &ResumeArgs) -> Result<i32> {
+    launch(ui, dir, &[], &args.options, false, Continuation::Resume)
 }
 
-/// `--worktree NAME`: the loop runs in its own worktree (SPEC §13), then merges back with
-/// `--merge` when it completed. A run on a finished loop's name starts a new branch; on an
-/// unfinished loop it is asked about as any unfinished run (refused when nobody can answer,
-/// naming `ralph resume --worktree NAME`). A dry run makes and changes nothing.
-fn in_worktree(
-    ctx: &Context,
+/// The run, closed whatever way it ends (an error on the way too: `Before::error`), then —
+/// for a worktree loop — merged back; the merge's own errors come after the close.
+fn launch(
+    ui: Ui,
+    dir: Option<&Path>,
     targets: &[String],
     options: &RunOptions,
     dry_run: bool,
     how: Continuation,
 ) -> Result<i32> {
-    let Some(name) = &options.worktree else {
-        return start(ctx, targets, options, dry_run, how);
-    };
-    let repo = Repo::discover(&ctx.cwd)?;
-    if dry_run {
-        return dry_run_in_worktree(ctx, &repo, name, targets, options, how);
+    let ran = Context::new(dir, ui).and_then(|ctx| {
+        let ran = worktree::in_worktree(&ctx, targets, options, dry_run, how)?;
+        Ok((ran, ctx))
+    });
+    match ran {
+        Ok(((code, Some(loop_)), ctx)) => worktree::merge_back(&ctx, options, code, loop_),
+        Ok(((code, None), _)) => Ok(code),
+        Err(e) => Ok(Before::error(ui, e).close()),
     }
-    let wt = if how == Continuation::Resume {
-        crate::worktree::open_for_resume(&repo, name)?
-    } else {
-        crate::worktree::for_run(&repo, name, ctx.ui)?
-    };
-    if how == Continuation::Fresh
-        && !supervisor::is_interactive(options.yes)
-        && let Some(p) = crate::worktree::unfinished(&wt.path)?
-    {
-        return Err(Error::user(format!(
-            "loop `{name}` has an unfinished run ({}, iteration {}/{}, {})",
-            p.run_id,
-            p.iteration,
-            p.max_iterations,
-            p.halt_reason.map_or("killed while running", HaltReason::as_str)
-        ))
-        .with_hint(format!(
-            "continue it with `ralph resume --worktree {name}`, or start it over with `ralph run --worktree {name} --reset`"
-        )));
-    }
-    crate::worktree::carry_targets(repo.root(), &ctx.cwd, &wt.path, targets)?;
-    let sub = ctx.cwd.strip_prefix(repo.root()).unwrap_or(Path::new(""));
-    let cwd = wt.path.join(sub);
-    crate::files::create_dir_all(&cwd).map_err(|e| Error::file("create directory", &cwd, e))?;
-    ctx.ui.note(&format!(
-        "loop `{name}`: worktree {} on branch {}",
-        wt.path.display(),
-        wt.branch
-    ));
-    let inner = Context { cwd, ui: ctx.ui };
-    let code = start(&inner, targets, options, false, how)?;
-    let configured = config::file_layers(&RalphDir::new(&wt.path).path, None)?
-        .iter()
-        .find_map(|s| s.layer.merge)
-        .unwrap_or(false);
-    if code == exit::COMPLETE && (options.merge || configured) {
-        // A task already complete ends at once, before any state: the loop made nothing to merge.
-        if RunState::load(&RalphDir::new(&wt.path).state_file())?.is_none() {
-            ctx.ui
-                .note(&format!("loop `{name}` ran no iteration: nothing to merge"));
-            return Ok(code);
-        }
-        return crate::worktree::merge(&repo, name, ctx.ui);
-    }
-    Ok(code)
 }
 
-/// `--dry-run --worktree NAME`: the plan in the loop's worktree when a run would continue there,
-/// else in this work tree (whose task files a new worktree would start with).
-fn dry_run_in_worktree(
-    ctx: &Context,
-    repo: &Repo,
-    name: &str,
-    targets: &[String],
-    options: &RunOptions,
-    how: Continuation,
-) -> Result<i32> {
-    let reused = match crate::worktree::existing(repo, name)? {
-        Some(path) if !crate::worktree::finished(&path)? => Some(path),
-        _ => None,
-    };
-    let Some(path) = reused else {
-        ctx.ui.note(&format!(
-            "loop `{name}`: a run would start branch ralph/{name} afresh from HEAD, in a new worktree"
-        ));
-        return start(ctx, targets, options, true, how);
-    };
-    ctx.ui
-        .note(&format!("loop `{name}`: worktree {}", path.display()));
-    let sub = ctx.cwd.strip_prefix(repo.root()).unwrap_or(Path::new(""));
-    let inner = Context {
-        cwd: path.join(sub),
-        ui: ctx.ui,
-    };
-    start(&inner, targets, options, true, how)
+/// How supervising a run ended.
+enum Supervised {
+    /// Closed, with this exit code.
+    Ended(i32),
+    /// The user chose, at the prompt, to resume the recorded run instead.
+    ResumeInstead,
 }
 
-/// A run resolved up to its settings: nothing written yet.
-struct Resolved {
-    repo: Repo,
-    root: PathBuf,
-    rd: RalphDir,
-    prior: Option<RunState>,
-    plan: Plan,
-    settings: Settings,
-    /// A limit written in the user's own config file (for a resume's cap).
-    written_max: Option<u32>,
-}
-
+/// Resolve the run and supervise it. A run the user chose to resume instead starts over as
+/// `ralph resume` does — the same steps once more, on what the recorded run worked on (a
+/// resume never asks, so at most once).
 fn start(
     ctx: &Context,
     targets: &[String],
@@ -166,334 +104,336 @@ fn start(
     dry_run: bool,
     how: Continuation,
 ) -> Result<i32> {
+    let (mut targets, mut how) = (targets, how);
+    loop {
+        match start_once(ctx, targets, options, dry_run, how)? {
+            Supervised::Ended(code) => return Ok(code),
+            Supervised::ResumeInstead => (targets, how) = (&[], Continuation::Resume),
+        }
+    }
+}
+
+/// Resolve → end at once → the agent and the sandbox → the roll-up → dry-run or supervise.
+fn start_once(
+    ctx: &Context,
+    targets: &[String],
+    options: &RunOptions,
+    dry_run: bool,
+    how: Continuation,
+) -> Result<Supervised> {
     let ui = ctx.ui;
-    let mut r = resolve(ctx, targets, options, how)?;
-    if let Some(code) = end_at_once(ui, &r, how)? {
-        return Ok(code);
+    let mut r = resolve::resolve(ctx, targets, options, how)?;
+    if let Some(code) = at_once::end_at_once(ui, &r, how)? {
+        return Ok(Supervised::Ended(code));
     }
     // The probe runs the installed CLI outside, and under --sandbox the CLI may have been
     // changed in its own (writable) state: no probe then.
     let probe = !dry_run && r.settings.sandbox.is_none();
     let agent = Agent::resolve(&r.settings.agent, probe)?;
-    sandbox(ui, &mut r, &agent, dry_run)?;
-    let rollup = resolve_rollup(ui, &r.plan, options)?;
+    resolve::sandbox(ui, &mut r, &agent, dry_run)?;
+    let rollup = resolve::resolve_rollup(ui, &r.plan, options)?;
     if dry_run {
-        return dry_run::report(ctx, &r, options, rollup, &agent);
+        let code = dry_run::report(ctx, &r, options, rollup, &agent)?;
+        return Ok(Supervised::Ended(code));
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::io("failed to start the async runtime", e))?;
-    runtime.block_on(supervise(ctx, r, options, how, agent, rollup))
-}
-
-/// `--sandbox`: resolve the sandbox for this repository and agent (refusing without a usable
-/// bwrap), and pin ralph's own git commands (SPEC §4).
-fn sandbox(ui: Ui, r: &mut Resolved, agent: &Agent, dry_run: bool) -> Result<()> {
-    let Some(config) = &r.settings.sandbox else {
-        return Ok(());
+    let run = Startup {
+        ctx,
+        options,
+        r,
+        agent,
     };
-    if !dry_run {
-        // `.ralph/` exists before the sandbox, so that it is pinned there.
-        state::create_private_dir(&r.rd.path)?;
-    }
-    let plain = |p: &Path| p.components().collect::<PathBuf>();
-    let paths = crate::sandbox::RepoPaths {
-        work_tree: r.root.clone(),
-        git_dir: plain(r.repo.git2().path()),
-        common_dir: plain(r.repo.git2().commondir()),
-    };
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let home = home.filter(|h| h.is_absolute());
-    let make = if dry_run {
-        crate::sandbox::Make::DryRun
-    } else {
-        crate::sandbox::Make::Create
-    };
-    let sandbox = crate::sandbox::Sandbox::new(config, paths, &agent.name, home.as_deref(), make)?;
-    if let Some(open) = sandbox.open_here() {
-        ui.warn(&open);
-    }
-    if !r
-        .repo
-        .sandbox_git(&sandbox.repo.common_dir, sandbox.own_binary())
-    {
-        ui.warn("--sandbox: this kernel's Landlock cannot keep ralph's own git writes inside the repository (Linux 5.19 or later can): a link the agent plants in the git directory can lead them elsewhere");
-    }
-    r.settings.sandboxed = Some(std::sync::Arc::new(sandbox));
-    Ok(())
+    runtime.block_on(supervise(run, how, rollup))
 }
 
-/// Find the repository, the recorded run, the plan and the settings.
-fn resolve(
-    ctx: &Context,
-    targets: &[String],
-    options: &RunOptions,
-    how: Continuation,
-) -> Result<Resolved> {
-    let repo = Repo::discover(&ctx.cwd)?;
-    let root = repo.root().to_path_buf();
-    let rd = RalphDir::new(&root);
-    // ralph's own record of the run, not a state.json the agent may have written (SPEC §11).
-    let recorded = RunState::recorded(&rd.state_file())?;
-    if let Some(w) = &recorded.warning {
-        ctx.ui.warn(w);
-    }
-    let prior = recorded.state;
-    if how == Continuation::Resume {
-        begin::check_resumable(prior.as_ref(), &rd, |p| {
-            targets.is_empty()
-                || p.mode != Mode::Checklist
-                || root.join(&p.task_file) == ctx.cwd.join(&targets[0])
-        })?;
-    }
-    let plan = match (&prior, how) {
-        (Some(p), Continuation::Resume) => plan::recorded_plan(&root, p)?,
-        _ => plan::resolve_plan(ctx, &root, targets)?,
-    };
-    let frontmatter = match &plan {
-        Plan::Checklist { doc, .. } => {
-            for w in &doc.warnings {
-                ctx.ui.warn(&w.to_string());
-            }
-            doc.frontmatter.clone()
-        }
-        _ => None,
-    };
-    let mut layers = vec![ConfigSource {
-        name: "the command line or RALPH_* variables".into(),
-        layer: Layer::from_options(options),
-        from_repo: false,
-    }];
-    layers.extend(config::file_layers(&rd.path, frontmatter.as_ref())?);
-    let mut settings = config::merge(&layers)?;
-    let agent_chosen = layers
-        .iter()
-        .any(|l| l.layer.agent.is_some() || l.layer.agent_cmd.is_some());
-    if matches!(plan, Plan::Cpm { .. }) && !agent_chosen {
-        // CPM's skills are Claude Code slash commands.
-        settings.agent = AgentChoice::Preset("claude".into());
-    }
-    // A resume continues the same run: its agent and checks, not today's files' (SPEC §2.3).
-    if how == Continuation::Resume
-        && let Some(pinned) = prior.as_ref().and_then(|p| p.pinned.as_ref())
-    {
-        settings.keep_pinned(pinned, &layers)?;
-    }
-    // Only the user's own configuration: the task file and `.ralph/config.toml` are the
-    // agent's to write, and an agent must not raise its own cap for the resumed run.
-    let written_max = layers
-        .iter()
-        .skip(1)
-        .filter(|s| !s.from_repo)
-        .find_map(|s| s.layer.max_iterations);
-    Ok(Resolved {
-        repo,
-        root,
-        rd,
-        prior,
-        plan,
-        settings,
-        written_max,
-    })
-}
-
-/// Plans that end before anything starts: nothing to run in CPM auto-discovery, a table with
-/// only BLOCKED tasks left (SPEC §3.2: PARTIAL, spawning nothing), a table all DONE or a
-/// checklist all checked when no check could say otherwise. Where a test or verdict command is
-/// set, "already complete" is the evidence's to say, checked now (SPEC §5.3: `evidence_now`).
-/// An unfinished run's last iteration may have left work uncommitted or unrecorded: a resume of
-/// it (and a new run on a tree it left dirty) never ends here, before that is settled under the
-/// lock (`Begin::settle`).
-fn end_at_once(ui: Ui, r: &Resolved, how: Continuation) -> Result<Option<i32>> {
-    let unfinished = r
-        .prior
-        .as_ref()
-        .is_some_and(|p| p.halt_reason != Some(HaltReason::Complete));
-    if unfinished
-        && (how == Continuation::Resume || (!r.settings.no_commit && r.repo.is_dirty()?))
-    {
-        return Ok(None);
-    }
-    let checked = r.settings.test_command.is_some() || r.settings.verdict_command.is_some();
-    match &r.plan {
-        Plan::Cpm {
-            targets: Targets::Epics(e),
-        } if e.is_empty() => {
-            ui.plain(&crate::task::cpm::nothing_to_run_message(&r.root).map_err(cpm_error)?);
-            Ok(Some(halted_at_once(ui, HaltReason::Complete, 0, 0)))
-        }
-        Plan::Table { progress, prd, .. } if table::next_task(progress).is_none() => {
-            let mut finished = progress.clone();
-            let overall = table::finish(&mut finished);
-            let (done, total) = (table::done_count(&finished), finished.rows.len());
-            let reason = match overall {
-                table::OverallStatus::Complete if checked => return Ok(None),
-                table::OverallStatus::Complete => {
-                    ui.success(&format!(
-                        "The task table is already COMPLETE ({done}/{total} tasks done). Nothing to run."
-                    ));
-                    HaltReason::Complete
-                }
-                _ => {
-                    ui.alert("## ⚠️ RALPH Loop — PARTIAL: no task is left to work");
-                    HaltReason::Partial
-                }
-            };
-            ui.plain(&format!("<promise>{}</promise>", prd.promise));
-            for l in table::summary(&finished) {
-                ui.plain(&l);
-            }
-            Ok(Some(halted_at_once(ui, reason, done, total)))
-        }
-        Plan::Checklist { doc, rel, .. }
-            if doc.checklist.remaining().next().is_none()
-                && !checked
-                && gone_from_baseline(r.prior.as_ref(), &doc.checklist).is_empty() =>
-        {
-            let (done, total) = (doc.checklist.done(), doc.checklist.total());
-            ui.success(&format!(
-                "{rel}: already complete ({done}/{total} criteria checked). Nothing to run."
-            ));
-            Ok(Some(halted_at_once(ui, HaltReason::Complete, done, total)))
-        }
-        _ => Ok(None),
-    }
-}
-
-/// The `halted` event of a run that ends before its first iteration; its exit code.
-fn halted_at_once(ui: Ui, reason: HaltReason, done: usize, total: usize) -> i32 {
-    ui.event(
-        "halted",
-        serde_json::json!({"reason": reason, "exit_code": reason.exit_code(),
-            "iteration": 0, "done": done, "total": total}),
-    );
-    reason.exit_code()
-}
-
-/// CPM needs its roll-up script (or `--yes` to run without one).
-fn resolve_rollup(ui: Ui, plan: &Plan, options: &RunOptions) -> Result<Option<PathBuf>> {
-    if !matches!(plan, Plan::Cpm { .. }) {
-        return Ok(None);
-    }
-    let found = crate::task::cpm::resolve_rollup(
-        options.rollup.as_deref(),
-        std::env::var_os("CLAUDE_PLUGIN_ROOT")
-            .map(PathBuf::from)
-            .as_deref(),
-        std::env::var_os("HOME").map(PathBuf::from).as_deref(),
-    );
-    if found.is_some() {
-        return Ok(found);
-    }
-    let err = match &options.rollup {
-        Some(p) => Error::user(format!(
-            "the roll-up script `{}` does not exist",
-            p.display()
-        )),
-        None => Error::user("no coverage roll-up script found (coverage-rollup.sh)"),
-    }
-    .with_hint(
-        "pass --rollup PATH, or set CLAUDE_PLUGIN_ROOT to the CPM plugin (--yes runs without one)",
-    );
-    if !options.yes || options.rollup.is_some() {
-        return Err(err);
-    }
-    ui.warn("no coverage roll-up script found: without it only max iterations, stalls and stuck detection end the run");
-    Ok(None)
-}
-
-/// Take the lock, settle what to do with a recorded run, check fresh evidence, begin, and run
-/// the loop.
-async fn supervise(
-    ctx: &Context,
-    mut r: Resolved,
-    options: &RunOptions,
-    mut how: Continuation,
+/// A run under way through its start-up steps.
+struct Startup<'a> {
+    ctx: &'a Context,
+    options: &'a RunOptions,
+    r: Resolved,
     agent: Agent,
+}
+
+/// Under the run's lock, its start-up steps in order, then its loop.
+async fn supervise(
+    mut run: Startup<'_>,
+    how: Continuation,
     rollup: Option<PathBuf>,
-) -> Result<i32> {
-    let ui = ctx.ui;
-    r.repo.check_ready(INDEX_LOCK_WAIT)?;
-    // An empty .ralph/ is nothing to git; the watcher's barriers come and go there.
-    state::create_private_dir(&r.rd.path)?;
-    let lock = lock_tree(ui, &r)?;
-    let watch = supervisor::start_watching(ui, &mut r.repo, &r.rd, &r.settings)?;
+) -> Result<Supervised> {
+    let ended = |code| Ok(Supervised::Ended(code));
+    let _lock = run.lock()?;
+    let watch = run.watch()?;
     // Only the user's own uncommitted work makes a "state before run" commit; ralph's new
     // .ralph/ files otherwise ride along with the first iteration that changes something.
-    let was_dirty = !r.settings.no_commit && r.repo.is_dirty()?;
-    if let Plan::Describe(description) = &r.plan {
-        let description = description.clone();
-        r.plan = planning::plan_table(
-            ctx,
-            &r.root,
-            &r.rd,
-            &description,
-            &agent,
-            &r.settings,
-            &mut r.repo,
-        )
-        .await?;
-    }
-    let unfinished = r
-        .prior
-        .as_ref()
-        .filter(|p| p.halt_reason != Some(HaltReason::Complete));
-    if how == Continuation::Fresh
-        && let Some(p) = unfinished
-    {
-        if let Some(code) = halt_if_left_tampered(ui, &r, p, options.yes)? {
-            return Ok(code);
-        }
-        how = begin::ask_resume_or_reset(p, options.yes)?;
-        if how == Continuation::Resume {
-            // Resuming works on what the recorded run worked on (and takes the lock itself).
-            drop(lock);
-            return Box::pin(resume_after_asking(ctx, options)).await;
-        }
-    }
-    let resumed = match how {
-        Continuation::Resume => r.prior.take(),
-        _ => None,
+    let was_dirty = !run.r.settings.no_commit && run.r.repo.is_dirty()?;
+    run.plan_the_description().await?;
+    let resumed = match run.meet_the_recorded_run(how)? {
+        Continue(Continuation::Resume) => run.r.prior.take(),
+        Continue(_) => None,
+        Break(supervised) => return Ok(supervised),
     };
-    let mut source = plan::build_source(&r.plan, &r.root, options, rollup, &r.settings)?;
-    if let (Some(p), Source::Checklist(c)) = (&resumed, &mut source) {
-        // The criteria the run started with, not today's file: deleting criteria while ralph
-        // was down is still tampering.
-        c.baseline = recorded_baseline(p);
-    }
-    if let Some(code) = halt_if_tampered(ui, &r, resumed.as_ref(), &source)? {
-        return Ok(code);
-    }
+    let source = match run.source(rollup, resumed.as_ref())? {
+        Continue(source) => source,
+        Break(code) => return ended(code),
+    };
     if let Some(p) = &resumed {
-        r.settings.max_iterations = begin::resumed_max_iterations(p, options, r.written_max);
-    }
-    if let Some(p) = &resumed {
-        // What its last iteration left, settled before anything can end the run.
-        settle(ui, &mut r, &agent, &source, p)?;
+        run.settle_the_recorded_run(&source, p)?;
     }
     let mut interrupts =
         Interrupts::install().map_err(|e| Error::io("failed to install signal handlers", e))?;
     let run_id = resumed
         .as_ref()
         .map_or_else(begin::new_run_id, |p| p.run_id.clone());
-    let evidence = match evidence_now(ui, &r, &source, &run_id, &mut interrupts).await? {
-        Ok(e) => e,
-        Err(code) => {
-            if let Some(mut p) = resumed {
-                mark_complete(&r.rd, &mut p)?;
-            }
-            return Ok(code);
-        }
+    let evidence = match run
+        .evidence(&source, &run_id, &mut interrupts, resumed.as_ref())
+        .await?
+    {
+        Continue(evidence) => evidence,
+        Break(code) => return ended(code),
     };
-    if let Some(p) = &resumed {
-        has_iterations_left(p, r.settings.max_iterations)?;
-    }
-    let run_state = begin_run(ui, &mut r, &agent, &source, resumed, &run_id, was_dirty)?;
-    let mut the_loop = make_loop(ui, r, source, agent, run_state, interrupts, options)?;
+    let (run_state, source) = match run.begin(source, resumed, &run_id, was_dirty)? {
+        Continue(begun) => begun,
+        Break(code) => return ended(code),
+    };
+    let mut the_loop = run.into_loop(source, run_state, interrupts);
     the_loop.watch = watch;
     the_loop.state.feedback = evidence.and_then(|e| e.feedback);
-    the_loop.run().await
+    ended(the_loop.run().await)
+}
+
+impl Startup<'_> {
+    fn ui(&self) -> Ui {
+        self.ctx.ui
+    }
+
+    /// Lock: the index ready, `.ralph/` there, the work tree's locks taken (SPEC §11), and no
+    /// supervisor the recorded run names still living.
+    fn lock(&self) -> Result<Lock> {
+        let r = &self.r;
+        r.repo.check_ready(INDEX_LOCK_WAIT)?;
+        // An empty .ralph/ is nothing to git; the watcher's barriers come and go there.
+        state::create_private_dir(&r.rd.path)?;
+        let (lock, unguarded) = Lock::acquire_tree(&r.root, r.repo.git2().path())?;
+        if let Some(w) = unguarded {
+            self.ui().warn(&w);
+        }
+        refuse_a_live_supervisor(r.prior.as_ref(), &r.root)?;
+        Ok(lock)
+    }
+
+    /// Watch: the work tree watched for the rest of the run (SPEC §12).
+    fn watch(&mut self) -> Result<Option<std::sync::Arc<crate::git::watch::Watch>>> {
+        let r = &mut self.r;
+        supervisor::start_watching(self.ctx.ui, &mut r.repo, &r.rd, &r.settings)
+    }
+
+    /// Plan the description: `ralph run "a description"` becomes a table first.
+    async fn plan_the_description(&mut self) -> Result<()> {
+        let Plan::Describe(description) = &self.r.plan else {
+            return Ok(());
+        };
+        let description = description.clone();
+        let r = &mut self.r;
+        r.plan = planning::plan_table(
+            self.ctx,
+            &r.root,
+            &r.rd,
+            &description,
+            &self.agent,
+            &r.settings,
+            &mut r.repo,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Meet the recorded run: `ralph run` on an unfinished one halts it as tampered (when its
+    /// task file lost criteria, unattended), asks in a terminal, or refuses; how the run goes
+    /// on (a resume takes the recorded run).
+    fn meet_the_recorded_run(
+        &self,
+        how: Continuation,
+    ) -> Result<ControlFlow<Supervised, Continuation>> {
+        let (ui, yes) = (self.ui(), self.options.yes);
+        let unfinished = self
+            .r
+            .prior
+            .as_ref()
+            .filter(|p| p.halt_reason != Some(HaltReason::Complete));
+        let mut how = how;
+        if how == Continuation::Fresh
+            && let Some(p) = unfinished
+        {
+            if let Some(code) = at_once::halt_if_left_tampered(ui, &self.r, p, yes)? {
+                return Ok(Break(Supervised::Ended(code)));
+            }
+            how = begin::ask_resume_or_reset(p, yes)?;
+            if how == Continuation::Resume {
+                // Resuming works on what the recorded run worked on.
+                return Ok(Break(Supervised::ResumeInstead));
+            }
+        }
+        Ok(Continue(how))
+    }
+
+    /// The task source; a resumed checklist held to the criteria its run started with (not
+    /// today's file: deleting criteria while ralph was down is still tampering).
+    fn source(
+        &self,
+        rollup: Option<PathBuf>,
+        resumed: Option<&RunState>,
+    ) -> Result<ControlFlow<i32, Source>> {
+        let r = &self.r;
+        let mut source = plan::build_source(&r.plan, &r.root, self.options, rollup, &r.settings)?;
+        if let (Some(p), Source::Checklist(c)) = (resumed, &mut source) {
+            c.baseline = at_once::recorded_baseline(p);
+        }
+        match at_once::halt_if_tampered(self.ui(), r, resumed, &source)? {
+            Some(code) => Ok(Break(code)),
+            None => Ok(Continue(source)),
+        }
+    }
+
+    /// Settle the recorded run: its iteration cap, and what its last iteration left (its work
+    /// committed, its record written if ralph was killed in it: SPEC §2.3, §11) — before
+    /// anything can end the run.
+    fn settle_the_recorded_run(&mut self, source: &Source, p: &RunState) -> Result<()> {
+        let r = &mut self.r;
+        r.settings.max_iterations = begin::resumed_max_iterations(p, self.options, r.written_max);
+        self.beginning(source.unit()).settle(p)
+    }
+
+    /// Evidence: a source that says it is done is complete only when its checks pass now
+    /// (SPEC §5.3); a failed check's output goes to the first prompt.
+    async fn evidence(
+        &self,
+        source: &Source,
+        run_id: &str,
+        interrupts: &mut Interrupts,
+        resumed: Option<&RunState>,
+    ) -> Result<ControlFlow<i32, Option<Evidence>>> {
+        let ui = self.ui();
+        let evidence = at_once::evidence_now(ui, &self.r, source, run_id, interrupts, resumed);
+        Ok(match evidence.await? {
+            Ok(evidence) => Continue(evidence),
+            Err(code) => Break(code),
+        })
+    }
+
+    /// Begin: `.ralph/` scaffolded, a plan's progress table written, the run begun (fresh or
+    /// resumed: SPEC §2.3), and CPM's pre-flight — an error there closes the begun run.
+    fn begin(
+        &mut self,
+        mut source: Source,
+        resumed: Option<RunState>,
+        run_id: &str,
+        was_dirty: bool,
+    ) -> Result<ControlFlow<i32, (RunState, Source)>> {
+        let ui = self.ui();
+        if let Some(p) = &resumed {
+            has_iterations_left(p, self.r.settings.max_iterations)?;
+        }
+        write_progress_table(ui, &source)?;
+        for note in &self.agent.notes {
+            ui.note(note);
+        }
+        let r = &self.r;
+        let (_, total) = r.plan.counts();
+        r.rd.scaffold(&r.plan.name(), total, r.settings.max_iterations)?;
+        let begin = self.beginning(source.unit());
+        let run_state = match resumed {
+            Some(p) => begin.resumed(p)?,
+            None => begin.fresh(run_id, was_dirty)?,
+        };
+        if let Err(e) = self.cpm_preflight(&mut source, &run_state) {
+            // The run has begun: its state records the error.
+            let at = (run_state.iteration, (run_state.done, run_state.total));
+            let end = Before::error(ui, e).of_run(&self.r.rd, run_state);
+            return Ok(Break(end.at(at.0, at.1).close()));
+        }
+        Ok(Continue((run_state, source)))
+    }
+
+    /// What a beginning needs.
+    fn beginning(&mut self, unit: &'static str) -> Begin<'_> {
+        let r = &mut self.r;
+        Begin {
+            ui: self.ctx.ui,
+            rd: &r.rd,
+            repo: &mut r.repo,
+            settings: &r.settings,
+            agent: &self.agent,
+            plan: &r.plan,
+            unit,
+        }
+    }
+
+    /// CPM's pre-flight, once the run began (its log is named by the run).
+    fn cpm_preflight(&self, source: &mut Source, run_state: &RunState) -> Result<()> {
+        let Source::Cpm(c) = source else {
+            return Ok(());
+        };
+        c.log = crate::task::cpm::log_path(&run_state.run_id);
+        c.resuming = run_state.iteration > 0;
+        cpm::cpm_preflight(self.ui(), &self.r.root, &self.r.rd, c, self.options.yes)
+    }
+
+    /// The loop, and its `run_started` event.
+    fn into_loop(self, source: Source, run_state: RunState, interrupts: Interrupts) -> Loop {
+        let (ui, r, agent) = (self.ctx.ui, self.r, self.agent);
+        let (done, total) = r.plan.counts();
+        let event = Event::RunStarted(RunStarted {
+            run_id: run_state.run_id.clone(),
+            task: run_state.task.clone(),
+            task_file: run_state.task_file.clone(),
+            mode: run_state.mode,
+            agent: agent.name.clone(),
+            max_iterations: r.settings.max_iterations,
+            iteration: run_state.iteration,
+            done,
+            total,
+            resumed: run_state.iteration > 0,
+        });
+        ui.event(&event.line_now());
+        let counters = Counters::restore(
+            &run_state,
+            r.settings.max_iterations,
+            r.settings.stuck_threshold,
+        );
+        Loop {
+            repo: r.repo,
+            rd: r.rd,
+            source,
+            task_name: r.plan.name(),
+            unattended: !supervisor::is_interactive(self.options.yes),
+            settings: r.settings,
+            agent,
+            ui,
+            state: run_state,
+            counters,
+            interrupts,
+            started: Instant::now(),
+            stream: self.options.stream,
+            watch: None,
+            pending_events: Vec::new(),
+        }
+    }
+}
+
+/// A plan under docs/plans/ starts its progress table (every task PENDING).
+fn write_progress_table(ui: Ui, source: &Source) -> Result<()> {
+    if let Source::Table(t) = source
+        && !t.progress_path.exists()
+    {
+        let titles: Vec<String> = t.prd.tasks.iter().map(|x| x.title.clone()).collect();
+        let text = table::scaffold(&t.prd.goal, &titles, &t.prd.promise).1;
+        state::write_atomic(&t.progress_path, text.as_bytes())?;
+        ui.note(&format!("wrote {} (every task PENDING)", t.progress_rel));
+    }
+    Ok(())
 }
 
 /// A resumed run needs an iteration left under its limit.
@@ -509,106 +449,6 @@ fn has_iterations_left(p: &RunState, max_iterations: u32) -> Result<()> {
         "raise the limit: ralph resume --max-iterations {}",
         p.iteration + 10
     )))
-}
-
-/// The criteria an unfinished earlier run started with that the task file no longer has: such
-/// a file is not "already complete" (SPEC §5.3), whether the run is resumed or asked about.
-fn gone_from_baseline(
-    prior: Option<&RunState>,
-    now: &crate::task::checklist::Checklist,
-) -> Vec<String> {
-    let Some(p) = prior.filter(|p| p.halt_reason != Some(HaltReason::Complete)) else {
-        return Vec::new();
-    };
-    crate::task::integrity::review(&recorded_baseline(p), now).tampered
-}
-
-/// The criteria a recorded run started with.
-fn recorded_baseline(p: &RunState) -> Baseline {
-    Baseline {
-        unchecked: p.baseline.clone(),
-        checked: p.baseline_checked.clone(),
-        unchecked_outside: p.baseline_outside.clone(),
-    }
-}
-
-/// Take the work tree's locks (SPEC §11), and refuse beside a supervisor the recorded run
-/// names that still lives.
-fn lock_tree(ui: Ui, r: &Resolved) -> Result<Lock> {
-    let (lock, unguarded) = Lock::acquire_tree(&r.root, r.repo.git2().path())?;
-    if let Some(w) = unguarded {
-        ui.warn(&w);
-    }
-    refuse_a_live_supervisor(r.prior.as_ref(), &r.root)?;
-    Ok(lock)
-}
-
-/// A resumed checklist run whose task file lost criteria of its baseline (while ralph was down,
-/// or in the iteration that halted it as tampered) halts as tampered again at once (exit 8),
-/// spawning nothing, and says which.
-fn halt_if_tampered(
-    ui: Ui,
-    r: &Resolved,
-    resumed: Option<&RunState>,
-    source: &Source,
-) -> Result<Option<i32>> {
-    let (Some(p), Source::Checklist(c)) = (resumed, source) else {
-        return Ok(None);
-    };
-    let gone = crate::task::integrity::review(&c.baseline, &c.previous).tampered;
-    let counts = (c.previous.done(), c.previous.total());
-    halt_tampered(ui, &r.rd, p, &source.task_file(), &gone, counts)
-}
-
-/// `ralph run` unattended, meeting an unfinished checklist run whose task file lost criteria
-/// of its baseline: that run halts as tampered (exit 8), as its resume would, rather than
-/// leaving a choice nobody is there to make. In a terminal the user chooses.
-fn halt_if_left_tampered(ui: Ui, r: &Resolved, p: &RunState, yes: bool) -> Result<Option<i32>> {
-    let Plan::Checklist { doc, rel, .. } = &r.plan else {
-        return Ok(None);
-    };
-    if supervisor::is_interactive(yes) || p.mode != Mode::Checklist || *rel != p.task_file {
-        return Ok(None);
-    }
-    let gone = gone_from_baseline(Some(p), &doc.checklist);
-    let counts = (doc.checklist.done(), doc.checklist.total());
-    halt_tampered(ui, &r.rd, p, rel, &gone, counts)
-}
-
-/// Halt the recorded run `p` as tampered when criteria of its baseline are `gone` from
-/// `task_file` (whose criteria now count `done`/`total`), saying which.
-fn halt_tampered(
-    ui: Ui,
-    rd: &RalphDir,
-    p: &RunState,
-    task_file: &str,
-    gone: &[String],
-    (done, total): (usize, usize),
-) -> Result<Option<i32>> {
-    if gone.is_empty() {
-        return Ok(None);
-    }
-    ui.alert("## ⛔ RALPH Loop — Criteria tampered");
-    ui.plain(&format!(
-        "{task_file} no longer has {} of the criteria run {} started with:",
-        gone.len(),
-        p.run_id
-    ));
-    for g in gone {
-        ui.plain(&format!("  - [ ] {g}"));
-    }
-    ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes. Restore them (see git log -p) and resume, or start over with ralph run --reset.");
-    let mut p = p.clone();
-    p.running = false;
-    p.halt_reason = Some(HaltReason::Tampered);
-    p.exit_code = Some(exit::TAMPERED);
-    p.save(&rd.state_file())?;
-    ui.event(
-        "halted",
-        serde_json::json!({"reason": HaltReason::Tampered, "exit_code": exit::TAMPERED,
-            "iteration": p.iteration, "done": done, "total": total}),
-    );
-    Ok(Some(exit::TAMPERED))
 }
 
 /// A second line behind the locks (for a run without a state home, whose only lock is in the
@@ -635,175 +475,4 @@ fn refuse_a_live_supervisor(prior: Option<&RunState>, root: &Path) -> Result<()>
         .with_hint("wait for it, or stop it; `ralph status` shows what it is doing"));
     }
     Ok(())
-}
-
-/// `ralph run` was told "resume" at the prompt: start over as `ralph resume`.
-async fn resume_after_asking(ctx: &Context, options: &RunOptions) -> Result<i32> {
-    let r = resolve(ctx, &[], options, Continuation::Resume)?;
-    if let Some(code) = end_at_once(ctx.ui, &r, Continuation::Resume)? {
-        return Ok(code);
-    }
-    let agent = Agent::resolve(&r.settings.agent, true)?;
-    let rollup = resolve_rollup(ctx.ui, &r.plan, options)?;
-    supervise(ctx, r, options, Continuation::Resume, agent, rollup).await
-}
-
-/// SPEC §5.3: a source that says it is done is complete only when its checks pass now.
-/// `Err(exit code)` when the run ends here; `Ok(Some(evidence))` carries a failed check's
-/// output to the first prompt.
-async fn evidence_now(
-    ui: Ui,
-    r: &Resolved,
-    source: &Source,
-    run_id: &str,
-    interrupts: &mut Interrupts,
-) -> Result<std::result::Result<Option<Evidence>, i32>> {
-    if !source.claims_complete() {
-        return Ok(Ok(None));
-    }
-    r.rd.ensure_runtime()?;
-    let dir = r.rd.run_dir(run_id);
-    state::create_private_dir(&dir)?;
-    let transcript = dir.join("evidence.log");
-    let Some(evidence) = fresh_evidence(&r.root, &r.settings, &transcript, interrupts).await?
-    else {
-        ui.alert("Interrupted while checking: nothing was run");
-        return Ok(Err(exit::INTERRUPTED));
-    };
-    let (done, total) = source.counts();
-    if evidence.complete {
-        ui.success(&format!(
-            "{}: already complete ({done}/{total} {} done, and its checks pass now). Nothing to run.",
-            source.task_file(),
-            source.unit()
-        ));
-        for l in source.completion_lines() {
-            ui.plain(&l);
-        }
-        return Ok(Err(halted_at_once(ui, HaltReason::Complete, done, total)));
-    }
-    ui.note(&format!(
-        "every {} is marked done, but the checks fail now: the loop goes on (see {})",
-        source.unit(),
-        transcript.display()
-    ));
-    Ok(Ok(Some(evidence)))
-}
-
-/// A resumed run whose evidence now shows it complete is recorded as complete.
-fn mark_complete(rd: &RalphDir, p: &mut RunState) -> Result<()> {
-    p.running = false;
-    p.halt_reason = Some(HaltReason::Complete);
-    p.exit_code = Some(exit::COMPLETE);
-    p.save(&rd.state_file())
-}
-
-/// Scaffold `.ralph/`, write the table's progress file when a plan starts one, and begin the
-/// run (fresh or resumed).
-fn begin_run(
-    ui: Ui,
-    r: &mut Resolved,
-    agent: &Agent,
-    source: &Source,
-    resumed: Option<RunState>,
-    run_id: &str,
-    was_dirty: bool,
-) -> Result<RunState> {
-    if let Source::Table(t) = source
-        && !t.progress_path.exists()
-    {
-        // A plan under docs/plans/ starts its progress table here (every task PENDING).
-        let titles: Vec<String> = t.prd.tasks.iter().map(|x| x.title.clone()).collect();
-        let text = table::scaffold(&t.prd.goal, &titles, &t.prd.promise).1;
-        state::write_atomic(&t.progress_path, text.as_bytes())?;
-        ui.note(&format!("wrote {} (every task PENDING)", t.progress_rel));
-    }
-    for note in &agent.notes {
-        ui.note(note);
-    }
-    let (_, total) = r.plan.counts();
-    r.rd.scaffold(&r.plan.name(), total, r.settings.max_iterations)?;
-    let begin = Begin {
-        ui,
-        rd: &r.rd,
-        repo: &mut r.repo,
-        settings: &r.settings,
-        agent,
-        plan: &r.plan,
-        unit: source.unit(),
-    };
-    match resumed {
-        Some(p) => begin.resumed(p),
-        None => begin.fresh(run_id, was_dirty),
-    }
-}
-
-/// A resumed run's last iteration: its work committed, its record written if ralph was killed
-/// in it (SPEC §2.3, §11).
-fn settle(ui: Ui, r: &mut Resolved, agent: &Agent, source: &Source, p: &RunState) -> Result<()> {
-    let mut begin = Begin {
-        ui,
-        rd: &r.rd,
-        repo: &mut r.repo,
-        settings: &r.settings,
-        agent,
-        plan: &r.plan,
-        unit: source.unit(),
-    };
-    begin.settle(p)
-}
-
-/// The loop, after CPM's pre-flight and the `run_started` event.
-fn make_loop(
-    ui: Ui,
-    r: Resolved,
-    mut source: Source,
-    agent: Agent,
-    run_state: RunState,
-    interrupts: Interrupts,
-    options: &RunOptions,
-) -> Result<Loop> {
-    if let Source::Cpm(c) = &mut source {
-        c.log = crate::task::cpm::log_path(&run_state.run_id);
-        c.resuming = run_state.iteration > 0;
-        cpm::cpm_preflight(ui, &r.root, &r.rd, c, options.yes)?;
-    }
-    let (done, total) = r.plan.counts();
-    ui.event(
-        "run_started",
-        serde_json::json!({
-            "run_id": run_state.run_id,
-            "task": run_state.task,
-            "task_file": run_state.task_file,
-            "mode": run_state.mode,
-            "agent": agent.name,
-            "max_iterations": r.settings.max_iterations,
-            "iteration": run_state.iteration,
-            "done": done,
-            "total": total,
-            "resumed": run_state.iteration > 0,
-        }),
-    );
-    let counters = Counters::restore(
-        &run_state,
-        r.settings.max_iterations,
-        r.settings.stuck_threshold,
-    );
-    Ok(Loop {
-        repo: r.repo,
-        rd: r.rd,
-        source,
-        task_name: r.plan.name(),
-        unattended: !supervisor::is_interactive(options.yes),
-        settings: r.settings,
-        agent,
-        ui,
-        state: run_state,
-        counters,
-        interrupts,
-        started: Instant::now(),
-        stream: options.stream,
-        watch: None,
-        pending_events: Vec::new(),
-    })
 }

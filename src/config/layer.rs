@@ -1,0 +1,204 @@
+//! One layer of configuration as written — a TOML file (errors naming the file, the line and
+//! the key), the task file's frontmatter, the flags and `RALPH_*` variables — and the files
+//! below the flags, highest first.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::Source;
+use crate::cli::RunOptions;
+use crate::error::{Error, Result};
+use crate::task::document::Frontmatter;
+
+/// One layer as written in a config file; every key optional, unknown keys rejected.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layer {
+    pub agent: Option<String>,
+    pub agent_cmd: Option<String>,
+    pub max_iterations: Option<u32>,
+    pub timeout: Option<String>,
+    pub idle_timeout: Option<String>,
+    pub grace: Option<String>,
+    pub test_command: Option<String>,
+    pub completion_promise: Option<String>,
+    pub stuck_threshold: Option<u32>,
+    pub no_commit: Option<bool>,
+    pub verdict_command: Option<String>,
+    pub max_cost: Option<f64>,
+    pub max_wait: Option<String>,
+    pub limit_backoff: Option<String>,
+    pub check_timeout: Option<String>,
+    pub no_verify: Option<bool>,
+    pub max_file_size: Option<String>,
+    /// `[hooks]`: commands run on the loop's events (config files only).
+    pub hooks: Option<HookLayer>,
+    /// A worktree loop merges back when it completed (`--merge`).
+    pub merge: Option<bool>,
+    /// Every agent attempt under bubblewrap (`--sandbox`); a repository layer can turn it on,
+    /// never off.
+    pub sandbox: Option<bool>,
+    /// `host` (default) or `none` (`--sandbox-net`); `none` from any layer wins.
+    pub sandbox_net: Option<crate::sandbox::Net>,
+    /// Paths the sandbox leaves writable (the user's own layers only).
+    pub sandbox_writable: Option<Vec<String>>,
+    /// Paths the sandbox hides, besides `~/.ssh`, `~/.aws`, …
+    pub sandbox_hidden: Option<Vec<String>>,
+    /// Variables the sandboxed agent keeps although the sandbox drops them (`SSH_AUTH_SOCK`,
+    /// …; the user's own layers only).
+    pub sandbox_env_keep: Option<Vec<String>>,
+}
+
+/// `[hooks]` of a config file (SPEC §10): a shell command per event, run with the event's JSON
+/// on stdin.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookLayer {
+    pub on_iteration: Option<String>,
+    pub on_stuck: Option<String>,
+    pub on_waiting: Option<String>,
+    pub on_halt: Option<String>,
+    /// How long each may run (default 30s).
+    pub hook_timeout: Option<String>,
+}
+
+impl Layer {
+    /// The layer given on the command line or through `RALPH_*` variables (clap merges those two).
+    pub fn from_options(o: &RunOptions) -> Layer {
+        let dur = |d: &Option<humantime::Duration>| d.map(|d| d.to_string());
+        Layer {
+            agent: o.agent.clone(),
+            agent_cmd: o.agent_cmd.clone(),
+            max_iterations: o.max_iterations,
+            timeout: dur(&o.timeout),
+            idle_timeout: dur(&o.idle_timeout),
+            grace: dur(&o.grace),
+            test_command: o.test_command.clone(),
+            completion_promise: o.completion_promise.clone(),
+            stuck_threshold: o.stuck_threshold,
+            no_commit: o.no_commit.then_some(true),
+            verdict_command: o.verdict_cmd.clone(),
+            max_cost: o.max_cost,
+            max_wait: o.max_wait.map(|d| d.to_string()),
+            limit_backoff: o.limit_backoff.map(|d| d.to_string()),
+            check_timeout: o.check_timeout.map(|d| d.to_string()),
+            no_verify: o.no_verify.then_some(true),
+            max_file_size: None,
+            hooks: None,
+            merge: None,
+            sandbox: o.sandbox.then_some(true),
+            sandbox_net: o.sandbox_net,
+            sandbox_writable: None,
+            sandbox_hidden: None,
+            sandbox_env_keep: None,
+        }
+    }
+
+    /// The task file's keys (`document::TASK_KEYS`) at the frontmatter's precedence.
+    pub fn from_frontmatter(f: &Frontmatter) -> Layer {
+        Layer {
+            agent: f.agent.clone(),
+            agent_cmd: f.agent_cmd.clone(),
+            max_iterations: f.max_iterations,
+            timeout: f.timeout.clone(),
+            idle_timeout: f.idle_timeout.clone(),
+            grace: f.grace.clone(),
+            test_command: f.test_command.clone(),
+            completion_promise: f.completion_promise.clone(),
+            stuck_threshold: f.stuck_threshold,
+            no_commit: None,
+            verdict_command: f.verdict_command.clone(),
+            max_cost: f.max_cost,
+            max_wait: f.max_wait.clone(),
+            limit_backoff: f.limit_backoff.clone(),
+            check_timeout: f.check_timeout.clone(),
+            // Config-file keys (`document::CONFIG_FILE_ONLY`): a task file never sets them.
+            no_verify: None,
+            max_file_size: None,
+            hooks: None,
+            merge: None,
+            sandbox: None,
+            sandbox_net: None,
+            sandbox_writable: None,
+            sandbox_hidden: None,
+            sandbox_env_keep: None,
+        }
+    }
+
+    /// Parse a TOML config file; errors name the file, the line and the key.
+    pub fn parse_toml(path: &Path, text: &str) -> Result<Layer> {
+        toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let place = match line {
+                Some(l) => format!("{}:{l}", path.display()),
+                None => path.display().to_string(),
+            };
+            Error::user(format!(
+                "{place}: invalid configuration: {}",
+                e.message().trim_end()
+            ))
+        })
+    }
+
+    /// Read a config file if it exists.
+    pub fn load(path: &Path) -> Result<Option<Layer>> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse_toml(path, &text).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::file("read", path, e)),
+        }
+    }
+}
+
+/// `~/.config/ralph/config.toml` (or under `$XDG_CONFIG_HOME`).
+pub fn user_config_path() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        Some(x) => PathBuf::from(x),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".config"),
+    };
+    Some(base.join("ralph").join("config.toml"))
+}
+
+/// Collect the file layers below flags and environment, highest first.
+pub fn file_layers(ralph_dir: &Path, frontmatter: Option<&Frontmatter>) -> Result<Vec<Source>> {
+    let mut out = Vec::new();
+    if let Some(f) = frontmatter {
+        out.push(Source {
+            name: "the task file's frontmatter".into(),
+            layer: Layer::from_frontmatter(f),
+            from_repo: true,
+        });
+    }
+    let project = ralph_dir.join("config.toml");
+    if let Some(layer) = Layer::load(&project)? {
+        out.push(Source {
+            name: project.display().to_string(),
+            layer,
+            from_repo: true,
+        });
+    }
+    if let Some(user) = user_config_path()
+        && let Some(layer) = Layer::load(&user)?
+    {
+        out.push(Source {
+            name: user.display().to_string(),
+            layer,
+            from_repo: false,
+        });
+    }
+    Ok(out)
+}
+
+/// `value` of `key` (in `source`) as a duration.
+pub(super) fn parse_duration(source: &str, key: &str, value: &str) -> Result<Duration> {
+    humantime::parse_duration(value.trim()).map_err(|e| {
+        Error::user(format!(
+            "{source}: `{key}` is not a duration: `{value}` ({e})"
+        ))
+        .with_hint("write durations like `90s`, `30m` or `1h 30m`")
+    })
+}
