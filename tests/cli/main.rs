@@ -30,6 +30,7 @@ mod run;
 mod sandbox;
 mod sandbox_doors;
 mod sandbox_edges;
+mod screen_halts;
 mod status;
 mod supervise;
 mod table;
