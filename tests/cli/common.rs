@@ -720,7 +720,8 @@ pub fn run_loop(env: &TestEnv, name: &str, task_file: &str, agent: &str, extra: 
 /// directory as `$TEST_ENV`, the fake agent as `$FAKE_AGENT`, ralph as `$RALPH`, this source
 /// tree as `$SRC`; the repository's commits as `[commit-N]`, numbered in the order the text
 /// first names them (so two lines naming the same commit still say so); run ids as `[run]`,
-/// RFC 3339 times as `[time]`, the durations ralph prints as `[duration]`, pids as `[pid]`.
+/// RFC 3339 times as `[time]`, the durations ralph prints as `[duration]`, pids as `[pid]`, the
+/// hash of a path in ralph's state directory as `[hash]`.
 /// Everything else is left as ralph printed it.
 pub fn normalize(env: &TestEnv, text: &str) -> String {
     let mut s = text.to_string();
@@ -749,6 +750,11 @@ pub fn normalize(env: &TestEnv, text: &str) -> String {
             "[duration]",
         ),
         (r"\bpid \d+\b", "pid [pid]"),
+        // ralph's state directory names a repository or work tree by its path's hash.
+        (
+            r"(/ralph/(?:repos|trees)/[\w-]*-)[0-9a-f]{16}\b",
+            "${1}[hash]",
+        ),
     ];
     rules.iter().fold(s, |s, (re, to)| {
         regex::Regex::new(re)
