@@ -721,7 +721,7 @@ pub fn run_loop(env: &TestEnv, name: &str, task_file: &str, agent: &str, extra: 
 /// tree as `$SRC`; the repository's commits as `[commit-N]`, numbered in the order the text
 /// first names them (so two lines naming the same commit still say so); run ids as `[run]`,
 /// RFC 3339 times as `[time]`, the durations ralph prints as `[duration]`, pids as `[pid]`, the
-/// hash of a path in ralph's state directory as `[hash]`.
+/// hash of a path in ralph's state directory as `[hash]`, the live view's spinner as `[spinner]`.
 /// Everything else is left as ralph printed it.
 pub fn normalize(env: &TestEnv, text: &str) -> String {
     let mut s = text.to_string();
@@ -750,6 +750,8 @@ pub fn normalize(env: &TestEnv, text: &str) -> String {
             "[duration]",
         ),
         (r"\bpid \d+\b", "pid [pid]"),
+        // The live view's spinner (a braille pattern), as a terminal shows it at that instant.
+        (r"[\u{2801}-\u{28FF}]", "[spinner]"),
         // ralph's state directory names a repository or work tree by its path's hash.
         (
             r"(/ralph/(?:repos|trees)/[\w-]*-)[0-9a-f]{16}\b",
@@ -785,6 +787,15 @@ fn name_commits(env: &TestEnv, text: &str) -> String {
         format!("[commit-{}]", n + 1)
     })
     .into_owned()
+}
+
+/// `text` without the note ralph prints for the `claude` preset when it runs as root (that it
+/// sets `IS_SANDBOX=1`), which says who runs the tests, not what ralph did.
+pub fn without_root_note(text: &str) -> String {
+    text.replace(
+        "note: running as root: setting IS_SANDBOX=1 so claude accepts --dangerously-skip-permissions\n",
+        "",
+    )
 }
 
 /// A command's whole screen as a snapshot shows it ([`normalize`]d): its stdout, then its

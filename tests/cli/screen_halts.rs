@@ -102,11 +102,7 @@ fn budget() {
         &["--max-cost", "1"],
         Duration::from_secs(60),
     );
-    // As root (CI), ralph notes that it sets IS_SANDBOX=1 for claude; not as anyone else.
-    let err = stderr(&out).replace(
-        "note: running as root: setting IS_SANDBOX=1 so claude accepts --dangerously-skip-permissions\n",
-        "",
-    );
+    let err = without_root_note(&stderr(&out));
     let screen = screen_of(&env, &stdout(&out), &err, out.status.code());
     insta::assert_snapshot!("budget", screen);
 }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::*;
+use crate::tmux::Tmux;
 
 #[test]
 fn off_a_terminal_it_points_to_status_all_json() {
@@ -34,91 +35,6 @@ fn the_latest_activity_is_a_runtime_file() {
     );
     assert!(!env.git(&["ls-files"]).contains("activity.now"));
     assert_eq!(env.git(&["status", "--porcelain"]), "");
-}
-
-/// A tmux server of its own (socket in the test's directory), killed with the test.
-struct Tmux {
-    socket: PathBuf,
-    /// Background `ralph run`s to kill if the test fails half-way.
-    runs: Vec<i32>,
-}
-
-impl Tmux {
-    /// A detached 120x30 session `w` running `sh` in the repository; `None` (the test skips,
-    /// saying why) when tmux cannot run here.
-    fn start(env: &TestEnv) -> Option<Tmux> {
-        let tmux = Tmux {
-            socket: env.home.join("tmux.sock"),
-            runs: Vec::new(),
-        };
-        let repo = env.repo.to_str().unwrap();
-        let shell = "PS1='$ ' exec sh";
-        let args = ["new-session", "-d", "-s", "w", "-x", "120", "-y", "30"];
-        let started = env
-            .command("tmux")
-            .arg("-S")
-            .arg(&tmux.socket)
-            .args(args)
-            .args(["-c", repo, shell])
-            .env("TERM", "xterm-256color")
-            .output();
-        match started {
-            Ok(o) if o.status.success() => Some(tmux),
-            Ok(o) => {
-                let why = String::from_utf8_lossy(&o.stderr);
-                skip_or_fail(&format!("tmux cannot start a session here: {why}"));
-                None
-            }
-            Err(e) => {
-                skip_or_fail(&format!(
-                    "tmux cannot run here ({e}); install it: apt-get install tmux"
-                ));
-                None
-            }
-        }
-    }
-
-    fn cmd(&self, env: &TestEnv, args: &[&str]) -> std::process::Output {
-        env.command("tmux")
-            .env("TERM", "xterm-256color")
-            .arg("-S")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("run tmux")
-    }
-
-    fn pane(&self, env: &TestEnv) -> String {
-        String::from_utf8_lossy(&self.cmd(env, &["capture-pane", "-p", "-t", "w"]).stdout)
-            .into_owned()
-    }
-
-    /// Wait until the pane shows what `cond` wants; the pane as last seen.
-    fn wait_for(&self, env: &TestEnv, what: &str, cond: impl Fn(&str) -> bool) -> String {
-        let mut seen = String::new();
-        let ok = wait_until(Duration::from_secs(30), || {
-            seen = self.pane(env);
-            cond(&seen)
-        });
-        assert!(ok, "the pane never showed {what}:\n{seen}");
-        seen
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        for pid in &self.runs {
-            // SAFETY: signalling our own child (its guard then kills the agent).
-            unsafe {
-                libc::kill(*pid, libc::SIGKILL);
-            }
-        }
-        let _ = std::process::Command::new("tmux")
-            .arg("-S")
-            .arg(&self.socket)
-            .arg("kill-server")
-            .output();
-    }
 }
 
 /// A worktree `name` beside the repository on branch `ralph/name`, its own task committed there.
@@ -161,7 +77,7 @@ fn run_in(env: &TestEnv, dir: &Path) -> Background {
 #[test]
 fn in_tmux_both_loops_show_live_and_q_quits() {
     let env = TestEnv::new();
-    let Some(mut tmux) = Tmux::start(&env) else {
+    let Some(mut tmux) = Tmux::start(&env, "PS1='$ ' exec sh") else {
         return;
     };
     env.write("README.md", "hello\n");
