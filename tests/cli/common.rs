@@ -745,10 +745,6 @@ pub fn normalize(env: &TestEnv, text: &str) -> String {
             r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})",
             "[time]",
         ),
-        (
-            r"\b(?:\d+h \d{2}m \d{2}s|\d+m \d{2}s|\d+\.\ds|\d+s)\b",
-            "[duration]",
-        ),
         (r"\bpid \d+\b", "pid [pid]"),
         // The live view's spinner (a braille pattern), as a terminal shows it at that instant.
         (r"[\u{2801}-\u{28FF}]", "[spinner]"),
@@ -758,12 +754,30 @@ pub fn normalize(env: &TestEnv, text: &str) -> String {
             "${1}[hash]",
         ),
     ];
-    rules.iter().fold(s, |s, (re, to)| {
+    let s = rules.iter().fold(s, |s, (re, to)| {
         regex::Regex::new(re)
             .expect("a valid pattern")
             .replace_all(&s, *to)
             .into_owned()
+    });
+    name_durations(&s)
+}
+
+/// Every duration as ralph writes one (`1h 02m 03s`, `4m 05s`, `6s`, `0.4s`) written
+/// `[duration]`. In a table's column (two spaces or more after it) the column keeps its width,
+/// so a duration of another length does not move the columns after it.
+fn name_durations(text: &str) -> String {
+    let re = regex::Regex::new(r"\b(?:\d+h \d{2}m \d{2}s|\d+m \d{2}s|\d+\.\ds|\d+s)\b( {2,})?")
+        .expect("a valid pattern");
+    re.replace_all(text, |c: &regex::Captures| match c.get(1) {
+        Some(_) => format!(
+            "{:<w$}",
+            "[duration]",
+            w = c[0].len().max("[duration] ".len())
+        ),
+        None => "[duration]".to_string(),
     })
+    .into_owned()
 }
 
 /// Every commit id (7 to 40 hex digits) of the repository's history — every ref and reflog —
