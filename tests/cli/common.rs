@@ -843,6 +843,20 @@ pub fn json_screen(env: &TestEnv, text: &str, volatile: &[&str]) -> String {
     normalize(env, &serde_json::to_string_pretty(&v).expect("JSON"))
 }
 
+/// JSON Lines (`--json` events) as a snapshot shows them: one event a line, each parsed (a line
+/// that is not JSON fails the test), `volatile` keys blanked as in [`json_screen`], normalised.
+pub fn json_lines_screen(env: &TestEnv, text: &str, volatile: &[&str]) -> String {
+    let mut s = String::new();
+    for line in text.lines() {
+        let mut v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"));
+        blank_keys(&mut v, volatile);
+        s.push_str(&v.to_string());
+        s.push('\n');
+    }
+    normalize(env, &s)
+}
+
 fn blank_keys(v: &mut serde_json::Value, keys: &[&str]) {
     match v {
         serde_json::Value::Object(m) => {

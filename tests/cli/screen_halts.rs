@@ -27,6 +27,18 @@ fn complete() {
     insta::assert_snapshot!("complete", screen(&env, &out));
 }
 
+/// `--json`: the events on stdout, one a line; the human output on stderr.
+#[test]
+fn complete_json() {
+    let env = setup(&["s1", "s2"]);
+    let out = env.run_fake("check", &["--json"]);
+    let events = json_lines_screen(&env, &stdout(&out), &["duration_s"]);
+    insta::assert_snapshot!(
+        "complete_json",
+        screen_of(&env, &events, &stderr(&out), out.status.code())
+    );
+}
+
 #[test]
 fn max_iterations() {
     let env = setup(&["s1", "s2", "s3"]);
@@ -122,6 +134,18 @@ fn error() {
     let env = setup(&["s1", "s2"]);
     let out = env.run_fake("check+garble", &[]);
     insta::assert_snapshot!("error", screen(&env, &out));
+}
+
+/// An error with `--json`: one `halted` event, the message on stderr.
+#[test]
+fn error_json() {
+    let env = setup(&["s1", "s2"]);
+    let out = env.run_fake("check+garble", &["--json"]);
+    let events = json_lines_screen(&env, &stdout(&out), &["duration_s"]);
+    insta::assert_snapshot!(
+        "error_json",
+        screen_of(&env, &events, &stderr(&out), out.status.code())
+    );
 }
 
 /// A worktree loop that completes while the main work tree has uncommitted changes: complete,
