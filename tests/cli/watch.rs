@@ -68,7 +68,7 @@ fn run_in(env: &TestEnv, dir: &Path) -> Background {
             "--grace",
             "1s",
         ])
-        .env("FAKE_AGENT_SCRIPT", "check+slow,hang");
+        .env("FAKE_AGENT_SCRIPT", "check,hang");
     env.spawn(cmd)
 }
 
