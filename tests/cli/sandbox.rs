@@ -432,8 +432,8 @@ fn claude_completes_two_iterations_in_the_sandbox_as_a_normal_user() {
         .args(["bwrap", "--ro-bind", "/", "/", "true"])
         .output();
     if !probe.is_ok_and(|o| o.status.success()) {
-        eprintln!(
-            "skipping: this machine lets no normal user make namespaces (bwrap as uid 65534 fails)"
+        skip_or_fail(
+            "this machine lets no normal user make namespaces (`setpriv … bwrap` as uid 65534 fails)",
         );
         return;
     }
