@@ -12,25 +12,28 @@ Examples:
   ralph run --agent-cmd 'my-agent --prompt-file {prompt_file}' --yes
   ralph status --json";
 
+/// The heading of the options every subcommand takes: apart, not interleaved with its own.
+const GLOBAL: &str = "Global Options";
+
 /// Supervise autonomous coding-agent loops: a fresh agent process per iteration, progress judged
 /// from the repository, every iteration committed and logged.
 #[derive(Debug, Parser)]
 #[command(name = "ralph", version, after_help = MAIN_EXAMPLES, propagate_version = true)]
 pub struct Cli {
     /// Work in DIR instead of the current directory.
-    #[arg(short = 'C', global = true, value_name = "DIR")]
+    #[arg(short = 'C', global = true, value_name = "DIR", help_heading = GLOBAL)]
     pub dir: Option<PathBuf>,
 
     /// More diagnostics on stderr (repeat for more; also `RALPH_LOG=debug`).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, help_heading = GLOBAL)]
     pub verbose: u8,
 
     /// Only errors, warnings and the final summary.
-    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    #[arg(short, long, global = true, conflicts_with = "verbose", help_heading = GLOBAL)]
     pub quiet: bool,
 
     /// When to colour the output (`NO_COLOR` is honoured with `auto`).
-    #[arg(long, global = true, value_enum, default_value_t = ColorWhen::Auto, value_name = "WHEN")]
+    #[arg(long, global = true, value_enum, default_value_t = ColorWhen::Auto, value_name = "WHEN", help_heading = GLOBAL)]
     pub color: ColorWhen,
 
     #[command(subcommand)]

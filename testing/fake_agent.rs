@@ -14,8 +14,10 @@
 //!   fail             print to stderr and exit 1 (after the other actions)
 //!   exit:N           exit with code N
 //!   hang             sleep for a long time
-//!   slow             sleep for a second before exiting
 //!   ignore-term      ignore SIGTERM (combine with hang)
+//!   note-term        the same, but each SIGTERM creates `term-N.txt` in FAKE_AGENT_LOG: a test
+//!                    waits for it to know the stop came (what it spawns later gets SIGTERM's
+//!                    default)
 //!   grandchild       start `sleep 300` holding stdout (recording its pid)
 //!   leak             start `sleep 300` holding stdout, then exit 0 at once
 //!   garble           make the task file's frontmatter unparseable
@@ -132,10 +134,10 @@ fn main() {
             }
             "exit" => exit_code = arg.parse().unwrap_or(1),
             "hang" => hang = true,
-            "slow" => std::thread::sleep(std::time::Duration::from_millis(1200)),
             "ignore-term" => unsafe {
                 libc::signal(libc::SIGTERM, libc::SIG_IGN);
             },
+            "note-term" => note_term(&log, iteration),
             "grandchild" | "leak" => {
                 let child = Command::new("sleep")
                     .arg("300")
@@ -321,6 +323,33 @@ fn read_prompt(args: &[String]) -> String {
     let mut s = String::new();
     let _ = std::io::stdin().read_to_string(&mut s);
     s
+}
+
+/// Where `note-term`'s handler notes a SIGTERM, built before the handler is installed.
+static TERM_NOTE: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+
+extern "C" fn on_term(_: libc::c_int) {
+    if let Some(path) = TERM_NOTE.get() {
+        // SAFETY: open and close are async-signal-safe; the path is a valid C string.
+        unsafe {
+            let fd = libc::open(path.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644);
+            if fd >= 0 {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+/// SIGTERM noted in `term-N.txt` in the log directory, and otherwise ignored.
+fn note_term(log: &Option<PathBuf>, iteration: usize) {
+    use std::os::unix::ffi::OsStringExt;
+    let Some(dir) = log else { return };
+    let path = dir.join(format!("term-{iteration}.txt")).into_os_string();
+    let _ = TERM_NOTE.set(std::ffi::CString::new(path.into_vec()).expect("a path without NUL"));
+    // SAFETY: the handler only calls async-signal-safe functions.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+    }
 }
 
 fn record_pid(log: &Option<PathBuf>, iteration: usize, pid: u32) {

@@ -713,3 +713,162 @@ pub fn run_loop(env: &TestEnv, name: &str, task_file: &str, agent: &str, extra: 
     args.extend_from_slice(extra);
     env.ralph_with_limit(&args, &[], Duration::from_secs(60))
 }
+
+// --- The snapshot tests' view of the screen (as jj's `TestEnvironment` normalises its output). ---
+
+/// `text` as a snapshot shows it, the same on every machine and in every run: the test's
+/// directory as `$TEST_ENV`, the fake agent as `$FAKE_AGENT`, ralph as `$RALPH`, this source
+/// tree as `$SRC`; the repository's commits as `[commit-N]`, numbered in the order the text
+/// first names them (so two lines naming the same commit still say so); run ids as `[run]`,
+/// RFC 3339 times as `[time]`, the durations ralph prints as `[duration]`, pids as `[pid]`, the
+/// hash of a path in ralph's state directory as `[hash]`, the live view's spinner as `[spinner]`.
+/// Everything else is left as ralph printed it.
+pub fn normalize(env: &TestEnv, text: &str) -> String {
+    let mut s = text.to_string();
+    // The longest first: the test's directory and the fake agent lie under the source tree.
+    let paths = [
+        (env.dir().to_path_buf(), "$TEST_ENV"),
+        (fake_agent(), "$FAKE_AGENT"),
+        (PathBuf::from(env!("CARGO_BIN_EXE_ralph")), "$RALPH"),
+        (PathBuf::from(env!("CARGO_MANIFEST_DIR")), "$SRC"),
+    ];
+    for (path, name) in paths {
+        let canonical = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        for p in [canonical, path] {
+            s = s.replace(p.to_str().expect("a UTF-8 path"), name);
+        }
+    }
+    let s = name_commits(env, &s);
+    let rules = [
+        (r"\b\d{8}-\d{6}-[0-9a-f]{4}\b", "[run]"),
+        (
+            r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})",
+            "[time]",
+        ),
+        (r"\bpid \d+\b", "pid [pid]"),
+        // The live view's spinner (a braille pattern), as a terminal shows it at that instant.
+        (r"[\u{2801}-\u{28FF}]", "[spinner]"),
+        // ralph's state directory names a repository or work tree by its path's hash.
+        (
+            r"(/ralph/(?:repos|trees)/[\w-]*-)[0-9a-f]{16}\b",
+            "${1}[hash]",
+        ),
+    ];
+    let s = rules.iter().fold(s, |s, (re, to)| {
+        regex::Regex::new(re)
+            .expect("a valid pattern")
+            .replace_all(&s, *to)
+            .into_owned()
+    });
+    name_durations(&s)
+}
+
+/// Every duration as ralph writes one (`1h 02m 03s`, `4m 05s`, `6s`, `0.4s`) written
+/// `[duration]`. In a table's column (two spaces or more after it) the column keeps its width,
+/// so a duration of another length does not move the columns after it.
+fn name_durations(text: &str) -> String {
+    let re = regex::Regex::new(r"\b(?:\d+h \d{2}m \d{2}s|\d+m \d{2}s|\d+\.\ds|\d+s)\b( {2,})?")
+        .expect("a valid pattern");
+    re.replace_all(text, |c: &regex::Captures| match c.get(1) {
+        Some(_) => format!(
+            "{:<w$}",
+            "[duration]",
+            w = c[0].len().max("[duration] ".len())
+        ),
+        None => "[duration]".to_string(),
+    })
+    .into_owned()
+}
+
+/// Every commit id (7 to 40 hex digits) of the repository's history — every ref and reflog —
+/// written `[commit-N]`.
+fn name_commits(env: &TestEnv, text: &str) -> String {
+    let known: Vec<String> = git_in(env, &env.repo, &["rev-list", "--all", "--reflog"])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let mut named: Vec<String> = Vec::new();
+    let re = regex::Regex::new(r"\b[0-9a-f]{7,40}\b").expect("a valid pattern");
+    re.replace_all(text, |c: &regex::Captures| {
+        let id = &c[0];
+        let Some(full) = known.iter().find(|k| k.starts_with(id)) else {
+            return id.to_string();
+        };
+        let n = named.iter().position(|k| k == full).unwrap_or_else(|| {
+            named.push(full.clone());
+            named.len() - 1
+        });
+        format!("[commit-{}]", n + 1)
+    })
+    .into_owned()
+}
+
+/// `text` without the note ralph prints for the `claude` preset when it runs as root (that it
+/// sets `IS_SANDBOX=1`), which says who runs the tests, not what ralph did.
+pub fn without_root_note(text: &str) -> String {
+    text.replace(
+        "note: running as root: setting IS_SANDBOX=1 so claude accepts --dangerously-skip-permissions\n",
+        "",
+    )
+}
+
+/// A command's whole screen as a snapshot shows it ([`normalize`]d): its stdout, then its
+/// stderr under a rule (when it wrote any), then its exit status.
+pub fn screen(env: &TestEnv, o: &Output) -> String {
+    screen_of(env, &stdout(o), &stderr(o), o.status.code())
+}
+
+/// [`screen`] from the parts (a background run's files).
+pub fn screen_of(env: &TestEnv, out: &str, err: &str, code: Option<i32>) -> String {
+    let mut s = normalize(env, out);
+    if !err.is_empty() {
+        s.push_str("----- stderr -----\n");
+        s.push_str(&normalize(env, err));
+    }
+    match code {
+        Some(c) => s.push_str(&format!("[exit status: {c}]")),
+        None => s.push_str("[killed by a signal]"),
+    }
+    s
+}
+
+/// One JSON document (`status --json`) as a snapshot shows it: parsed (a line that is not one
+/// object fails the test), the values of `volatile` keys — numbers that time or the machine
+/// decide (`elapsed_s`, `pid`) — written `"[key]"` wherever they are not null, pretty-printed
+/// and [`normalize`]d.
+pub fn json_screen(env: &TestEnv, text: &str, volatile: &[&str]) -> String {
+    let mut v: serde_json::Value =
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("not one JSON document: {e}\n{text}"));
+    blank_keys(&mut v, volatile);
+    normalize(env, &serde_json::to_string_pretty(&v).expect("JSON"))
+}
+
+/// JSON Lines (`--json` events) as a snapshot shows them: one event a line, each parsed (a line
+/// that is not JSON fails the test), `volatile` keys blanked as in [`json_screen`], normalised.
+pub fn json_lines_screen(env: &TestEnv, text: &str, volatile: &[&str]) -> String {
+    let mut s = String::new();
+    for line in text.lines() {
+        let mut v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"));
+        blank_keys(&mut v, volatile);
+        s.push_str(&v.to_string());
+        s.push('\n');
+    }
+    normalize(env, &s)
+}
+
+fn blank_keys(v: &mut serde_json::Value, keys: &[&str]) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                if keys.contains(&k.as_str()) && !x.is_null() {
+                    *x = format!("[{k}]").into();
+                } else {
+                    blank_keys(x, keys);
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(|x| blank_keys(x, keys)),
+        _ => {}
+    }
+}

@@ -24,13 +24,14 @@ const RECORD: &str =
 
 /// An agent script that starts two daemons outside its process group and session — one with
 /// `setsid`, one by a double fork that also calls `setsid` — records them and itself in `dir`,
-/// then runs `then`. With `ignore_term`, the daemons ignore SIGTERM.
+/// then runs `then`. With `ignore_term`, the daemons ignore SIGTERM. A daemon appends a line to
+/// `dir/NAME.beat` every 50 ms: proof that it still runs.
 fn daemon_script(dir: &Path, ignore_term: bool, then: &str) -> String {
     let d = dir.display();
     let trap = if ignore_term { "trap '' TERM; " } else { "" };
     let daemon = |name: &str| {
         format!(
-            "sh -c '{RECORD_ESC}; {trap}record {d}/{name}; while :; do sleep 1; done'",
+            "sh -c '{RECORD_ESC}; {trap}record {d}/{name}; while :; do echo >> {d}/{name}.beat; sleep 0.05; done'",
             RECORD_ESC = RECORD.replace('\'', r"'\''"),
         )
     };
@@ -137,10 +138,18 @@ fn daemons_outlive_their_parent_without_ralph() {
     assert!(status.success());
     let (agent, daemons) = wait_seen(&dir);
     assert_escaped(&agent, &daemons);
-    std::thread::sleep(Duration::from_millis(100));
+    // Their parent has exited (and been reaped): each daemon beats on after that.
+    let beats = |name: &str| std::fs::read(dir.join(format!("{name}.beat"))).map_or(0, |b| b.len());
+    let before = [beats("a"), beats("b")];
+    let beat_on = wait_until(Duration::from_secs(10), || {
+        beats("a") > before[0] && beats("b") > before[1]
+    });
     let alive = daemons.iter().all(running);
     kill_all(&daemons);
-    assert!(alive, "the daemons survived their parent: {daemons:?}");
+    assert!(
+        beat_on && alive,
+        "the daemons survived their parent: {daemons:?}"
+    );
 }
 
 #[test]

@@ -73,25 +73,6 @@ fn init_needs_a_repository() {
 }
 
 #[test]
-fn every_help_has_examples() {
-    let env = TestEnv::new();
-    for args in [
-        vec!["--help"],
-        vec!["init", "--help"],
-        vec!["run", "--help"],
-        vec!["status", "--help"],
-    ] {
-        let out = env.ralph(&args);
-        assert_exit(&out, 0);
-        assert!(
-            stdout(&out).contains("Examples:"),
-            "{args:?}: {}",
-            stdout(&out)
-        );
-    }
-}
-
-#[test]
 fn no_colour_codes_when_not_a_terminal_or_with_no_color() {
     let env = TestEnv::new();
     let out = env.ralph(&["run"]);

@@ -17,12 +17,14 @@ mod git_bookkeeping;
 mod git_exact;
 mod git_links;
 mod git_props;
+mod help;
 mod hooks;
 mod init;
 mod integrity;
 mod limits;
 mod limits_wait;
 mod links;
+mod live;
 mod observe;
 mod own_files;
 mod planted;
@@ -31,11 +33,13 @@ mod run;
 mod sandbox;
 mod sandbox_doors;
 mod sandbox_edges;
+mod screen_halts;
 mod startup;
 mod status;
 mod supervise;
 mod table;
 mod task_files;
+mod tmux;
 mod verdict;
 mod watch;
 mod watcher_faults;
@@ -43,3 +47,21 @@ mod watcher_hostile;
 mod worktree_doors;
 mod worktree_names;
 mod worktrees;
+
+/// Every file of this directory is a module above: a test file left out would never run.
+#[test]
+fn every_test_file_is_a_module() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli");
+    let main = std::fs::read_to_string(dir.join("main.rs")).unwrap();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if let Some(module) = name.strip_suffix(".rs")
+            && module != "main"
+            && !main.lines().any(|l| l == format!("mod {module};"))
+        {
+            missing.push(name);
+        }
+    }
+    assert!(missing.is_empty(), "not in tests/cli/main.rs: {missing:?}");
+}

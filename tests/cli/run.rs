@@ -546,33 +546,6 @@ fn a_full_run_without_a_terminal_has_no_control_codes() {
 }
 
 #[test]
-fn under_a_pseudo_terminal_the_spinner_shows_the_live_count() {
-    let env = setup(&["l1", "l2"]);
-    // The agent checks its box, then keeps working for a moment: the count on the spinner line
-    // moves while it still runs (the task file is watched).
-    let agent = format!("'{}'", fake_agent().display());
-    let inner = format!(
-        "{} run --agent-cmd \"{agent}\" --yes --max-iterations 1",
-        env!("CARGO_BIN_EXE_ralph")
-    );
-    let mut cmd = env.command("script");
-    cmd.env("TERM", "xterm")
-        .env("FAKE_AGENT_SCRIPT", "check+print:working+slow")
-        .args(["-qfec", &inner, "/dev/null"])
-        .current_dir(&env.repo);
-    let out = run_with_limit(cmd, std::time::Duration::from_secs(60));
-    let screen = stdout(&out);
-    // The spinner line (not the report block after it) shows the new count.
-    let spinner_moved = screen
-        .split(['\r', '\n'])
-        .any(|seg| seg.contains("iteration 1/1 · ") && seg.contains("· 1/2 criteria"));
-    assert!(
-        spinner_moved,
-        "the live count moved to 1/2 on the spinner line:\n{screen}"
-    );
-}
-
-#[test]
 fn an_agent_deleting_ralphs_directory_does_not_break_the_run() {
     let env = setup(&["r1", "r2"]);
     let out = env.run_fake("check+rmrf:.ralph,check", &[]);

@@ -432,8 +432,8 @@ fn claude_completes_two_iterations_in_the_sandbox_as_a_normal_user() {
         .args(["bwrap", "--ro-bind", "/", "/", "true"])
         .output();
     if !probe.is_ok_and(|o| o.status.success()) {
-        eprintln!(
-            "skipping: this machine lets no normal user make namespaces (bwrap as uid 65534 fails)"
+        skip_or_fail(
+            "this machine lets no normal user make namespaces (`setpriv … bwrap` as uid 65534 fails)",
         );
         return;
     }
@@ -484,6 +484,22 @@ fn codex_completes_two_iterations_in_the_sandbox() {
     completes_two_iterations_in_the_sandbox("codex");
 }
 
+/// The pids of the processes running `sh SCRIPT` (a sandboxed one as well: the host's `/proc`
+/// shows every pid namespace's processes; bwrap's own command line, which also names the
+/// script, does not count).
+fn processes_running(script: &std::path::Path) -> Vec<i32> {
+    let want = [b"sh".as_slice(), script.as_os_str().as_encoded_bytes(), b""];
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).eq(want.iter().copied()))
+        })
+        .collect()
+}
+
 /// An agent that says so in the repository when SIGTERM reaches it, then exits.
 fn graceful_script(env: &TestEnv) -> PathBuf {
     let script = env.dir().join("graceful.sh");
@@ -523,10 +539,13 @@ fn a_sandboxed_agent_stopped_by_a_timeout_gets_sigterm_and_its_grace() {
         .repo
         .join("started.txt")
         .exists()));
+    let agent = processes_running(&script);
+    assert!(!agent.is_empty(), "the agent runs in bwrap");
     // SAFETY: kill takes a pid and a signal number; the child is ours and unreaped.
     unsafe { libc::kill(bwrap.id() as i32, libc::SIGTERM) };
     let _ = bwrap.wait();
-    std::thread::sleep(Duration::from_millis(300));
+    // Once the agent is gone, its handler can no longer run.
+    assert_all_dead(&agent, Duration::from_secs(10));
     assert!(
         !env.repo.join("got-term.txt").exists(),
         "the control: SIGTERM to bwrap never reaches the agent"

@@ -149,10 +149,14 @@ fn sigint_stops_the_agent_commits_partial_work_and_resume_completes() {
 #[test]
 fn second_sigint_during_the_grace_kills_at_once() {
     let env = setup(&["s1"]);
-    let bg = env.spawn_fake("ignore-term+grandchild+hang", &["--grace", "30s"]);
+    let bg = env.spawn_fake("note-term+grandchild+hang", &["--grace", "30s"]);
     let pids = env.wait_for_pids(1, 2);
     bg.signal(libc::SIGINT);
-    std::thread::sleep(Duration::from_millis(200));
+    let stop = env.log.join("term-1.txt");
+    assert!(
+        wait_until(Duration::from_secs(20), || stop.exists()),
+        "the first Ctrl-C sends the agent SIGTERM"
+    );
     assert!(
         pids.iter().any(|p| pid_alive(*p)),
         "the agent ignores SIGTERM during the grace"

@@ -5,12 +5,10 @@ use std::time::Duration;
 use crate::common::*;
 
 /// An agent script for one loop: it checks the first box of its task file and writes
-/// `FILE` (relative to the work tree) with a line naming the loop and the iteration; it sleeps
-/// a little so both loops overlap.
+/// `FILE` (relative to the work tree) with a line naming the loop and the iteration.
 fn loop_agent(env: &TestEnv, loop_name: &str, file: &str) -> String {
     let script = format!(
-        "sleep 0.3\n\
-         sed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n\
+        "sed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n\
          mkdir -p \"$(dirname '{file}')\"\n\
          echo '{loop_name} iteration '\"$RALPH_ITERATION\" >> '{file}'\n"
     );
@@ -56,18 +54,21 @@ fn two_loops_run_at_once_and_both_merge() {
     env.write("A.md", &task(&["a1", "a2"]));
     env.write("B.md", &task(&["b1", "b2"]));
     env.commit_all("two tasks");
-    let a = start_loop(
+    // Each agent works once the test has seen both loops running.
+    let go = env.home.join("go");
+    let wait = agent_sh(
         &env,
-        "alpha",
-        "A.md",
-        &loop_agent(&env, "alpha", "alpha/out.txt"),
+        "wait",
+        &format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display()),
     );
-    let b = start_loop(
-        &env,
-        "beta",
-        "B.md",
-        &loop_agent(&env, "beta", "beta/out.txt"),
-    );
+    let agent = |name: &str| {
+        format!(
+            "{wait}+{}",
+            loop_agent(&env, name, &format!("{name}/out.txt"))
+        )
+    };
+    let a = start_loop(&env, "alpha", "A.md", &agent("alpha"));
+    let b = start_loop(&env, "beta", "B.md", &agent("beta"));
     let both_running = wait_until(Duration::from_secs(20), || {
         let v = all_json(&env);
         let loops = v["loops"].as_array().cloned().unwrap_or_default();
@@ -77,6 +78,7 @@ fn two_loops_run_at_once_and_both_merge() {
             })
         })
     });
+    std::fs::write(&go, "").unwrap();
     let (ca, oa, ea) = a.wait(Duration::from_secs(60));
     let (cb, ob, eb) = b.wait(Duration::from_secs(60));
     assert_eq!(ca, Some(0), "alpha:\n{oa}\n{ea}");

@@ -1,0 +1,91 @@
+//! A tmux server of the test's own, to run ralph in a real terminal and read the screen
+//! (`ralph watch`, the live view of `ralph run`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::common::*;
+
+/// A tmux server of its own (socket in the test's directory), killed with the test.
+pub struct Tmux {
+    socket: PathBuf,
+    /// Background `ralph run`s to kill if the test fails half-way.
+    pub runs: Vec<i32>,
+}
+
+impl Tmux {
+    /// A detached 120x30 session `w` running the shell command `command` in the repository;
+    /// `None` (the test skips, saying why; in CI it fails) when tmux cannot run here.
+    pub fn start(env: &TestEnv, command: &str) -> Option<Tmux> {
+        let tmux = Tmux {
+            socket: env.home.join("tmux.sock"),
+            runs: Vec::new(),
+        };
+        let repo = env.repo.to_str().unwrap();
+        let args = ["new-session", "-d", "-s", "w", "-x", "120", "-y", "30"];
+        let started = env
+            .command("tmux")
+            .arg("-S")
+            .arg(&tmux.socket)
+            .args(args)
+            .args(["-c", repo, command])
+            .env("TERM", "xterm-256color")
+            .output();
+        match started {
+            Ok(o) if o.status.success() => Some(tmux),
+            Ok(o) => {
+                let why = String::from_utf8_lossy(&o.stderr);
+                skip_or_fail(&format!("tmux cannot start a session here: {why}"));
+                None
+            }
+            Err(e) => {
+                skip_or_fail(&format!(
+                    "tmux cannot run here ({e}); install it: apt-get install tmux"
+                ));
+                None
+            }
+        }
+    }
+
+    pub fn cmd(&self, env: &TestEnv, args: &[&str]) -> std::process::Output {
+        env.command("tmux")
+            .env("TERM", "xterm-256color")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tmux")
+    }
+
+    pub fn pane(&self, env: &TestEnv) -> String {
+        String::from_utf8_lossy(&self.cmd(env, &["capture-pane", "-p", "-t", "w"]).stdout)
+            .into_owned()
+    }
+
+    /// Wait until the pane shows what `cond` wants; the pane as last seen.
+    pub fn wait_for(&self, env: &TestEnv, what: &str, cond: impl Fn(&str) -> bool) -> String {
+        let mut seen = String::new();
+        let ok = wait_until(Duration::from_secs(30), || {
+            seen = self.pane(env);
+            cond(&seen)
+        });
+        assert!(ok, "the pane never showed {what}:\n{seen}");
+        seen
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        for pid in &self.runs {
+            // SAFETY: signalling our own child (its guard then kills the agent).
+            unsafe {
+                libc::kill(*pid, libc::SIGKILL);
+            }
+        }
+        let _ = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
+    }
+}
