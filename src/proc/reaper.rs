@@ -138,27 +138,29 @@ pub fn main(args: &[OsString]) -> i32 {
     0
 }
 
-/// The command, leading a process group of its own, dying by SIGKILL if the guard dies. The
-/// signals the guard blocks are not blocked in it: std clears the signal mask of what it
-/// spawns.
+/// The command, leading a process group of its own, dying by SIGKILL if the guard dies, with
+/// no signal blocked: the guard blocks the ones it never acts on, a mask a child inherits through
+/// fork and exec (std does not clear it on this path: the stop tests showed an agent deaf to
+/// SIGTERM).
 fn spawn(a: &Args) -> std::io::Result<i32> {
     let mut cmd = std::process::Command::new(&a.program);
     cmd.args(&a.args).process_group(0);
-    #[cfg(target_os = "linux")]
-    {
-        let guard = rustix::process::getpid();
-        // SAFETY: the closure runs between fork and exec and makes two system calls, nothing
-        // else (no allocation, no lock): async-signal-safe. std offers no safe hook there.
-        unsafe {
-            cmd.pre_exec(move || {
+    let guard = rustix::process::getpid();
+    // SAFETY: the closure runs between fork and exec and makes only system calls (sigprocmask,
+    // prctl, getppid): no allocation, no lock, async-signal-safe. std offers no safe hook there.
+    unsafe {
+        cmd.pre_exec(move || {
+            SigSet::empty().thread_set_mask()?;
+            #[cfg(target_os = "linux")]
+            {
                 rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
                 if rustix::process::getppid() != Some(guard) {
                     // The guard died before that took effect: never run unguarded.
                     return Err(rustix::io::Errno::SRCH.into());
                 }
-                Ok(())
-            });
-        }
+            }
+            Ok(())
+        });
     }
     // The guard reaps by pid itself: the std handle is only a way to start it.
     let child = cmd.spawn()?;
