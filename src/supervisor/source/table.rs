@@ -30,16 +30,16 @@ impl TableSource {
         let Some((k, attempt)) = self.current else {
             return Ok(self.checks_prompt(p));
         };
-        let mut text = table::task_prompt(
-            &self.prd,
-            k,
-            attempt,
-            p.iteration,
-            p.max_iterations,
-            p.test_command,
-            &self.prd_rel,
-            &self.progress_rel,
-        );
+        let turn = table::Turn {
+            iteration: p.iteration,
+            max_iterations: p.max_iterations,
+            test_command: p.test_command,
+        };
+        let files = table::Files {
+            prd: &self.prd_rel,
+            progress: &self.progress_rel,
+        };
+        let mut text = table::task_prompt(&self.prd, k, attempt, &turn, &files);
         if p.stuck_alert {
             text.push('\n');
             text.push_str(&stuck_paragraph(p.stuck_streak, "finished no task"));

@@ -31,7 +31,7 @@ pub use guard::{RowGuard, guard_rows};
 pub use planning::{find_plan, planning_prompt, scaffold};
 pub use prd::parse_prd;
 pub use progress::{parse_progress, render_progress};
-pub use prompts::{parse_review, review_prompt, task_prompt};
+pub use prompts::{Files, Turn, parse_review, review_prompt, task_prompt};
 
 /// Attempts a task gets (1 initial + 2 retries) before it is `BLOCKED`.
 pub const MAX_ATTEMPTS: u32 = 3;
@@ -266,7 +266,9 @@ mod tests {
                 }
             }
             if let Ok(prd) = read_prd(&text) {
-                let _ = task_prompt(&prd, 1, 2, 1, 1, None, "PRD.md", "PROGRESS.md");
+                let turn = Turn { iteration: 1, max_iterations: 1, test_command: None };
+                let files = Files { prd: "PRD.md", progress: "PROGRESS.md" };
+                let _ = task_prompt(&prd, 1, 2, &turn, &files);
                 let _ = review_prompt(&prd, 1, Some(""));
             }
         }

@@ -20,19 +20,28 @@ fn task_block(prd: &Prd, k: u32) -> String {
     s
 }
 
+/// Where the run stands: the iteration's number, the run's cap and the test command it will run.
+pub struct Turn<'a> {
+    pub iteration: u32,
+    pub max_iterations: u32,
+    pub test_command: Option<&'a str>,
+}
+
+/// The PRD's and the progress table's paths as the prompt names them.
+pub struct Files<'a> {
+    pub prd: &'a str,
+    pub progress: &'a str,
+}
+
 /// The prompt for one iteration working task `k` (and no other). `attempt` is 1-based; on a retry
 /// the prompt points the agent at the Notes left by the previous attempt.
-#[allow(clippy::too_many_arguments)]
-pub fn task_prompt(
-    prd: &Prd,
-    k: u32,
-    attempt: u32,
-    iteration: u32,
-    max_iterations: u32,
-    test_command: Option<&str>,
-    prd_file: &str,
-    progress_file: &str,
-) -> String {
+pub fn task_prompt(prd: &Prd, k: u32, attempt: u32, turn: &Turn<'_>, files: &Files<'_>) -> String {
+    let Turn {
+        iteration,
+        max_iterations,
+        test_command,
+    } = *turn;
+    let (prd_file, progress_file) = (files.prd, files.progress);
     let title = prd
         .tasks
         .iter()
@@ -144,6 +153,11 @@ mod tests {
     use super::*;
     use crate::task::table::fixtures::*;
 
+    const FILES: Files<'static> = Files {
+        prd: "PRD.md",
+        progress: "PROGRESS.md",
+    };
+
     #[test]
     fn parses_review_verdicts() {
         assert_eq!(parse_review("work...\nREVIEW: PASS\n"), Some(Ok(())));
@@ -175,16 +189,12 @@ mod tests {
     #[test]
     fn prompts_name_only_their_task() {
         let prd = read_prd(PRD).unwrap();
-        let s = task_prompt(
-            &prd,
-            2,
-            2,
-            5,
-            50,
-            Some("cargo test"),
-            "PRD.md",
-            "PROGRESS.md",
-        );
+        let turn = Turn {
+            iteration: 5,
+            max_iterations: 50,
+            test_command: Some("cargo test"),
+        };
+        let s = task_prompt(&prd, 2, 2, &turn, &FILES);
         assert!(
             s.contains("Sessions") && s.contains("sessions persist") && s.contains("`cargo test`")
         );
@@ -204,7 +214,12 @@ mod tests {
         ] {
             assert!(!s.contains(other), "prompt mentions {other}");
         }
-        let first = task_prompt(&prd, 1, 1, 1, 50, None, "PRD.md", "PROGRESS.md");
+        let turn = Turn {
+            iteration: 1,
+            max_iterations: 50,
+            test_command: None,
+        };
+        let first = task_prompt(&prd, 1, 1, &turn, &FILES);
         assert!(!first.contains("did not finish") && first.contains("redirect works"));
         let r = review_prompt(&prd, 3, None);
         assert!(
