@@ -40,6 +40,7 @@ mod supervise;
 mod table;
 mod task_files;
 mod tmux;
+mod verbose;
 mod verdict;
 mod watch;
 mod watcher_faults;
