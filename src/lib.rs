@@ -20,6 +20,7 @@ pub mod signals;
 pub mod state;
 pub mod supervisor;
 pub mod task;
+pub(crate) mod trace;
 pub mod ui;
 pub mod watch;
 pub mod worktree;
@@ -46,7 +47,7 @@ pub fn main() -> i32 {
     }
     let cli = Cli::parse();
     ui::init_color(cli.color);
-    init_tracing(cli.verbose);
+    trace::init(cli.verbose);
     let json = match &cli.command {
         Command::Run(a) => a.options.json,
         Command::Resume(a) => a.options.json,
@@ -77,20 +78,4 @@ fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
         Command::Merge(args) => commands::merge::run(&ctx()?, &args.name),
         Command::Watch => commands::watch::run(&ctx()?),
     }
-}
-
-fn init_tracing(verbose: u8) {
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        2 => "debug",
-        _ => "trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RALPH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .without_time()
-        .try_init();
 }

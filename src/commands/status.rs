@@ -5,7 +5,7 @@ use super::Context;
 use crate::error::{Error, Result, exit};
 use crate::git::Repo;
 use crate::loops::{self, Status};
-use crate::state::{self, HaltReason, IterExit};
+use crate::state::{self, HaltReason, IterExit, RunState};
 use crate::ui::Ui;
 
 pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
@@ -60,37 +60,49 @@ fn print_refusal(ui: Ui, s: &Status) {
 }
 
 fn print_text(ui: Ui, s: &Status) {
-    let (done, total) = (s.done, s.total);
     for w in &s.task_warnings {
         ui.warn(w);
     }
     let Some(st) = &s.st else {
-        if s.running {
-            ui.plain(&format!(
-                "State: running (pid {}), no run recorded yet",
-                pid_text(s)
-            ));
-            return;
-        }
-        if s.refused.is_some() {
-            ui.plain(&format!(
-                "Task file {} is refused: `ralph run` stops at once (exit 1).",
-                s.task_file.display()
-            ));
-            print_refusal(ui, s);
-            return;
-        }
-        ui.plain("No run yet in this repository.");
-        if s.doc.is_some() {
-            ui.plain(&format!(
-                "Task file: {} ({done}/{total} criteria checked). Start with: ralph run",
-                s.task_file.display()
-            ));
-        } else {
-            ui.plain("Start with: ralph init \"describe the task\" --criterion \"...\"");
-        }
-        return;
+        return print_no_run(ui, s);
     };
+    print_run(ui, s, st);
+    print_records(ui, s);
+    print_left(ui, s, st);
+    print_refusal(ui, s);
+}
+
+/// No run recorded: one running without its record yet, a refused task file, or none at all.
+fn print_no_run(ui: Ui, s: &Status) {
+    let (done, total) = (s.done, s.total);
+    if s.running {
+        ui.plain(&format!(
+            "State: running (pid {}), no run recorded yet",
+            pid_text(s)
+        ));
+        return;
+    }
+    if s.refused.is_some() {
+        ui.plain(&format!(
+            "Task file {} is refused: `ralph run` stops at once (exit 1).",
+            s.task_file.display()
+        ));
+        print_refusal(ui, s);
+        return;
+    }
+    ui.plain("No run yet in this repository.");
+    if s.doc.is_some() {
+        ui.plain(&format!(
+            "Task file: {} ({done}/{total} criteria checked). Start with: ralph run",
+            s.task_file.display()
+        ));
+    } else {
+        ui.plain("Start with: ralph init \"describe the task\" --criterion \"...\"");
+    }
+}
+
+/// The recorded run: task, mode, state, iteration, progress, times and cost.
+fn print_run(ui: Ui, s: &Status, st: &RunState) {
     ui.plain(&format!("Task: {} ({})", st.task, st.task_file));
     ui.plain(&format!("Mode: {}   Run: {}", st.mode, st.run_id));
     if s.running {
@@ -106,7 +118,12 @@ fn print_text(ui: Ui, s: &Status) {
         "Iteration: {}/{}",
         st.iteration, st.max_iterations
     ));
-    ui.plain(&format!("Progress: {done}/{total} {}", st.mode.unit()));
+    ui.plain(&format!(
+        "Progress: {}/{} {}",
+        s.done,
+        s.total,
+        st.mode.unit()
+    ));
     ui.plain(&format!(
         "Started: {}   Updated: {}",
         st.started_at, st.updated_at
@@ -123,22 +140,31 @@ fn print_text(ui: Ui, s: &Status) {
             st.cost_usd, st.input_tokens, st.output_tokens
         ));
     }
-    if !s.records.is_empty() {
-        ui.plain("Last records:");
-        for r in &s.records {
-            ui.plain(&format!("  {r}"));
-        }
-        if s.stalled {
-            ui.plain("  (the last three records are identical: stalled)");
-        }
-        let last = s.records.last().and_then(|r| state::parse_iter_record(r));
-        if let Some(r) = last.filter(|r| r.ended() == Some(IterExit::Error)) {
-            let n = r.iteration.map_or(String::new(), |n| format!(" {n}"));
-            ui.plain(&format!(
-                "  (iteration{n} ended in an error: the reason is in .ralph/activity.log)"
-            ));
-        }
+}
+
+/// The last `ITER` records, and what they say together (stalled, an error).
+fn print_records(ui: Ui, s: &Status) {
+    if s.records.is_empty() {
+        return;
     }
+    ui.plain("Last records:");
+    for r in &s.records {
+        ui.plain(&format!("  {r}"));
+    }
+    if s.stalled {
+        ui.plain("  (the last three records are identical: stalled)");
+    }
+    let last = s.records.last().and_then(|r| state::parse_iter_record(r));
+    if let Some(r) = last.filter(|r| r.ended() == Some(IterExit::Error)) {
+        let n = r.iteration.map_or(String::new(), |n| format!(" {n}"));
+        ui.plain(&format!(
+            "  (iteration{n} ended in an error: the reason is in .ralph/activity.log)"
+        ));
+    }
+}
+
+/// What is left: the criteria still unchecked, and the annotated ones to review.
+fn print_left(ui: Ui, s: &Status, st: &RunState) {
     if !s.remaining.is_empty() {
         ui.plain("Remaining:");
         for r in &s.remaining {
@@ -151,7 +177,6 @@ fn print_text(ui: Ui, s: &Status) {
             ui.plain(&format!("- {a}"));
         }
     }
-    print_refusal(ui, s);
 }
 
 /// One line per loop: name, branch, state, iteration, progress, cost.

@@ -1,11 +1,19 @@
 //! The event walk: pulldown-cmark events (with offsets) folded into a [`Markdown`] in one pass.
+//! The blocks, paragraph lines and headings here; `inline` (the text being collected), `item`
+//! (list items and their task markers), `table` (rows and cells).
+
+mod inline;
+mod item;
+mod table;
 
 use std::ops::Range;
 
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
 use super::lines::LineIndex;
-use super::{Cell, Heading, Item, Markdown, Row, Spans, Table, TextLine, collapse};
+use super::{Heading, Markdown, TextLine, collapse};
+use inline::Acc;
+use table::TableBuild;
 
 pub(super) fn read(text: &str, first_line: usize, frontmatter: bool) -> Markdown {
     let bom = if text.starts_with('\u{feff}') { 3 } else { 0 };
@@ -19,46 +27,6 @@ pub(super) fn read(text: &str, first_line: usize, frontmatter: bool) -> Markdown
         b.event(event, range.start + bom..range.end + bom);
     }
     b.finish()
-}
-
-/// Inline content being collected: one line of a paragraph, a heading, or a table cell.
-#[derive(Default)]
-struct Acc {
-    /// Flattened text, whitespace already collapsed (a pending space is added before the next
-    /// word).
-    text: String,
-    space: bool,
-    start: Option<usize>,
-    end: usize,
-    spans: Spans,
-    strong_depth: usize,
-    strong: String,
-}
-
-impl Acc {
-    fn touch(&mut self, start: usize, end: usize) {
-        self.start.get_or_insert(start);
-        self.end = self.end.max(end);
-    }
-
-    fn push_text(&mut self, s: &str) {
-        for word in s.split_inclusive(char::is_whitespace) {
-            let trimmed = word.trim_end_matches(char::is_whitespace);
-            if !trimmed.is_empty() {
-                if self.space && !self.text.is_empty() {
-                    self.text.push(' ');
-                }
-                self.text.push_str(trimmed);
-                self.space = false;
-            }
-            if trimmed.len() < word.len() {
-                self.space = true;
-            }
-        }
-        if self.strong_depth > 0 {
-            self.strong.push_str(s);
-        }
-    }
 }
 
 /// What the inline content being collected belongs to.
@@ -102,15 +70,6 @@ struct ItemFrame {
 struct ListFrame {
     id: usize,
     next: Option<u64>,
-}
-
-struct TableBuild {
-    range: Range<usize>,
-    quoted: bool,
-    in_item: bool,
-    header: Option<Row>,
-    rows: Vec<Row>,
-    row: Option<(Range<usize>, Vec<Cell>)>,
 }
 
 struct Builder<'a> {
@@ -215,22 +174,8 @@ impl<'a> Builder<'a> {
                 self.list_count += 1;
             }
             Tag::Item => self.item_start(r),
-            Tag::Table(_) => {
-                self.block_start(false);
-                self.table = Some(TableBuild {
-                    range: r,
-                    quoted: self.quote > 0,
-                    in_item: !self.frames.is_empty(),
-                    header: None,
-                    rows: Vec::new(),
-                    row: None,
-                });
-            }
-            Tag::TableHead | Tag::TableRow => {
-                if let Some(t) = self.table.as_mut() {
-                    t.row = Some((r, Vec::new()));
-                }
-            }
+            Tag::Table(_) => self.table_start(r),
+            Tag::TableHead | Tag::TableRow => self.row_start(r),
             Tag::TableCell => {
                 self.run = Some(Run {
                     kind: RunKind::Cell { range: r },
@@ -373,100 +318,6 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// A task marker is a task only as GFM renders one: cmark-gfm draws a box when a space or a
-    /// tab follows the `]` on its line (`- [ ]` alone, or `- [ ]` ending its line before the
-    /// text, is the text `[ ]`); pulldown-cmark also takes a line ending.
-    fn task_marker(&mut self, checked: bool, r: Range<usize>) {
-        let follows = self.src.as_bytes().get(r.end).copied();
-        if !matches!(follows, Some(b' ' | b'\t')) {
-            let src = self.src;
-            let acc = self.inline();
-            acc.touch(r.start, r.end);
-            acc.push_text(src.get(r.clone()).unwrap_or(""));
-            if follows.is_some() {
-                self.line_break();
-            }
-            return;
-        }
-        self.inline();
-        if let Some(f) = self.frames.last_mut() {
-            f.at = Some(r.start);
-            if let Some(item) = self.md.items.get_mut(f.idx) {
-                item.task = Some(checked);
-            }
-        }
-    }
-
-    fn item_start(&mut self, r: Range<usize>) {
-        self.end_run();
-        let idx = self.md.items.len();
-        let (list, number) = match self.lists.last_mut() {
-            Some(l) => {
-                let n = l.next;
-                l.next = n.map(|n| n.saturating_add(1));
-                (l.id, n)
-            }
-            None => (0, None),
-        };
-        self.md.items.push(Item {
-            depth: self.frames.len(),
-            parent: self.frames.last().map(|f| f.idx),
-            list,
-            number,
-            task: None,
-            text: String::new(),
-            markup: String::new(),
-            lines: self.md.lines.len()..self.md.lines.len(),
-            at: r.start,
-            line: 0,
-            range: r,
-            quoted: self.quote > 0,
-        });
-        self.frames.push(ItemFrame {
-            idx,
-            own: Own::Pending,
-            at: None,
-        });
-    }
-
-    fn item_end(&mut self) {
-        self.end_run();
-        let Some(frame) = self.frames.pop() else {
-            return;
-        };
-        let lines = &self.md.lines;
-        let Some(item) = self.md.items.get_mut(frame.idx) else {
-            return;
-        };
-        let own = lines.get(item.lines.clone()).unwrap_or(&[]);
-        item.at = frame
-            .at
-            .or_else(|| own.first().map(|l| l.range.start))
-            .unwrap_or(item.range.start);
-        item.line = self.md.index.line(item.at);
-        match own {
-            [one] if !one.markup.contains('\n') => {
-                item.text = one.text.clone();
-                item.markup = one.markup.trim().to_string();
-            }
-            _ => {
-                item.text = collapse(
-                    &own.iter()
-                        .map(|l| l.text.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                );
-                item.markup = own
-                    .iter()
-                    .flat_map(|l| l.markup.lines())
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty())
-                    .collect::<Vec<_>>()
-                    .join(" ");
-            }
-        }
-    }
-
     /// Ends the current run, storing what it read.
     fn end_run(&mut self) {
         match self.run.as_ref().map(|r| &r.kind) {
@@ -542,72 +393,6 @@ impl<'a> Builder<'a> {
             atx,
             quoted: self.quote > 0,
             in_item: !self.frames.is_empty(),
-        });
-    }
-
-    fn push_cell(&mut self) {
-        let Some(Run {
-            kind: RunKind::Cell { range },
-            acc,
-            ..
-        }) = self.run.take()
-        else {
-            return;
-        };
-        if let Some((_, cells)) = self.table.as_mut().and_then(|t| t.row.as_mut()) {
-            cells.push(Cell {
-                text: acc.text,
-                range,
-            });
-        }
-    }
-
-    fn row_end(&mut self, header: bool) {
-        self.end_run();
-        let src = self.src;
-        let index = &self.md.index;
-        let Some(t) = self.table.as_mut() else {
-            return;
-        };
-        let Some((r, mut cells)) = t.row.take() else {
-            return;
-        };
-        let raw = src.get(r.clone()).unwrap_or("");
-        let content = raw.trim_end_matches(['\n', '\r']);
-        let end = r.start + content.len();
-        let trimmed_end = r.start + content.trim_end_matches([' ', '\t']).len();
-        // Cells GFM adds to a short row are empty and sit past the row's text.
-        cells.retain(|c| !(c.range.is_empty() && c.range.start >= trimmed_end));
-        let row = Row {
-            closed: cells.last().is_some_and(|c| c.range.end < trimmed_end),
-            bare: !content.contains('|'),
-            cells,
-            line: index.line(r.start),
-            range: r.start..end,
-        };
-        if header {
-            t.header = Some(row);
-        } else {
-            t.rows.push(row);
-        }
-    }
-
-    fn table_end(&mut self) {
-        self.end_run();
-        let Some(t) = self.table.take() else {
-            return;
-        };
-        let Some(header) = t.header else {
-            return;
-        };
-        self.md.tables.push(Table {
-            line: header.line,
-            delimiter_line: header.line + 1,
-            header,
-            rows: t.rows,
-            range: t.range,
-            quoted: t.quoted,
-            in_item: t.in_item,
         });
     }
 }

@@ -50,6 +50,30 @@ impl Sandbox {
     /// [`Sandbox::wrap`] with the host as `host` found it.
     fn wrap_on(&self, host: &Host, inv: Invocation) -> Invocation {
         let mut args: Vec<OsString> = Vec::new();
+        self.push_namespaces(&mut args);
+        let confine_at = self.private.confine_at();
+        self.push_private(&mut args, &confine_at);
+        self.push_binds(&mut args, host, &confine_at);
+        // Last: a kept socket may lie in a private or hidden directory.
+        for p in &host.passed {
+            args.extend(["--bind".into(), p.into(), p.into()]);
+        }
+        for v in &host.unset {
+            args.extend(["--unsetenv".into(), v.clone()]);
+        }
+        self.push_confine(&mut args, confine_at);
+        args.extend(["--".into(), inv.program.into()]);
+        args.extend(inv.args);
+        Invocation {
+            program: self.bwrap.to_string_lossy().into_owned(),
+            args,
+            stdin: inv.stdin,
+            env: inv.env,
+        }
+    }
+
+    /// The namespaces, the capabilities dropped and the read-only root, `/dev`, `/proc`.
+    fn push_namespaces(&self, args: &mut Vec<OsString>) {
         let mut words = |ws: &[&str]| args.extend(ws.iter().map(OsString::from));
         // A session of its own: no TIOCSTI into ralph's terminal. A pid namespace: the agent
         // cannot see or signal ralph's processes, and all of it dies with the sandbox.
@@ -74,12 +98,15 @@ impl Sandbox {
         for p in PROC_READ_ONLY {
             words(&["--ro-bind-try", p, p]);
         }
-        let confine_at = self.private.confine_at();
-        self.push_private(&mut args, &confine_at);
+    }
+
+    /// ralph's own binary where the sandbox runs it, then what is writable, pinned, read-only
+    /// and hidden.
+    fn push_binds(&self, args: &mut Vec<OsString>, host: &Host, confine_at: &Path) {
         let mut bind = |flag: &str, from: &Path, to: &Path| {
             args.extend([flag.into(), from.into(), to.into()]);
         };
-        bind("--ro-bind", &self.own.path, &confine_at);
+        bind("--ro-bind", &self.own.path, confine_at);
         for p in &self.writable {
             bind("--bind", p, p);
         }
@@ -101,13 +128,10 @@ impl Sandbox {
         for p in &self.hidden_dirs {
             args.extend(["--tmpfs".into(), p.into()]);
         }
-        // Last: a kept socket may lie in a private or hidden directory.
-        for p in &host.passed {
-            args.extend(["--bind".into(), p.into(), p.into()]);
-        }
-        for v in &host.unset {
-            args.extend(["--unsetenv".into(), v.clone()]);
-        }
+    }
+
+    /// `ralph __confine` inside the sandbox, with its options, before the command.
+    fn push_confine(&self, args: &mut Vec<OsString>, confine_at: PathBuf) {
         args.extend(["--".into(), confine_at.into(), confine::COMMAND.into()]);
         if self.scoped {
             args.push(confine::SCOPED.into());
@@ -122,14 +146,6 @@ impl Sandbox {
             .chain([Path::new("/dev/shm")])
         {
             args.extend([confine::FIFOS.into(), d.into()]);
-        }
-        args.extend(["--".into(), inv.program.into()]);
-        args.extend(inv.args);
-        Invocation {
-            program: self.bwrap.to_string_lossy().into_owned(),
-            args,
-            stdin: inv.stdin,
-            env: inv.env,
         }
     }
 

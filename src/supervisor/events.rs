@@ -40,7 +40,8 @@ impl Loop {
     /// Run the hooks of the events emitted since the last call, in order.
     pub(super) async fn run_hooks(&mut self) {
         for pending in std::mem::take(&mut self.pending_events) {
-            if let Err(why) = self.run_hook(&pending).await {
+            let span = tracing::info_span!("hook", event = %pending.name);
+            if let Err(why) = tracing::Instrument::instrument(self.run_hook(&pending), span).await {
                 let line = format!("hook for `{}` {why}: {}", pending.name, pending.hook.cmd);
                 self.ui.warn(&line);
                 self.log(&format!("Hook: {line}"));

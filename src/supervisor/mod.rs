@@ -31,6 +31,8 @@ mod verify;
 use std::io::IsTerminal;
 use std::time::Instant;
 
+use tracing::{Instrument, info_span};
+
 pub use commit::{FALLBACK_IDENTITY_WARNING, commit_message, guarded_commit};
 pub use verify::promise_in_final_message;
 
@@ -126,7 +128,11 @@ impl Loop {
     }
 
     async fn iterate(&mut self) -> i32 {
-        match self.preflight_verdict().await {
+        match self
+            .preflight_verdict()
+            .instrument(info_span!("preflight"))
+            .await
+        {
             Ok(Some(code)) => return code,
             Ok(None) => {}
             Err(e) => {
@@ -145,7 +151,10 @@ impl Loop {
                 iteration: n,
                 ..self.counters.clone()
             };
-            let halted = self.iteration(&prev).await;
+            let halted = self
+                .iteration(&prev)
+                .instrument(info_span!("iteration", n))
+                .await;
             self.run_hooks().await;
             if let Some(code) = halted {
                 return code;
@@ -156,11 +165,16 @@ impl Loop {
     /// One iteration through its phases; `Some(exit code)` when the run halts. A phase that
     /// fails ends the iteration as an error that still goes through the close.
     async fn iteration(&mut self, prev: &Counters) -> Option<i32> {
-        let mut prep = match self.prepare(prev) {
+        // Each phase in a span of its own (`-v` prints how long it took: `trace`).
+        let mut prep = match info_span!("prepare").in_scope(|| self.prepare(prev)) {
             Ok(prep) => prep,
             Err(e) => return Some(self.not_started(prev.iteration, &e)),
         };
-        let attempted = match self.attempt(&mut prep).await {
+        let attempted = match self
+            .attempt(&mut prep)
+            .instrument(info_span!("attempt"))
+            .await
+        {
             Ok(attempted) => attempted,
             Err(e) => Attempted::failed(
                 Default::default(),
@@ -174,13 +188,13 @@ impl Loop {
             Some(halt) => Err(halt),
             None => self.evaluate(&mut prep, &attempted).await,
         };
-        let recorded = self.record(&prep, &attempted, &ending);
-        self.conclude(prev, &prep, &attempted, ending, recorded)
+        let recorded = info_span!("record").in_scope(|| self.record(&prep, &attempted, &ending));
+        info_span!("conclude").in_scope(|| self.conclude(prev, &prep, &attempted, ending, recorded))
     }
 
     /// Judge and verify what the agent left; a failure of either is the iteration's error.
     async fn evaluate(&mut self, prep: &mut Prepared, attempted: &Attempted) -> Ending {
-        let judged = match self.judge(prep).await {
+        let judged = match self.judge(prep).instrument(info_span!("judge")).await {
             Ok(judged) => judged?,
             Err(e) => {
                 return Err(failed(
@@ -191,6 +205,7 @@ impl Loop {
         };
         let n = prep.n;
         self.verify(prep, judged, attempted)
+            .instrument(info_span!("verify"))
             .await
             .unwrap_or_else(|e| {
                 Err(failed(

@@ -763,12 +763,15 @@ pub fn normalize(env: &TestEnv, text: &str) -> String {
     name_durations(&s)
 }
 
-/// Every duration as ralph writes one (`1h 02m 03s`, `4m 05s`, `6s`, `0.4s`) written
-/// `[duration]`. In a table's column (two spaces or more after it) the column keeps its width,
-/// so a duration of another length does not move the columns after it.
+/// Every duration as ralph writes one (`1h 02m 03s`, `4m 05s`, `6s`, `0.4s`, and `-v`'s
+/// `12.5ms`, `1.234s`) written `[duration]`. In a table's column (two spaces or more after it)
+/// the column keeps its width, so a duration of another length does not move the columns after
+/// it.
 fn name_durations(text: &str) -> String {
-    let re = regex::Regex::new(r"\b(?:\d+h \d{2}m \d{2}s|\d+m \d{2}s|\d+\.\ds|\d+s)\b( {2,})?")
-        .expect("a valid pattern");
+    let re = regex::Regex::new(
+        r"\b(?:\d+h \d{2}m \d{2}s|\d+m \d{2}s|\d+\.\dms|\d+\.\d{3}s|\d+\.\ds|\d+s)\b( {2,})?",
+    )
+    .expect("a valid pattern");
     re.replace_all(text, |c: &regex::Captures| match c.get(1) {
         Some(_) => format!(
             "{:<w$}",

@@ -41,6 +41,7 @@ mod table;
 mod task_files;
 mod tmux;
 mod tools_missing;
+mod verbose;
 mod verdict;
 mod watch;
 mod watcher_faults;

@@ -27,6 +27,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use tracing::{Instrument, info_span};
+
 use super::Context;
 use crate::agent::Agent;
 use crate::cli::{ResumeArgs, RunArgs, RunOptions};
@@ -75,6 +77,9 @@ fn launch(
     dry_run: bool,
     how: Continuation,
 ) -> Result<i32> {
+    // The run's span: `-v` prints how long each step took (`trace`). Entered in sync code: the
+    // runtime below polls on this thread, inside it.
+    let _run = info_span!("run").entered();
     let ran = Context::new(dir, ui).and_then(|ctx| {
         let ran = worktree::in_worktree(&ctx, targets, options, dry_run, how)?;
         Ok((ran, ctx))
@@ -122,15 +127,15 @@ fn start_once(
     how: Continuation,
 ) -> Result<Supervised> {
     let ui = ctx.ui;
-    let mut r = resolve::resolve(ctx, targets, options, how)?;
+    let mut r = info_span!("resolve").in_scope(|| resolve::resolve(ctx, targets, options, how))?;
     if let Some(code) = at_once::end_at_once(ui, &r, how)? {
         return Ok(Supervised::Ended(code));
     }
     // The probe runs the installed CLI outside, and under --sandbox the CLI may have been
     // changed in its own (writable) state: no probe then.
     let probe = !dry_run && r.settings.sandbox.is_none();
-    let agent = Agent::resolve(&r.settings.agent, probe)?;
-    resolve::sandbox(ui, &mut r, &agent, dry_run)?;
+    let agent = info_span!("agent").in_scope(|| Agent::resolve(&r.settings.agent, probe))?;
+    info_span!("sandbox").in_scope(|| resolve::sandbox(ui, &mut r, &agent, dry_run))?;
     let rollup = resolve::resolve_rollup(ui, &r.plan, options)?;
     if dry_run {
         let code = dry_run::report(ctx, &r, options, rollup, &agent)?;
@@ -164,8 +169,8 @@ async fn supervise(
     rollup: Option<PathBuf>,
 ) -> Result<Supervised> {
     let ended = |code| Ok(Supervised::Ended(code));
-    let _lock = run.lock()?;
-    let watch = run.watch()?;
+    let _lock = info_span!("lock").in_scope(|| run.lock())?;
+    let watch = info_span!("watch").in_scope(|| run.watch())?;
     // Only the user's own uncommitted work makes a "state before run" commit; ralph's new
     // .ralph/ files otherwise ride along with the first iteration that changes something.
     let was_dirty = !run.r.settings.no_commit && run.r.repo.is_dirty()?;
@@ -175,12 +180,12 @@ async fn supervise(
         Continue(_) => None,
         Break(supervised) => return Ok(supervised),
     };
-    let source = match run.source(rollup, resumed.as_ref())? {
+    let source = match info_span!("source").in_scope(|| run.source(rollup, resumed.as_ref()))? {
         Continue(source) => source,
         Break(code) => return ended(code),
     };
     if let Some(p) = &resumed {
-        run.settle_the_recorded_run(&source, p)?;
+        info_span!("settle").in_scope(|| run.settle_the_recorded_run(&source, p))?;
     }
     let mut interrupts =
         Interrupts::install().map_err(|e| Error::io("failed to install signal handlers", e))?;
@@ -189,12 +194,14 @@ async fn supervise(
         .map_or_else(begin::new_run_id, |p| p.run_id.clone());
     let evidence = match run
         .evidence(&source, &run_id, &mut interrupts, resumed.as_ref())
+        .instrument(info_span!("evidence"))
         .await?
     {
         Continue(evidence) => evidence,
         Break(code) => return ended(code),
     };
-    let (run_state, source) = match run.begin(source, resumed, &run_id, was_dirty)? {
+    let begun = info_span!("begin").in_scope(|| run.begin(source, resumed, &run_id, was_dirty));
+    let (run_state, source) = match begun? {
         Continue(begun) => begun,
         Break(code) => return ended(code),
     };
@@ -237,7 +244,7 @@ impl Startup<'_> {
         };
         let description = description.clone();
         let r = &mut self.r;
-        r.plan = planning::plan_table(
+        let planned = planning::plan_table(
             self.ctx,
             &r.root,
             &r.rd,
@@ -245,8 +252,8 @@ impl Startup<'_> {
             &self.agent,
             &r.settings,
             &mut r.repo,
-        )
-        .await?;
+        );
+        r.plan = planned.instrument(info_span!("plan")).await?;
         Ok(())
     }
 

@@ -89,23 +89,35 @@ pub fn prompt(p: &PromptParams) -> String {
         (Phase::Planning, Some(_)) => Phase::Planning,
         _ => Phase::Delivery,
     };
-    let mut epics: Vec<&PathBuf> = p.epics.iter().collect();
-    epics.sort_by(|a, b| {
-        a.file_name()
-            .cmp(&b.file_name())
-            .then_with(|| a.as_os_str().cmp(b.as_os_str()))
-    });
-    let list = one_line(
-        &epics
-            .iter()
-            .map(|e| e.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" "),
-    );
     let mut out = format!(
         "This is iteration {} of {} of a run supervised by ralph; every iteration starts with a fresh context, so take where the work stands from the epic docs, their progress files and git, never from memory.\n\n",
         p.iteration, p.max_iterations
     );
+    out.push_str(&the_work(p, phase));
+    out.push_str("\n\n");
+    out.push_str(AUTONOMY);
+    if phase == Phase::Planning {
+        out.push_str(EPICS_GATE);
+    }
+    out.push_str(COMMITS);
+    let clauses = clauses(p, phase);
+    if !clauses.is_empty() {
+        out.push_str("\n\n");
+        out.push_str(&clauses.join("\n"));
+    }
+    out.push_str("\n\n");
+    out.push_str(if phase == Phase::Planning {
+        "The supervisor reads the coverage roll-up after this iteration to decide the next phase, so do not run it and do not start /cpm:do in this iteration."
+    } else {
+        "The supervisor runs the coverage roll-up after every iteration and decides completion from its exit code, so never run it to decide whether you are done and never announce completion yourself; when no further progress is possible, say why and stop."
+    });
+    out
+}
+
+/// The opening's work: the spec's planning phase, the spec's epics, or the epics given.
+fn the_work(p: &PromptParams, phase: Phase) -> String {
+    let list = epic_list(p.epics);
+    let mut out = String::new();
     match (phase, p.mode_spec) {
         (Phase::Planning, Some(spec)) => {
             let spec = one_line(&spec.to_string_lossy());
@@ -133,13 +145,28 @@ pub fn prompt(p: &PromptParams) -> String {
             );
         }
     }
-    out.push_str("\n\n");
-    out.push_str(AUTONOMY);
-    if phase == Phase::Planning {
-        out.push_str(EPICS_GATE);
-    }
-    out.push_str(COMMITS);
+    out
+}
 
+/// The epics' paths in file-name order, on one line.
+fn epic_list(epics: &[PathBuf]) -> String {
+    let mut epics: Vec<&PathBuf> = epics.iter().collect();
+    epics.sort_by(|a, b| {
+        a.file_name()
+            .cmp(&b.file_name())
+            .then_with(|| a.as_os_str().cmp(b.as_os_str()))
+    });
+    one_line(
+        &epics
+            .iter()
+            .map(|e| e.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
+/// The story-filter, test-runner, task-budget and resume clauses, each only when set.
+fn clauses(p: &PromptParams, phase: Phase) -> Vec<String> {
     let mut clauses: Vec<String> = Vec::new();
     if let Some(f) = p.story_filter.map(one_line).filter(|f| !f.is_empty()) {
         clauses.push(format!(
@@ -163,17 +190,7 @@ pub fn prompt(p: &PromptParams) -> String {
             "Resuming an earlier run: leave finished stories alone and continue from the first story whose Status is not Complete.".to_string()
         });
     }
-    if !clauses.is_empty() {
-        out.push_str("\n\n");
-        out.push_str(&clauses.join("\n"));
-    }
-    out.push_str("\n\n");
-    out.push_str(if phase == Phase::Planning {
-        "The supervisor reads the coverage roll-up after this iteration to decide the next phase, so do not run it and do not start /cpm:do in this iteration."
-    } else {
-        "The supervisor runs the coverage roll-up after every iteration and decides completion from its exit code, so never run it to decide whether you are done and never announce completion yourself; when no further progress is possible, say why and stop."
-    });
-    out
+    clauses
 }
 
 /// The `{epic_range}` label: the epics' numbers, runs collapsed (`23-26`, `23-24, 26`); file
