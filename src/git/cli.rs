@@ -401,14 +401,10 @@ impl Watchdog {
     fn start(pid: u32, deadline: std::time::Duration) -> Option<Watchdog> {
         #[cfg(target_os = "linux")]
         {
-            use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-            if fd < 0 {
-                return None;
-            }
-            // SAFETY: a descriptor just opened, owned by nothing else.
-            let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+            use rustix::process::{Pid, PidfdFlags, pidfd_open};
+            use std::os::fd::AsFd;
+            let raw = i32::try_from(pid).ok().and_then(Pid::from_raw)?;
+            let pidfd = pidfd_open(raw, PidfdFlags::empty()).ok()?;
             let thread = std::thread::spawn(move || {
                 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
                 let ms = u32::try_from(deadline.as_millis()).unwrap_or(u32::MAX);
