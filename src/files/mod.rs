@@ -103,7 +103,7 @@ pub fn open_read(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), Read
                 kind: Kind::LinkOut,
             });
         }
-        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENXIO as i32) => {
             // A socket (or a FIFO without a reader on some systems).
             return Err(ReadError::NotRegular {
                 path: path.to_path_buf(),
