@@ -175,6 +175,11 @@ impl GitCli {
         if self.sandboxed.is_none() {
             cmd.env_remove("GIT_COMMON_DIR");
         }
+        // The lib tests compare ralph's git with one that reads neither the user's nor the
+        // system's configuration (git/tests.rs): ralph's reads none either there.
+        #[cfg(test)]
+        cmd.env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1");
         if let Some(b) = &self.beneath {
             b.command(&mut cmd);
         }
