@@ -29,6 +29,10 @@
 #   bash benches/relay.sh [TRIALS] [MIB]      (defaults: 5 trials, 1024 MiB)
 #   RELAY_DIR=DIR keeps the generated outputs; RALPH_BIN=PATH measures that binary instead;
 #   the scratch directory is in /dev/shm when it has room (see below), RELAY_TMP=DIR elsewhere.
+# Before and after in the same run: RALPH_BEFORE=PATH (an earlier build, say from a `git
+# worktree` of an older commit built with its own CARGO_TARGET_DIR) is measured beside this one
+# ("after", or RALPH_BIN), in the same trials against the same `cat | cat`, the two taking turns
+# at going first; each gets its own rows and ratios, and their relay times are compared.
 set -euo pipefail
 trials=${1:-5}
 mib=${2:-1024}
@@ -41,6 +45,13 @@ ralph=${RALPH_BIN:-$(cargo build --release --manifest-path "$root/Cargo.toml" --
   --message-format=json-render-diagnostics |
   sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)}
 [ -x "$ralph" ] || { echo "could not build ralph" >&2; exit 1; }
+# The builds measured, as "label path" lines: this one alone, or the one before and this one.
+if [ -n "${RALPH_BEFORE:-}" ]; then
+  [ -x "$RALPH_BEFORE" ] || { echo "RALPH_BEFORE=$RALPH_BEFORE is not an executable" >&2; exit 1; }
+  builds=(before after) bin_before=$RALPH_BEFORE bin_after=$ralph
+else
+  builds=(ralph) bin_ralph=$ralph
+fi
 
 # RELAY_DIR=DIR keeps the outputs there between runs (generated when missing or of another size).
 if [ -n "${RELAY_DIR:-}" ]; then
@@ -178,14 +189,22 @@ printf '#!/bin/sh\nexec %s /usr/bin/time -f "%%U %%S" -o "$RELAY_TIME" cat "$REL
   "${producer[*]}" > "$work/bin/claude"
 chmod +x "$work/bin/claude"
 
-repo="$work/repo"
-rm -rf "$repo"
-mkdir -p "$repo"
-(
-  cd "$repo" && git init -q && git config user.name bench && git config user.email bench@localhost
-  printf -- '---\ntask: bench\n---\n## Success Criteria\n- [ ] relay the output\n' > RALPH_TASK.md
-  git add -A && git commit -qm init
-)
+# A throwaway repository for each build (what one version leaves in the index is not the
+# other's to meet), and a state directory of the scratch one's own, emptied before every run:
+# ralph keeps its own record of a run there (SPEC §11), and a run that ran out of iterations is
+# one to resume, which the next `ralph run` would refuse to start over.
+for b in "${builds[@]}"; do
+  repo="$work/repo-$b"
+  rm -rf "$repo"
+  mkdir -p "$repo"
+  (
+    cd "$repo" && git init -q && git config user.name bench && git config user.email bench@localhost
+    printf -- '---\ntask: bench\n---\n## Success Criteria\n- [ ] relay the output\n' > RALPH_TASK.md
+    git add -A && git commit -qm init
+  )
+done
+# Before a run: every earlier output, the sink excepted (each caller deletes that), and records.
+clear_runs() { rm -rf "$work"/repo-*/.ralph "$work/state"; }
 
 now_ns() { date +%s%N; }
 
@@ -206,12 +225,13 @@ settle() { sync; [ "$settle_s" = 0 ] || sleep "$settle_s"; }
 # that the command exited non-zero, as ralph does when the iterations run out).
 cpu_ms() { tail -1 "$1" | awk '{ printf "%.0f", ($(NF - 1) + $NF) * 1000 }'; }
 
-# $1 = format (text|claude), $2 = output file; prints "wall_ns own_cpu_ms maxrss_kib", ralph's
-# own CPU being its total (with its children) less the agent's. (The caller deletes the sink
-# before a 1 GiB run.)
+# $1 = format (text|claude), $2 = output file, $3 = the build; prints "wall_ns own_cpu_ms
+# maxrss_kib", ralph's own CPU being its total (with its children) less the agent's. (The
+# caller deletes the sink before a 1 GiB run.)
 run_ralph() {
-  local format=$1 file=$2 s e
-  rm -rf "$repo/.ralph"
+  local format=$1 file=$2 bin="bin_$3" repo="$work/repo-$3" s e
+  local ralph=${!bin}
+  clear_runs
   settle
   local args=(run --yes --max-iterations 1 -q)
   if [ "$format" = claude ]; then
@@ -221,6 +241,7 @@ run_ralph() {
   fi
   s=$(now_ns)
   ( cd "$repo" && RELAY_OUTPUT="$file" RELAY_TIME="$work/agent.time" PATH="$work/bin:$PATH" \
+      XDG_STATE_HOME="$work/state" \
       "${consumer[@]}" /usr/bin/time -f '%M %U %S' -o "$work/ralph.time" "$ralph" "${args[@]}" \
       >/dev/null 2>&1 ) || true
   e=$(now_ns)
@@ -233,7 +254,7 @@ run_ralph() {
 # $1 = output file; prints "wall_ns writer_cpu_ms".
 pipe_cat() {
   local s e
-  rm -f "$work/sink"; rm -rf "$repo/.ralph"; settle
+  rm -f "$work/sink"; clear_runs; settle
   s=$(now_ns)
   "${producer[@]}" cat "$1" | "${consumer[@]}" /usr/bin/time -f '%U %S' -o "$work/writer.time" cat > "$work/sink"
   e=$(now_ns)
@@ -242,37 +263,60 @@ pipe_cat() {
 # $1 = output file; prints wall_ns.
 plain_cat() {
   local s e
-  rm -f "$work/sink"; rm -rf "$repo/.ralph"; settle
+  rm -f "$work/sink"; clear_runs; settle
   s=$(now_ns); "${consumer[@]}" cat "$1" > "$work/sink"; e=$(now_ns)
   echo $((e - s))
 }
 
 # The median of a file of numbers, divided by $2 (default 1).
 median() { sort -n "$1" | awk -v d="${2:-1}" '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.0f", m / d }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+# $1 / $2, two decimals; "n/a" where $2 is 0 or either is not a number (a tiny output's).
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a !~ /^-?[0-9.]+$/ || b !~ /^-?[0-9.]+$/ || b == 0) print "n/a"; else printf "%.2f", a / b }'; }
 
-rows=()
+rows=() compare=()
 for format in text claude; do
   file="$work/$format.out" tiny="$work/tiny-$format.out"
   bytes=$(stat -c %s "$file")
   cat "$file" > /dev/null # into the page cache
-  for f in pc pcu cc big small relay bigu relayu; do : > "$work/t.$f"; done
-  rss=0
+  for f in pc pcu cc; do : > "$work/t.$f"; done
+  for b in "${builds[@]}"; do
+    for f in big small relay bigu relayu; do : > "$work/t.$b.$f"; done
+    declare "rss_$b=0"
+  done
   for t in $(seq "$trials"); do
+    # The builds take turns at going first (the first in a trial follows `cat | cat`).
+    order=("${builds[@]}")
+    [ $((t % 2)) = 0 ] && [ "${#builds[@]}" = 2 ] && order=("${builds[1]}" "${builds[0]}")
     read -r w u < <(pipe_cat "$file"); echo "$w" >> "$work/t.pc"; echo "$u" >> "$work/t.pcu"
-    rm -f "$work/sink"; read -r big bigu r < <(run_ralph "$format" "$file")
-    echo "$big" >> "$work/t.big"; echo "$bigu" >> "$work/t.bigu"
-    [ "$r" -gt "$rss" ] && rss=$r
+    line="  $format trial $t: cat | cat $((w / 1000000)) ms (writer CPU $u ms)"
+    for b in "${order[@]}"; do
+      # (An assignment, not `< <(...)`: a run that fails stops the benchmark, set -e.)
+      rm -f "$work/sink"; out=$(run_ralph "$format" "$file" "$b"); read -r big bigu r <<< "$out"
+      echo "$big" >> "$work/t.$b.big"; echo "$bigu" >> "$work/t.$b.bigu"
+      rss="rss_$b"; [ "$r" -gt "${!rss}" ] && declare "rss_$b=$r"
+      line+=", $b $((big / 1000000)) ms (own CPU $bigu ms)"
+    done
     plain_cat "$file" >> "$work/t.cc"
-    read -r small smallu _ < <(run_ralph "$format" "$tiny"); echo "$small" >> "$work/t.small"
-    echo $((big - small)) >> "$work/t.relay"; echo $((bigu - smallu)) >> "$work/t.relayu"
-    echo "  $format trial $t: cat | cat $((w / 1000000)) ms (writer CPU $u ms)," \
-      "ralph $((big / 1000000)) ms (own CPU $bigu ms), fixed $((small / 1000000)) ms" >&2
+    for b in "${order[@]}"; do
+      out=$(run_ralph "$format" "$tiny" "$b"); read -r small smallu _ <<< "$out"
+      echo "$small" >> "$work/t.$b.small"
+      big=$(sed -n "${t}p" "$work/t.$b.big") bigu=$(sed -n "${t}p" "$work/t.$b.bigu")
+      echo $((big - small)) >> "$work/t.$b.relay"; echo $((bigu - smallu)) >> "$work/t.$b.relayu"
+      line+=", $b fixed $((small / 1000000)) ms"
+    done
+    echo "$line" >&2
   done
   pc=$(median "$work/t.pc" 1e6) pcu=$(median "$work/t.pcu") cc=$(median "$work/t.cc" 1e6)
-  big=$(median "$work/t.big" 1e6) small=$(median "$work/t.small" 1e6)
-  relay=$(median "$work/t.relay" 1e6) relayu=$(median "$work/t.relayu")
-  rows+=("| $format | $((bytes / 1048576)) MiB | $pc | $cc | $big | $small | $relay | **$(ratio "$relay" "$pc")×** | $pcu | $relayu | **$(ratio "$relayu" "$pcu")×** | $((rss / 1024)) MiB |")
+  for b in "${builds[@]}"; do
+    big=$(median "$work/t.$b.big" 1e6) small=$(median "$work/t.$b.small" 1e6)
+    relay=$(median "$work/t.$b.relay" 1e6) relayu=$(median "$work/t.$b.relayu")
+    rss="rss_$b"
+    rows+=("| $format | $b | $((bytes / 1048576)) MiB | $pc | $cc | $big | $small | $relay | **$(ratio "$relay" "$pc")×** | $pcu | $relayu | **$(ratio "$relayu" "$pcu")×** | $((${!rss} / 1024)) MiB |")
+    declare "ratio_$b=$(ratio "$relay" "$pc")" "cpu_ratio_$b=$(ratio "$relayu" "$pcu")"
+  done
+  if [ "${#builds[@]}" = 2 ]; then
+    compare+=("$format: time ratio $ratio_before× before, $ratio_after× after (after/before $(ratio "$ratio_after" "$ratio_before")); CPU ratio $cpu_ratio_before× before, $cpu_ratio_after× after (after/before $(ratio "$cpu_ratio_after" "$cpu_ratio_before"))")
+  fi
 done
 
 echo
@@ -281,6 +325,11 @@ echo "fixed (the same run with a 1-line output), per trial; time ratio = ralph r
 echo "CPU (ms): the writing cat of cat | cat against ralph's own (the agent's cat excluded), less"
 echo "its fixed part; CPU ratio = ralph relay CPU / writer CPU."
 echo
-echo "| output | size | cat \\| cat > file | cat > file | ralph run | ralph fixed | ralph relay | time ratio | writer CPU | ralph relay CPU | CPU ratio | ralph peak RSS |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| output | build | size | cat \\| cat > file | cat > file | ralph run | ralph fixed | ralph relay | time ratio | writer CPU | ralph relay CPU | CPU ratio | ralph peak RSS |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
+if [ "${#builds[@]}" = 2 ]; then
+  echo
+  echo "before = $bin_before, after = $bin_after; the same trials, the same cat | cat."
+  printf '%s\n' "${compare[@]}"
+fi

@@ -20,6 +20,7 @@ use std::sync::RwLock;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
+use rustix::fs::FileType;
 
 /// The roots of the trees ralph must not be led out of: each as given and as the file system
 /// resolves it (a root reached through a link of the user's, such as `/tmp` on macOS).
@@ -43,7 +44,7 @@ pub fn confine(root: &Path) {
 
 /// The error of a path that leaves its tree: `EXDEV`, as `openat2` reports it.
 pub(super) fn is_outside(e: &std::io::Error) -> bool {
-    e.raw_os_error() == Some(libc::EXDEV)
+    e.raw_os_error() == Some(Errno::EXDEV as i32)
 }
 
 /// Where `path` lies: the root of the innermost registered tree holding it and the path
@@ -117,7 +118,7 @@ fn by_components(dir: &OwnedFd, rel: &Path, flags: OFlag, mode: Mode) -> std::io
         .filter(|c| *c != Component::CurDir)
         .map(|c| match c {
             Component::Normal(n) => Ok(n),
-            _ => Err(std::io::Error::from_raw_os_error(libc::EXDEV)),
+            _ => Err(Errno::EXDEV.into()),
         })
         .collect::<std::io::Result<_>>()?;
     let Some((last, dirs)) = parts.split_last() else {
@@ -148,7 +149,7 @@ fn by_components(dir: &OwnedFd, rel: &Path, flags: OFlag, mode: Mode) -> std::io
 
 fn is_link(dir: &OwnedFd, name: &OsStr) -> bool {
     nix::sys::stat::fstatat(dir.as_fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
-        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
+        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink)
 }
 
 /// The directory holding `path` (opened confined, created when `create`) and the name in it.
@@ -210,7 +211,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
         nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
     )
     .ok()
-    .filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
+    .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
     .map(|st| st.st_mode & 0o7777);
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -298,14 +299,14 @@ pub(super) fn make_dir(path: &Path, mode: u32) -> std::io::Result<()> {
 }
 
 /// What is at `path` itself (a link is not followed), looked up inside its tree.
-pub(super) fn entry_kind(path: &Path) -> std::io::Result<libc::mode_t> {
+pub(super) fn entry_kind(path: &Path) -> std::io::Result<FileType> {
     let (dir, name) = parent_of(path, false)?;
     let st = nix::sys::stat::fstatat(
         dir.as_fd(),
         name.as_os_str(),
         nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
     )?;
-    Ok(st.st_mode & libc::S_IFMT)
+    Ok(FileType::from_raw_mode(st.st_mode))
 }
 
 #[cfg(test)]

@@ -103,7 +103,7 @@ pub fn open_read(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), Read
                 kind: Kind::LinkOut,
             });
         }
-        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENXIO as i32) => {
             // A socket (or a FIFO without a reader on some systems).
             return Err(ReadError::NotRegular {
                 path: path.to_path_buf(),
@@ -220,9 +220,7 @@ mod tests {
         write_own(&d, b"x").unwrap();
         assert_eq!(std::fs::read(&d).unwrap(), b"x");
         let f = dir.path().join("f.log");
-        let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        nix::unistd::mkfifo(&f, Mode::from_bits_truncate(0o600)).unwrap();
         write_own(&f, b"y").unwrap();
         assert_eq!(std::fs::read(&f).unwrap(), b"y");
         let aside = std::fs::read_dir(dir.path())
@@ -294,9 +292,7 @@ mod tests {
     fn fifo_device_and_directory_are_refused_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o644)).unwrap();
         let e = read_text(&fifo).unwrap_err();
         assert!(
             matches!(

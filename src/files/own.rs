@@ -6,8 +6,10 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
+use rustix::fs::FileType;
 
 use super::confine;
 
@@ -39,11 +41,15 @@ pub fn open_own(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
         // ralph's own file: moved aside like anything else that is not.
         Ok(f) if f.metadata().is_ok_and(|m| m.is_file() && m.nlink() == 1) => return fresh(f),
         Ok(_) => {}
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+        Err(e) if e.raw_os_error() == Some(Errno::ELOOP as i32) => {
             confine::remove_entry(path)?;
             return fresh(open()?);
         }
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR | libc::ENXIO)) => {}
+        Err(e)
+            if matches!(
+                e.raw_os_error().map(Errno::from_raw),
+                Some(Errno::EISDIR | Errno::ENXIO)
+            ) => {}
         Err(e) => return Err(e),
     }
     let mut aside = path.file_name().unwrap_or_default().to_owned();
@@ -81,8 +87,8 @@ pub fn own_dir(dir: &Path) -> std::io::Result<()> {
     }
     for d in owned.iter().rev() {
         match confine::entry_kind(d) {
-            Ok(libc::S_IFDIR) => {}
-            Ok(libc::S_IFLNK) => {
+            Ok(FileType::Directory) => {}
+            Ok(FileType::Symlink) => {
                 confine::remove_entry(d)?;
                 confine::make_dir(d, 0o700)?;
             }

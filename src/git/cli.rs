@@ -175,6 +175,11 @@ impl GitCli {
         if self.sandboxed.is_none() {
             cmd.env_remove("GIT_COMMON_DIR");
         }
+        // The lib tests compare ralph's git with one that reads neither the user's nor the
+        // system's configuration (git/tests.rs): ralph's reads none either there.
+        #[cfg(test)]
+        cmd.env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1");
         if let Some(b) = &self.beneath {
             b.command(&mut cmd);
         }
@@ -401,14 +406,10 @@ impl Watchdog {
     fn start(pid: u32, deadline: std::time::Duration) -> Option<Watchdog> {
         #[cfg(target_os = "linux")]
         {
-            use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-            if fd < 0 {
-                return None;
-            }
-            // SAFETY: a descriptor just opened, owned by nothing else.
-            let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+            use rustix::process::{Pid, PidfdFlags, pidfd_open};
+            use std::os::fd::AsFd;
+            let raw = i32::try_from(pid).ok().and_then(Pid::from_raw)?;
+            let pidfd = pidfd_open(raw, PidfdFlags::empty()).ok()?;
             let thread = std::thread::spawn(move || {
                 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
                 let ms = u32::try_from(deadline.as_millis()).unwrap_or(u32::MAX);

@@ -82,22 +82,10 @@ fn repo_with_commit() -> TempDir {
     dir
 }
 
+/// The repository as ralph opens it; its git CLI reads neither the user's nor the system's
+/// configuration under test (`GitCli::command`), like `git_cmd`.
 fn open(dir: &Path) -> Repo {
-    isolate();
     Repo::discover(dir).expect("discover")
-}
-
-/// The git CLI ralph runs reads the user's and the system's configuration: these tests want
-/// neither (every test sets the same values, so the threads agree).
-fn isolate() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: set once, before any test reads it, to the same values for every test.
-        unsafe {
-            std::env::set_var("GIT_CONFIG_GLOBAL", "/dev/null");
-            std::env::set_var("GIT_CONFIG_NOSYSTEM", "1");
-        }
-    });
 }
 
 fn git_porcelain(dir: &Path) -> Vec<u8> {
@@ -747,7 +735,6 @@ fn head_file_reads_head_tree() {
 /// the agent staged itself.
 #[test]
 fn index_tree_from_head_is_git_write_trees() {
-    isolate();
     let dir = repo_with_commit();
     let d = dir.path();
     sh(
@@ -801,7 +788,6 @@ fn index_tree_from_head_is_git_write_trees() {
 /// `git write-tree`; a `git replace` of HEAD changes nothing.
 #[test]
 fn index_tree_from_head_declines_what_it_cannot_make() {
-    isolate();
     // A HEAD made by hand, holding an empty subtree and a mode git never writes: git's tree of
     // the index has neither, so it cannot be HEAD's with the changes.
     let odd = repo_with_commit();

@@ -171,7 +171,9 @@ fn guard_command(
         .process_group(0);
     // SAFETY: the closure runs between fork and exec and makes two `fcntl` calls, nothing else
     // (async-signal-safe), on two descriptors open there (ralph holds them until the guard
-    // runs). std offers no safe way to hand a child a descriptor beyond stdio.
+    // runs). std offers no safe way to hand a child a descriptor beyond stdio; the
+    // command-fds crate does, by this same pre_exec, with a dup2 to fixed numbers in place of
+    // one fcntl on each.
     unsafe {
         cmd.pre_exec(move || {
             for fd in [cr, rw] {

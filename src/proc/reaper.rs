@@ -91,8 +91,8 @@ pub fn main(args: &[OsString]) -> i32 {
         return 2;
     };
     // SAFETY: the two descriptors are the guard's by its protocol: ralph made them for it and
-    // passed their numbers, and nothing else in the guard knows them. std has no safe way to
-    // take a descriptor that came by number.
+    // passed their numbers, and nothing else in the guard knows them. Taking ownership of a
+    // descriptor that came by number is unsafe by I/O safety's own rule, whatever the crate.
     let (control, report) = unsafe {
         (
             OwnedFd::from_raw_fd(a.control),

@@ -84,7 +84,10 @@ fn leave_session_keyring() {
     #[cfg(target_os = "linux")]
     {
         const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
-        // SAFETY: keyctl(JOIN_SESSION_KEYRING, NULL) takes no pointer but the null name.
+        // SAFETY: keyctl(JOIN_SESSION_KEYRING, NULL) takes integers and a null name, which the
+        // kernel reads as "a new anonymous keyring": no memory of ours is read or written. No
+        // safe crate covers it: neither rustix nor nix has keyctl, and linux-keyutils (0.2) keeps
+        // joining a session keyring to itself.
         let _ = unsafe {
             libc::syscall(
                 libc::SYS_keyctl,

@@ -220,9 +220,8 @@ mod tests {
     fn a_gitignore_that_is_a_fifo_is_refused_never_waited_on() -> TestResult {
         let root = repo();
         let r = root.path();
-        let c = std::ffi::CString::new(r.join(".gitignore").as_os_str().as_encoded_bytes())?;
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let mode = nix::sys::stat::Mode::from_bits_truncate(0o644);
+        nix::unistd::mkfifo(&r.join(".gitignore"), mode)?;
         assert_eq!(missing_ignore_lines(r), IGNORE_LINES);
         let e = apply_ignore_lines(r, &missing_ignore_lines(r)).unwrap_err();
         assert!(e.to_string().contains("FIFO"), "{e}");

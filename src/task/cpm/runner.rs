@@ -301,10 +301,8 @@ mod tests {
     #[test]
     fn a_config_file_that_is_a_fifo_is_passed_over_never_waited_on() {
         let d = tempfile::tempdir().unwrap();
-        let c = std::ffi::CString::new(d.path().join("Makefile").as_os_str().as_encoded_bytes())
-            .unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let mode = nix::sys::stat::Mode::from_bits_truncate(0o644);
+        nix::unistd::mkfifo(&d.path().join("Makefile"), mode).unwrap();
         std::fs::write(d.path().join("Cargo.toml"), "[package]\n").unwrap();
         assert_eq!(
             discover_test_runner(d.path(), None).map(|(cmd, _)| cmd),
