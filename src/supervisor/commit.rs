@@ -8,7 +8,9 @@ use super::prepare::Prepared;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::git::{CommitOutcome, Repo};
-use crate::state::{self, RalphDir, UNKNOWN};
+use crate::iter_record::UNKNOWN;
+use crate::state::{self, RalphDir};
+use crate::task::status_block;
 use crate::ui::Ui;
 
 pub const FALLBACK_IDENTITY_WARNING: &str =
@@ -67,9 +69,11 @@ fn hooks(repo: &Repo, settings: &Settings) -> Option<Box<crate::git::HookRunner>
         return None;
     }
     let git_dir = repo.git2().path().to_path_buf();
-    let sandbox = settings.sandboxed.clone();
+    // The repository's hooks run on its say: in the sandbox under `--sandbox`.
+    let settings = settings.clone();
+    let confine = move |inv| settings.confine(inv, true);
     Some(Box::new(move |root: &std::path::Path, msg: &str| {
-        crate::hooks::run(root, &hooks_dir, &git_dir, msg, sandbox.as_deref())
+        crate::hooks::run(root, &hooks_dir, &git_dir, msg, &confine)
     }))
 }
 
@@ -236,8 +240,8 @@ impl Loop {
         };
         if path == rel("progress.md") {
             let was = head("progress.md").unwrap_or_else(|| state::initial_progress(0));
-            return state::without_status_block(&now(&self.rd.progress()))
-                == state::without_status_block(&was);
+            return status_block::without_status_block(&now(&self.rd.progress()))
+                == status_block::without_status_block(&was);
         }
         if path == rel("guardrails.md") {
             return head("guardrails.md").is_none()
@@ -254,8 +258,8 @@ impl Loop {
             .ok()
             .flatten()
             .unwrap_or_default();
-        let block = state::status_block(n, done, total, status_text);
-        let updated = state::with_status_block(&current, &block);
+        let block = status_block::status_block(n, done, total, status_text);
+        let updated = status_block::with_status_block(&current, &block);
         if updated != current {
             state::write_atomic(&path, updated.as_bytes())?;
         }

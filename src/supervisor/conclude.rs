@@ -12,8 +12,9 @@ use super::prepare::Prepared;
 use super::record::{Ending, Recorded};
 use crate::error::{Error, Result};
 use crate::event::{Event, IterationFinished, Stuck};
+use crate::iter_record::IterExit;
 use crate::proc::relay::StopCause;
-use crate::state::{self, IterExit};
+use crate::state;
 use crate::ui::{CostLine, Report, human_duration};
 
 impl Loop {

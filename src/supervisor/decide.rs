@@ -1,7 +1,8 @@
 //! The decision after an iteration (SPEC §5.2, §6): a pure function of the loop's counters and
 //! the iteration's outcome, unit-tested without processes or files.
 
-use crate::state::{HaltReason, IterKey, RunState};
+use crate::iter_record::IterKey;
+use crate::state::{HaltReason, RunState};
 use crate::task::verdict::VerdictClass;
 
 /// How many verdict figures a run remembers for its progress rule (a cycle longer than this
@@ -661,7 +662,7 @@ mod tests {
         let ds = simulate(counters(1), &os);
         assert!(matches!(ds[2], Decision::Halt(Halt::Stalled { .. })));
         for o in &mut os {
-            o.key.fingerprint = crate::state::UNKNOWN.into();
+            o.key.fingerprint = crate::iter_record::UNKNOWN.into();
         }
         let ds = simulate(counters(1), &os);
         assert!(matches!(ds[2], Decision::Continue { .. }), "{:?}", ds[2]);

@@ -12,7 +12,7 @@ use super::faults::Faults;
 use super::prepare::Prepared;
 use super::verify::Verified;
 use crate::error::Error;
-use crate::state::{IterExit, IterKey, UNKNOWN};
+use crate::iter_record::{IterExit, IterKey, UNKNOWN};
 
 /// How an iteration ended: judged and verified, or a halt found before that.
 pub(super) type Ending = std::result::Result<Verified, Halt>;
