@@ -77,16 +77,13 @@ impl Loop {
             done: j.done,
             total: j.total,
             progress: j.progress,
-            source_complete: j.source_complete,
-            tests_ok: v.tests_ok,
-            promise_ok: v.promise_ok,
+            evidence: v.evidence(),
             commit_refused: recorded.commit.refused.is_some(),
             tampered: j.tampered.clone(),
             over_budget: self
                 .settings
                 .max_cost
                 .is_some_and(|max| self.state.cost_usd >= max),
-            verdict: v.verdict.as_ref().map(|v| v.class.clone()),
             source_halt: j.halt.clone().or(v.verdict_halt.clone()),
             forced: None,
             key,

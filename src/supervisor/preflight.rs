@@ -191,18 +191,20 @@ impl Loop {
             v.exit_code,
             v.figures()
         ));
+        // CPM's completion is the roll-up's to say: the source never claims it.
+        if super::decide::Evidence::now(false, Some(v.class.clone()), failing.is_none()).complete()
+        {
+            self.ui
+                .success("The roll-up already verifies every row: nothing to do.");
+            return Ok(Some(close(&mut AlreadyComplete(self), &Halt::Complete)));
+        }
         let halt = match &v.class {
-            VerdictClass::Verified if failing.is_some() => {
+            VerdictClass::Verified => {
                 let line = "the roll-up verifies every row, but the test command fails now: the loop goes on";
                 self.ui.note(line);
                 self.log(&format!("Pre-flight: {line}"));
                 self.state.feedback = failing;
                 self.source.after_verdict(v)
-            }
-            VerdictClass::Verified => {
-                self.ui
-                    .success("The roll-up already verifies every row: nothing to do.");
-                return Ok(Some(close(&mut AlreadyComplete(self), &Halt::Complete)));
             }
             VerdictClass::TargetOnly(rows) => Some(Halt::TargetOnly(rows.clone())),
             VerdictClass::Unavailable => Some(Halt::VerdictUnavailable),

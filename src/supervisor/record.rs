@@ -43,7 +43,7 @@ impl Loop {
         let closing = match ending {
             Ok(v) => {
                 let j = &v.judged;
-                let complete = v.evidence() && v.tests_ok && v.promise_ok && j.tampered.is_empty();
+                let complete = v.evidence().complete() && j.tampered.is_empty();
                 let figures = match (&v.verdict, &j.figures) {
                     (Some(verdict), _) => verdict.figures(),
                     (None, Some(f)) => f.clone(),

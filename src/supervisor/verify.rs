@@ -5,7 +5,7 @@
 use super::Loop;
 use super::attempt::Attempted;
 use super::checks::{Check, shell};
-use super::decide::Halt;
+use super::decide::{Evidence, Halt};
 use super::prepare::Prepared;
 use super::source::Judged;
 use crate::error::Result;
@@ -27,11 +27,13 @@ pub(super) struct Verified {
 }
 
 impl Verified {
-    /// Whether the task source (or the verdict) says the work is done.
-    pub fn evidence(&self) -> bool {
-        match &self.verdict {
-            Some(v) => v.class == VerdictClass::Verified,
-            None => self.judged.source_complete,
+    /// What completion rests on, as the one rule (`Evidence::complete`) reads it.
+    pub fn evidence(&self) -> Evidence {
+        Evidence {
+            source_complete: self.judged.source_complete,
+            verdict: self.verdict.as_ref().map(|v| v.class.clone()),
+            tests_ok: self.tests_ok,
+            promise_ok: self.promise_ok,
         }
     }
 }
