@@ -45,7 +45,7 @@ impl Loop {
         self.report(prep, attempted, &recorded, &decision, &notes);
         match decision {
             Decision::Continue { .. } | Decision::AskStuck => {
-                match self.state.save(&self.rd.state_file()) {
+                match self.state.save(&self.tree.rd.state_file()) {
                     Ok(()) => None,
                     Err(e) => Some(self.halt(&failed("the state is not saved", &e))),
                 }
@@ -81,6 +81,7 @@ impl Loop {
             commit_refused: recorded.commit.refused.is_some(),
             tampered: j.tampered.clone(),
             over_budget: self
+                .setup
                 .settings
                 .max_cost
                 .is_some_and(|max| self.state.cost_usd >= max),
@@ -147,7 +148,7 @@ impl Loop {
             newly_stuck: true, ..
         } = decision
         {
-            let t = self.settings.stuck_threshold;
+            let t = self.setup.settings.stuck_threshold;
             self.log(&format!(
                 "⚠️ Stuck detected — {t} iterations with no progress"
             ));
@@ -164,7 +165,7 @@ impl Loop {
 
     /// The ITER record of iteration `n`, in the source's iteration log.
     fn write_record(&self, n: u32, recorded: &Recorded) -> Result<()> {
-        let iter_log = self.source.iter_log(&self.rd.iterations_log());
+        let iter_log = self.source.iter_log(&self.tree.rd.iterations_log());
         if let Some(dir) = iter_log.parent() {
             crate::files::create_dir_all(dir)
                 .map_err(|e| Error::file("create directory", dir, e))?;
@@ -182,7 +183,7 @@ impl Loop {
         }
         self.log("Stuck: the user chose to continue");
         self.counters.no_progress_streak = 0;
-        if self.counters.iteration >= self.settings.max_iterations {
+        if self.counters.iteration >= self.setup.settings.max_iterations {
             Decision::Halt(Halt::MaxIterations)
         } else {
             Decision::Continue {
@@ -205,7 +206,7 @@ impl Loop {
         let next = matches!(decision, Decision::Continue { .. }).then_some(prep.n + 1);
         let report = Report {
             iteration: prep.n,
-            max_iterations: self.settings.max_iterations,
+            max_iterations: self.setup.settings.max_iterations,
             done: recorded.done,
             total: recorded.total,
             unit: self.source.unit(),
@@ -213,7 +214,7 @@ impl Loop {
             started: &prep.started_at,
             ended: &attempted.ended_at,
             duration: prep.t0.elapsed(),
-            elapsed: self.started.elapsed(),
+            elapsed: self.setup.started.elapsed(),
             next,
             notes,
             cost: (usage.cost_usd > 0.0 || usage.input_tokens > 0).then_some(CostLine {
@@ -223,7 +224,7 @@ impl Loop {
                 output_tokens: usage.output_tokens,
             }),
         };
-        self.ui.line(&report.render());
+        self.setup.ui.line(&report.render());
     }
 }
 

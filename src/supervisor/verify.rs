@@ -49,7 +49,7 @@ impl Loop {
         let Some(tests_ok) = self.run_tests(prep, &mut feedback).await? else {
             return Ok(Err(Halt::Interrupted));
         };
-        let verdict = match self.source.verdict_invocation(&self.settings) {
+        let verdict = match self.source.verdict_invocation(&self.setup.settings) {
             None => None,
             Some((display, inv)) => {
                 let Some(v) = self.run_verdict(prep, display, inv, &mut feedback).await? else {
@@ -64,7 +64,7 @@ impl Loop {
             prep.notes.push(line);
         }
         let judged = self.source.with_verdict_counts(judged);
-        let promise_ok = match &self.settings.completion_promise {
+        let promise_ok = match &self.setup.settings.completion_promise {
             None => true,
             Some(word) => {
                 let last = attempted.final_message.clone().unwrap_or_default();
@@ -87,14 +87,15 @@ impl Loop {
         prep: &mut Prepared,
         feedback: &mut Vec<String>,
     ) -> Result<Option<bool>> {
-        let Some(cmd) = self.settings.test_command.clone() else {
+        let Some(cmd) = self.setup.settings.test_command.clone() else {
             return Ok(Some(true));
         };
         let check = Check {
             what: format!("test command: {cmd}"),
             inv: self
+                .setup
                 .settings
-                .confine(shell(&cmd), self.settings.test_command_from_repo),
+                .confine(shell(&cmd), self.setup.settings.test_command_from_repo),
             echo: self.echo(),
             limits: self.check_limits(),
         };
@@ -105,7 +106,7 @@ impl Loop {
             let why = match fin.stopped {
                 Some(_) => format!(
                     "timed out after {}",
-                    crate::ui::human_duration(self.settings.check_timeout)
+                    crate::ui::human_duration(self.setup.settings.check_timeout)
                 ),
                 None => format!("exit {}", fin.exit_code),
             };
