@@ -4,7 +4,7 @@
 use super::Context;
 use crate::error::{Error, Result, exit};
 use crate::git::Repo;
-use crate::iter_record::{self, IterExit};
+use crate::iter_record::{IterExit, parse_iter_record};
 use crate::loops::{self, Status};
 use crate::state::HaltReason;
 use crate::ui::Ui;
@@ -132,10 +132,7 @@ fn print_text(ui: Ui, s: &Status) {
         if s.stalled {
             ui.plain("  (the last three records are identical: stalled)");
         }
-        let last = s
-            .records
-            .last()
-            .and_then(|r| iter_record::parse_iter_record(r));
+        let last = s.records.last().and_then(|r| parse_iter_record(r));
         if let Some(r) = last.filter(|r| r.ended() == Some(IterExit::Error)) {
             let n = r.iteration.map_or(String::new(), |n| format!(" {n}"));
             ui.plain(&format!(
