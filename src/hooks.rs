@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::sandbox::Sandbox;
+use crate::proc::Invocation;
 
 /// How long a hook may run before it is killed (and counts as failed).
 const HOOK_TIMEOUT: Duration = Duration::from_secs(600);
@@ -43,17 +43,18 @@ pub fn any(hooks: &Path) -> bool {
 /// Run `pre-commit`, then `commit-msg` on the message (through `$GIT_DIR/COMMIT_EDITMSG`).
 /// Returns the message as the hook left it, or what the failing hook said.
 ///
-/// Under `--sandbox` (`sandbox`) they run in the sandbox: the agent can have written them.
+/// Each runs as `confine` makes it (under `--sandbox`, in the sandbox: the agent can have
+/// written them).
 pub fn run(
     root: &Path,
     hooks: &Path,
     git_dir: &Path,
     message: &str,
-    sandbox: Option<&Sandbox>,
+    confine: &dyn Fn(Invocation) -> Invocation,
 ) -> Result<String, String> {
     let pre = hooks.join("pre-commit");
     if executable(&pre) {
-        run_hook(root, &pre, &[], sandbox)?;
+        run_hook(root, &pre, &[], confine)?;
     }
     let msg_hook = hooks.join("commit-msg");
     if !executable(&msg_hook) {
@@ -62,7 +63,7 @@ pub fn run(
     let file = git_dir.join("COMMIT_EDITMSG");
     crate::files::write_own(&file, message.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    run_hook(root, &msg_hook, &[file.as_os_str()], sandbox)?;
+    run_hook(root, &msg_hook, &[file.as_os_str()], confine)?;
     // The hook ran on the repository's say (in the sandbox under --sandbox): what it left is
     // read as any file the agent can touch, never through a link out of the repository.
     let edited = crate::files::read_text(&file).map_err(|e| format!("cannot read {e}"))?;
@@ -82,20 +83,20 @@ fn run_hook(
     root: &Path,
     hook: &Path,
     args: &[&std::ffi::OsStr],
-    sandbox: Option<&Sandbox>,
+    confine: &dyn Fn(Invocation) -> Invocation,
 ) -> Result<(), String> {
     let name = hook
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut cmd = match sandbox {
-        Some(s) => s.command(hook, args),
-        None => {
-            let mut cmd = Command::new(hook);
-            cmd.args(args);
-            cmd
-        }
-    };
+    let inv = confine(Invocation {
+        program: hook.to_string_lossy().into_owned(),
+        args: args.iter().map(|a| a.into()).collect(),
+        stdin: None,
+        env: Vec::new(),
+    });
+    let mut cmd = Command::new(inv.program);
+    cmd.args(inv.args);
     let brief = crate::proc::brief::run_guarded(cmd.current_dir(root), HOOK_TIMEOUT)
         .map_err(|e| format!("cannot run the {name} hook: {e}"))?;
     let (status, output) = (brief.status, brief.output);

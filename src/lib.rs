@@ -11,6 +11,7 @@ pub mod files;
 pub mod git;
 pub mod guard;
 pub mod hooks;
+pub mod iter_record;
 pub mod live;
 pub mod loops;
 pub mod markdown;

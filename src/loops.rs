@@ -8,6 +8,7 @@ use serde_json::json;
 
 use crate::error::Result;
 use crate::git::Repo;
+use crate::iter_record;
 use crate::state::{self, HaltReason, Mode, RalphDir, Recorded, RunState, TreeLocks};
 use crate::task::document::{TaskDocument, TaskError, load_task_file};
 use crate::task::table;
@@ -66,9 +67,9 @@ pub fn report(repo: &Repo) -> Result<Status> {
             (Vec::new(), Some(both))
         }
     };
-    let parsed: Vec<state::IterRecord> = records
+    let parsed: Vec<iter_record::IterRecord> = records
         .iter()
-        .filter_map(|r| state::parse_iter_record(r))
+        .filter_map(|r| iter_record::parse_iter_record(r))
         .collect();
     // A supervisor is running when someone holds the lock (the kernel drops it on any death),
     // whatever the files say.
@@ -102,8 +103,8 @@ pub fn report(repo: &Repo) -> Result<Status> {
     // Stalled by the run's own record when there is one: lines appended to the log (which the
     // agent can write) make no stall, and hide none.
     let stalled = st.as_ref().map_or_else(
-        || state::last_three_repeat(&parsed),
-        |s| state::last_three_keys_repeat(&s.last_keys),
+        || iter_record::last_three_repeat(&parsed),
+        |s| iter_record::last_three_keys_repeat(&s.last_keys),
     );
     Ok(Status {
         stalled,
@@ -300,35 +301,37 @@ pub struct Retired {
     pub status: Status,
 }
 
-/// Every loop of the repository ralph retired, the earliest first.
-pub fn retired(repo: &Repo) -> Vec<Retired> {
-    let Some(records) = crate::worktree::Records::find(repo) else {
-        return Vec::new();
-    };
-    records
-        .kept()
-        .into_iter()
-        .map(|(logs, k)| Retired {
-            status: kept_status(k.state, &logs),
-            name: k.name,
-            branch: k.branch,
-            merged_at: k.merged_at,
+impl Retired {
+    /// A retired loop as ralph kept it (`worktree::retired` reads the records): its run as last
+    /// recorded, and its logs.
+    pub fn kept(
+        name: String,
+        branch: String,
+        merged_at: Option<String>,
+        logs: PathBuf,
+        st: Option<RunState>,
+    ) -> Retired {
+        Retired {
+            status: kept_status(st, &logs),
+            name,
+            branch,
+            merged_at,
             logs,
-        })
-        .collect()
+        }
+    }
 }
 
 /// What `status` says of a retired loop: its run as ralph recorded it, its last records.
 fn kept_status(st: Option<RunState>, logs: &Path) -> Status {
     let records = state::tail_lines(&logs.join("iterations.log"), 3).unwrap_or_default();
-    let parsed: Vec<state::IterRecord> = records
+    let parsed: Vec<iter_record::IterRecord> = records
         .iter()
-        .filter_map(|r| state::parse_iter_record(r))
+        .filter_map(|r| iter_record::parse_iter_record(r))
         .collect();
     Status {
         stalled: st.as_ref().map_or_else(
-            || state::last_three_repeat(&parsed),
-            |s| state::last_three_keys_repeat(&s.last_keys),
+            || iter_record::last_three_repeat(&parsed),
+            |s| iter_record::last_three_keys_repeat(&s.last_keys),
         ),
         records,
         warning: None,

@@ -30,13 +30,19 @@ use std::path::{Path, PathBuf};
 
 pub use cli::{Cli, Format, Launch, Output, Part};
 
-use crate::config::AgentChoice;
 use crate::error::{Error, Result};
 use crate::proc::Invocation;
 
 /// A prompt longer than this never travels as one argument (Linux refuses a single argument over
 /// 128 KiB); presets switch to stdin and custom `{prompt}` templates are refused.
 pub const MAX_PROMPT_ARG: usize = 100 * 1024;
+
+/// How the agent is chosen: a preset name or a custom command template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentChoice {
+    Preset(String),
+    Template(String),
+}
 
 /// The presets, in the order they are listed to the user. Adding a CLI is a file implementing
 /// [`Cli`] and one line here.

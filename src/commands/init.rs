@@ -166,8 +166,8 @@ fn render_for_planning(description: &str, args: &InitArgs) -> String {
 /// `--plan`: one agent run writes the criteria (or the PRD and progress table), then ralph
 /// validates them by the rules `ralph run` applies.
 fn plan_with_agent(ctx: &Context, repo: &Repo, args: &InitArgs, table_mode: bool) -> Result<i32> {
-    use crate::agent::Agent;
-    use crate::config::{self, AgentChoice, Layer, Source};
+    use crate::agent::{Agent, AgentChoice};
+    use crate::config::{self, Layer, Source};
     let ui = ctx.ui;
     let rd = RalphDir::new(repo.root());
     let mut layers = vec![Source {

@@ -4,8 +4,9 @@
 use super::Context;
 use crate::error::{Error, Result, exit};
 use crate::git::Repo;
+use crate::iter_record::{IterExit, parse_iter_record};
 use crate::loops::{self, Status};
-use crate::state::{self, HaltReason, IterExit, RunState};
+use crate::state::{HaltReason, RunState};
 use crate::ui::Ui;
 
 pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
@@ -17,7 +18,7 @@ pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
                 ctx.ui.warn(&format!("loop {}: {w}", e.name));
             }
         }
-        let retired = loops::retired(&repo);
+        let retired = crate::worktree::retired(&repo);
         if json_out {
             ctx.ui
                 .plain(&loops::all_to_json(&entries, &retired).to_string());
@@ -154,7 +155,7 @@ fn print_records(ui: Ui, s: &Status) {
     if s.stalled {
         ui.plain("  (the last three records are identical: stalled)");
     }
-    let last = s.records.last().and_then(|r| state::parse_iter_record(r));
+    let last = s.records.last().and_then(|r| parse_iter_record(r));
     if let Some(r) = last.filter(|r| r.ended() == Some(IterExit::Error)) {
         let n = r.iteration.map_or(String::new(), |n| format!(" {n}"));
         ui.plain(&format!(

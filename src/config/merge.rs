@@ -7,10 +7,11 @@ use std::time::Duration;
 use super::layer::parse_duration;
 use super::sandbox::merge_sandbox;
 use super::{
-    AgentChoice, Command, DEFAULT_AGENT, DEFAULT_CHECK_TIMEOUT, DEFAULT_GRACE,
-    DEFAULT_HOOK_TIMEOUT, DEFAULT_LIMIT_BACKOFF, DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_WAIT,
-    DEFAULT_STUCK_THRESHOLD, HookLayer, Hooks, Layer, MIN_LIMIT_BACKOFF, Settings, Source,
+    Command, DEFAULT_AGENT, DEFAULT_CHECK_TIMEOUT, DEFAULT_GRACE, DEFAULT_HOOK_TIMEOUT,
+    DEFAULT_LIMIT_BACKOFF, DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_WAIT, DEFAULT_STUCK_THRESHOLD,
+    HookLayer, Hooks, Layer, MIN_LIMIT_BACKOFF, Settings, Source,
 };
+use crate::agent::AgentChoice;
 use crate::error::{Error, Result};
 
 /// Merge layers, highest first, into the settings of a run.

@@ -12,6 +12,8 @@ mod sandbox;
 
 use std::time::Duration;
 
+use crate::agent::AgentChoice;
+
 pub use layer::{HookLayer, Layer, file_layers, user_config_path};
 pub use merge::merge;
 
@@ -66,13 +68,6 @@ pub struct Source {
     /// The layer comes from the repository (frontmatter, `.ralph/config.toml`): the agent can
     /// have written it.
     pub from_repo: bool,
-}
-
-/// How the agent is chosen: a preset name or a custom command template.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AgentChoice {
-    Preset(String),
-    Template(String),
 }
 
 /// The settings of one run after merging every layer.

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::sandbox::sandbox_config;
-use super::{AgentChoice, Layer, Settings, Source};
+use super::{Layer, Settings, Source};
+use crate::agent::AgentChoice;
 use crate::error::Result;
 
 impl Settings {

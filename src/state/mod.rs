@@ -1,13 +1,12 @@
 //! The `.ralph/` directory (SPEC §7): scaffolding (mode 0700), atomic writes, and the rooms
-//! below it: the run state (`run_state`), the append-only logs (`logs`), the progress file's
-//! Current Status block (`progress`) and the one-supervisor locks (`lock`); and ralph's own
+//! below it: the run state (`run_state`), the append-only logs (`logs`) and the one-supervisor
+//! locks (`lock`); and ralph's own
 //! state directory outside the repository (`home`), where the run state's authority and the
 //! lock that decides live (SPEC §11).
 
 mod home;
 mod lock;
 mod logs;
-mod progress;
 mod run_state;
 
 use std::fs::OpenOptions;
@@ -18,11 +17,7 @@ use crate::error::{Error, Result};
 
 pub use home::{Keyed, StateHome, records_of};
 pub use lock::{Lock, TreeLocks, lock_path};
-pub use logs::{
-    IterExit, IterKey, IterRecord, MAX_SHOWN_LINE, UNKNOWN, append_line, last_three_keys_repeat,
-    last_three_repeat, parse_iter_record, tail_lines,
-};
-pub use progress::{status_block, with_status_block, without_status_block};
+pub use logs::{MAX_SHOWN_LINE, append_line, tail_lines};
 pub use run_state::{
     HaltReason, Limits, Mode, Pinned, Recorded, RunState, SCHEMA_VERSION, valid_run_id,
 };
@@ -151,7 +146,7 @@ pub fn now_rfc3339() -> String {
 pub fn initial_progress(total: usize) -> String {
     format!(
         "# RALPH Progress\n\n{}\n## Iteration Log\n<!-- Each iteration appends here -->\n",
-        status_block(0, 0, total, "Not started")
+        crate::task::status_block::status_block(0, 0, total, "Not started")
     )
 }
 

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::home::StateHome;
-use super::logs::IterKey;
 use crate::error::{Error, Result, exit};
+use crate::iter_record::IterKey;
 
 /// The version of `state.json` this ralph writes. Version 1 files are read too (every field
 /// added since has a default); a newer version is refused so no field it knows is lost.

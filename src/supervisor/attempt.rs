@@ -61,13 +61,13 @@ impl Loop {
                 }
             } else {
                 observer.auth_error().map(|auth| Halt::Error {
-                    message: format!("agent `{}` cannot work: {auth}", self.agent.name),
+                    message: format!("agent `{}` cannot work: {auth}", self.setup.agent.name),
                     hint: "log the agent CLI in (or set its API key), then continue with `ralph resume`"
                         .into(),
                 })
             };
             // The agent may have deleted .ralph/: the logs must be writable again.
-            self.rd.ensure_runtime()?;
+            self.tree.rd.ensure_runtime()?;
             self.source.mark_planning_ran();
             self.note_agent_end(prep, &finished);
             return Ok(Attempted {
@@ -87,26 +87,26 @@ impl Loop {
         &mut self,
         prep: &mut Prepared,
     ) -> Result<std::result::Result<(Finished, Observer), Halt>> {
-        let mut observer = Observer::new(format_for(&self.agent.name), chrono::Utc::now());
-        let view = (!self.stream && !self.ui.quiet && LiveView::available())
+        let mut observer = Observer::new(format_for(&self.setup.agent.name), chrono::Utc::now());
+        let view = (!self.setup.stream && !self.setup.ui.quiet && LiveView::available())
             .then(|| self.live_view(prep.n));
         // The latest activity for `ralph watch`; dropped (its last line written) with this run.
-        let activity = crate::activity::Sink::start(&self.rd.path);
+        let activity = crate::activity::Sink::start(&self.tree.rd.path);
         let mut watched = Watched::new(&mut observer)
             .shown_on(view.as_ref())
             .shown_on(Some(&activity));
         let mut echo = self.echo();
         let watchers = Watchers::default().with(&mut watched).with(&mut echo);
-        let root = self.repo.root().to_path_buf();
+        let root = self.tree.repo.root().to_path_buf();
         let limits = self.agent_limits();
-        if let Some(w) = &self.watch {
+        if let Some(w) = &self.tree.watch {
             w.begin_agent();
         }
-        let inv = self.settings.confine(prep.inv.clone(), true);
+        let inv = self.setup.settings.confine(prep.inv.clone(), true);
         if self.interrupts.count() > 0 {
             // Interrupted while the attempt was set up (no await since: the count cannot move
             // before `relay::run` takes it): no agent is started.
-            if let Some(w) = &self.watch {
+            if let Some(w) = &self.tree.watch {
                 w.end_agent();
             }
             if let Some(v) = view {
@@ -123,7 +123,7 @@ impl Loop {
             watchers,
         )
         .await;
-        if let Some(w) = &self.watch {
+        if let Some(w) = &self.tree.watch {
             w.end_agent();
         }
         if let Some(v) = view {
@@ -158,7 +158,7 @@ impl Loop {
 
     /// Where `--stream` copies the agent's output.
     pub(super) fn echo(&self) -> Echo {
-        match (self.stream, self.ui.json) {
+        match (self.setup.stream, self.setup.ui.json) {
             (false, _) => Echo::None,
             (true, false) => Echo::Stdout,
             (true, true) => Echo::Stderr,
@@ -180,7 +180,7 @@ impl Loop {
             (path, counter)
         });
         LiveView::start(
-            format!("iteration {n}/{}", self.settings.max_iterations),
+            format!("iteration {n}/{}", self.setup.settings.max_iterations),
             format!("{done}/{total} {unit}"),
             watch,
         )
@@ -248,7 +248,7 @@ impl Loop {
         attempt: u32,
     ) -> Result<Option<Halt>> {
         let n = prep.n;
-        if let Some(max) = self.settings.max_cost
+        if let Some(max) = self.setup.settings.max_cost
             && self.state.cost_usd >= max
         {
             self.log(&format!(
@@ -259,14 +259,14 @@ impl Loop {
                 "the total cost reached --max-cost".into(),
             )));
         }
-        let wait = limit_wait(limit, self.settings.limit_backoff, attempt);
+        let wait = limit_wait(limit, self.setup.settings.limit_backoff, attempt);
         let waited = std::time::Duration::from_secs_f64(self.state.waited_s);
-        if waited + wait > self.settings.max_wait {
+        if waited + wait > self.setup.settings.max_wait {
             let why = format!(
                 "the agent's usage limit ({}) would need {} more waiting, past --max-wait {}",
                 limit.kind,
                 human_duration(wait),
-                human_duration(self.settings.max_wait)
+                human_duration(self.setup.settings.max_wait)
             );
             self.log(&format!("Iteration {n}: {}: {why}", limit.message));
             return Ok(Some(Halt::Budget(why)));
@@ -281,7 +281,7 @@ impl Loop {
             return Ok(Some(Halt::Interrupted));
         }
         self.state.waited_s += wait.as_secs_f64();
-        self.state.save(&self.rd.state_file())?;
+        self.state.save(&self.tree.rd.state_file())?;
         Ok(None)
     }
 
@@ -305,7 +305,7 @@ impl Loop {
             limit.message,
             human_duration(wait)
         ));
-        self.ui.alert(&format!(
+        self.setup.ui.alert(&format!(
             "⏸ Usage limit ({}): waiting {} ({when}); iteration {n} will run again",
             limit.kind,
             human_duration(wait)
@@ -321,14 +321,14 @@ impl Loop {
 
     /// Sleep for `wait` with a countdown on a terminal; true when an interrupt cut it short.
     async fn sleep_interruptibly(&mut self, wait: std::time::Duration, kind: &str) -> bool {
-        let countdown = (!self.ui.quiet && LiveView::available()).then(|| {
+        let countdown = (!self.setup.ui.quiet && LiveView::available()).then(|| {
             LiveView::start(
                 format!("waiting for the usage limit ({kind})"),
                 String::new(),
                 None,
             )
         });
-        let activity = crate::activity::Sink::start(&self.rd.path);
+        let activity = crate::activity::Sink::start(&self.tree.rd.path);
         let until = chrono::Local::now() + chrono::Duration::from_std(wait).unwrap_or_default();
         activity.set(&format!(
             "waiting for the usage limit ({kind}) until {}",

@@ -64,7 +64,7 @@ impl Loop {
         env: &[(String, String)],
         watchers: Watchers<'_>,
     ) -> Result<Option<Finished>> {
-        let root = self.repo.root().to_path_buf();
+        let root = self.tree.repo.root().to_path_buf();
         run_check(
             &root,
             check,

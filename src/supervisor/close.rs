@@ -110,11 +110,11 @@ fn not_saved(halt: &Halt, e: &Error) -> Halt {
 
 impl Ends for Loop {
     fn ui(&self) -> Ui {
-        self.ui
+        self.setup.ui
     }
 
     fn run(&mut self) -> Option<(&RalphDir, &mut RunState)> {
-        Some((&self.rd, &mut self.state))
+        Some((&self.tree.rd, &mut self.state))
     }
 
     fn at(&self) -> Option<At> {

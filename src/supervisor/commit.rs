@@ -2,13 +2,15 @@
 //! hooks; an iteration commits only when its agent changed something, and ralph's own
 //! bookkeeping rides along, never alone.
 
-use super::Loop;
+use super::Tree;
 use super::faults::Faults;
 use super::prepare::Prepared;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::git::{CommitOutcome, Repo};
-use crate::state::{self, RalphDir, UNKNOWN};
+use crate::iter_record::UNKNOWN;
+use crate::state::{self, RalphDir};
+use crate::task::status_block;
 use crate::ui::Ui;
 
 pub const FALLBACK_IDENTITY_WARNING: &str =
@@ -67,9 +69,11 @@ fn hooks(repo: &Repo, settings: &Settings) -> Option<Box<crate::git::HookRunner>
         return None;
     }
     let git_dir = repo.git2().path().to_path_buf();
-    let sandbox = settings.sandboxed.clone();
+    // The repository's hooks run on its say: in the sandbox under `--sandbox`.
+    let settings = settings.clone();
+    let confine = move |inv| settings.confine(inv, true);
     Some(Box::new(move |root: &std::path::Path, msg: &str| {
-        crate::hooks::run(root, &hooks_dir, &git_dir, msg, sandbox.as_deref())
+        crate::hooks::run(root, &hooks_dir, &git_dir, msg, &confine)
     }))
 }
 
@@ -114,7 +118,16 @@ pub(super) enum Subject {
     Stopped(&'static str),
 }
 
-impl Loop {
+/// What committing an iteration needs, and nothing more: the work tree, the settings, where to
+/// tell what happened, and the run's id for the trailers.
+pub(super) struct Committer<'a> {
+    pub tree: &'a mut Tree,
+    pub settings: &'a Settings,
+    pub ui: Ui,
+    pub run_id: &'a str,
+}
+
+impl Committer<'_> {
     /// Write the progress file's status block, stage like `git add -A`, and commit the
     /// iteration when the agent changed something (its bookkeeping riding along). A step that
     /// fails is noted in `faults` and the ones after it still run: git refusing to stage (an
@@ -144,7 +157,7 @@ impl Loop {
         if let Err(e) = self.commit_left(prep, subject, &mut out) {
             faults.note(format_args!("iteration {n}'s work is not committed"), &e);
         }
-        let head = self.repo.head().map_err(Error::from);
+        let head = self.tree.repo.head().map_err(Error::from);
         out.head = faults.or(
             head.map(|h| h.map_or_else(|| "no-commit".to_string(), |h| h.short)),
             "HEAD cannot be read",
@@ -161,7 +174,7 @@ impl Loop {
         out: &mut IterationCommit,
     ) -> Result<()> {
         let n = prep.n;
-        let head_now = self.repo.head()?;
+        let head_now = self.tree.repo.head()?;
         let agents_own = head_now
             .as_ref()
             .filter(|h| Some(h.id.as_str()) != prep.head_before.as_deref())
@@ -170,12 +183,12 @@ impl Loop {
         if self.settings.no_commit {
             return Ok(());
         }
-        let staged = self.repo.stage_all(&guard(&self.settings))?;
+        let staged = self.tree.repo.stage_all(&guard(self.settings))?;
         // The agent's change is what the staged tree changes from HEAD's (whoever staged it),
         // less ralph's bookkeeping: a change undone, or staged and restored, is none.
         let mut worked = staged.changed.iter().filter(|p| !self.is_bookkeeping(p));
         if worked.next().is_none() {
-            tell(self.ui, &self.rd, &staged.left_out, None);
+            tell(self.ui, &self.tree.rd, &staged.left_out, None);
             return Ok(());
         }
         let subject = match subject {
@@ -197,11 +210,17 @@ impl Loop {
         left_out: &[(String, String)],
         out: &mut IterationCommit,
     ) -> Result<()> {
-        let message = commit_message(subject, n, &self.state.run_id);
+        let message = commit_message(subject, n, self.run_id);
         let report = self
+            .tree
             .repo
-            .commit_staged(&message, hooks(&self.repo, &self.settings).as_deref())?;
-        tell(self.ui, &self.rd, left_out, report.hook_failure.as_deref());
+            .commit_staged(&message, hooks(&self.tree.repo, self.settings).as_deref())?;
+        tell(
+            self.ui,
+            &self.tree.rd,
+            left_out,
+            report.hook_failure.as_deref(),
+        );
         if let Some(c) = report.outcome {
             if c.used_fallback_identity && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
             {
@@ -228,7 +247,8 @@ impl Loop {
                 .unwrap_or_default()
         };
         let head = |name: &str| {
-            self.repo
+            self.tree
+                .repo
                 .head_file(&rel(name))
                 .ok()
                 .flatten()
@@ -236,12 +256,12 @@ impl Loop {
         };
         if path == rel("progress.md") {
             let was = head("progress.md").unwrap_or_else(|| state::initial_progress(0));
-            return state::without_status_block(&now(&self.rd.progress()))
-                == state::without_status_block(&was);
+            return status_block::without_status_block(&now(&self.tree.rd.progress()))
+                == status_block::without_status_block(&was);
         }
         if path == rel("guardrails.md") {
             return head("guardrails.md").is_none()
-                && now(&self.rd.guardrails()) == state::GUARDRAILS;
+                && now(&self.tree.rd.guardrails()) == state::GUARDRAILS;
         }
         false
     }
@@ -249,13 +269,13 @@ impl Loop {
     /// Ralph's Current Status block in `.ralph/progress.md` (bookkeeping: never committed alone).
     fn write_status_block(&self, n: u32, status: (&str, usize, usize)) -> Result<()> {
         let (status_text, done, total) = status;
-        let path = self.rd.progress();
+        let path = self.tree.rd.progress();
         let current = crate::files::read_text_if_exists(&path)
             .ok()
             .flatten()
             .unwrap_or_default();
-        let block = state::status_block(n, done, total, status_text);
-        let updated = state::with_status_block(&current, &block);
+        let block = status_block::status_block(n, done, total, status_text);
+        let updated = status_block::with_status_block(&current, &block);
         if updated != current {
             state::write_atomic(&path, updated.as_bytes())?;
         }

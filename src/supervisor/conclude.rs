@@ -12,8 +12,9 @@ use super::prepare::Prepared;
 use super::record::{Ending, Recorded};
 use crate::error::{Error, Result};
 use crate::event::{Event, IterationFinished, Stuck};
+use crate::iter_record::IterExit;
 use crate::proc::relay::StopCause;
-use crate::state::{self, IterExit};
+use crate::state;
 use crate::ui::{CostLine, Report, human_duration};
 
 impl Loop {
@@ -44,7 +45,7 @@ impl Loop {
         self.report(prep, attempted, &recorded, &decision, &notes);
         match decision {
             Decision::Continue { .. } | Decision::AskStuck => {
-                match self.state.save(&self.rd.state_file()) {
+                match self.state.save(&self.tree.rd.state_file()) {
                     Ok(()) => None,
                     Err(e) => Some(self.halt(&failed("the state is not saved", &e))),
                 }
@@ -76,16 +77,14 @@ impl Loop {
             done: j.done,
             total: j.total,
             progress: j.progress,
-            source_complete: j.source_complete,
-            tests_ok: v.tests_ok,
-            promise_ok: v.promise_ok,
+            evidence: v.evidence(),
             commit_refused: recorded.commit.refused.is_some(),
             tampered: j.tampered.clone(),
             over_budget: self
+                .setup
                 .settings
                 .max_cost
                 .is_some_and(|max| self.state.cost_usd >= max),
-            verdict: v.verdict.as_ref().map(|v| v.class.clone()),
             source_halt: j.halt.clone().or(v.verdict_halt.clone()),
             forced: None,
             key,
@@ -149,7 +148,7 @@ impl Loop {
             newly_stuck: true, ..
         } = decision
         {
-            let t = self.settings.stuck_threshold;
+            let t = self.setup.settings.stuck_threshold;
             self.log(&format!(
                 "⚠️ Stuck detected — {t} iterations with no progress"
             ));
@@ -166,7 +165,7 @@ impl Loop {
 
     /// The ITER record of iteration `n`, in the source's iteration log.
     fn write_record(&self, n: u32, recorded: &Recorded) -> Result<()> {
-        let iter_log = self.source.iter_log(&self.rd.iterations_log());
+        let iter_log = self.source.iter_log(&self.tree.rd.iterations_log());
         if let Some(dir) = iter_log.parent() {
             crate::files::create_dir_all(dir)
                 .map_err(|e| Error::file("create directory", dir, e))?;
@@ -184,7 +183,7 @@ impl Loop {
         }
         self.log("Stuck: the user chose to continue");
         self.counters.no_progress_streak = 0;
-        if self.counters.iteration >= self.settings.max_iterations {
+        if self.counters.iteration >= self.setup.settings.max_iterations {
             Decision::Halt(Halt::MaxIterations)
         } else {
             Decision::Continue {
@@ -207,7 +206,7 @@ impl Loop {
         let next = matches!(decision, Decision::Continue { .. }).then_some(prep.n + 1);
         let report = Report {
             iteration: prep.n,
-            max_iterations: self.settings.max_iterations,
+            max_iterations: self.setup.settings.max_iterations,
             done: recorded.done,
             total: recorded.total,
             unit: self.source.unit(),
@@ -215,7 +214,7 @@ impl Loop {
             started: &prep.started_at,
             ended: &attempted.ended_at,
             duration: prep.t0.elapsed(),
-            elapsed: self.started.elapsed(),
+            elapsed: self.setup.started.elapsed(),
             next,
             notes,
             cost: (usage.cost_usd > 0.0 || usage.input_tokens > 0).then_some(CostLine {
@@ -225,7 +224,7 @@ impl Loop {
                 output_tokens: usage.output_tokens,
             }),
         };
-        self.ui.line(&report.render());
+        self.setup.ui.line(&report.render());
     }
 }
 

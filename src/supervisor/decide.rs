@@ -1,7 +1,8 @@
 //! The decision after an iteration (SPEC §5.2, §6): a pure function of the loop's counters and
 //! the iteration's outcome, unit-tested without processes or files.
 
-use crate::state::{HaltReason, IterKey, RunState};
+use crate::iter_record::IterKey;
+use crate::state::{HaltReason, RunState};
 use crate::task::verdict::VerdictClass;
 
 /// How many verdict figures a run remembers for its progress rule (a cycle longer than this
@@ -63,6 +64,43 @@ pub fn figures_fingerprint(figures: &str) -> String {
     format!("{h:016x}")
 }
 
+/// What completion rests on (SPEC §5.3): the one rule, for an iteration's outcome, the status
+/// block its close writes, and CPM's roll-up before the first iteration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Evidence {
+    /// All criteria checked, every task DONE (the task source's own verdict).
+    pub source_complete: bool,
+    /// The verdict command's judgement, when there is one: it then decides, not the source.
+    pub verdict: Option<VerdictClass>,
+    /// The test command passed, or there is none.
+    pub tests_ok: bool,
+    /// `--completion-promise` is satisfied, or not required.
+    pub promise_ok: bool,
+}
+
+impl Evidence {
+    /// The evidence checked now, before any agent ran ("already complete", SPEC §5.3): no
+    /// final message holds a promise yet, so none is asked for.
+    pub fn now(source_complete: bool, verdict: Option<VerdictClass>, tests_ok: bool) -> Evidence {
+        Evidence {
+            source_complete,
+            verdict,
+            tests_ok,
+            promise_ok: true,
+        }
+    }
+
+    /// The work is done: the verdict verifies every row (or, without a verdict command, the
+    /// source says so), the tests pass and the promise is kept.
+    pub fn complete(&self) -> bool {
+        let done = match &self.verdict {
+            Some(v) => *v == VerdictClass::Verified,
+            None => self.source_complete,
+        };
+        done && self.tests_ok && self.promise_ok
+    }
+}
+
 /// What an iteration produced, as the task source and the commands judged it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
@@ -72,20 +110,14 @@ pub struct Outcome {
     /// verified rows plus traced requirements): progress is then this passing `best_done`,
     /// and unseen verdict figures are not progress by themselves.
     pub progress: Option<usize>,
-    /// All criteria checked (the task source's own verdict).
-    pub source_complete: bool,
-    /// The test command passed, or there is none.
-    pub tests_ok: bool,
-    /// `--completion-promise` is satisfied, or not required.
-    pub promise_ok: bool,
+    /// What completion rests on.
+    pub evidence: Evidence,
     /// A hook refused the iteration's commit: its work is not done (SPEC §5.3).
     pub commit_refused: bool,
     /// Baseline criteria that disappeared while unchecked.
     pub tampered: Vec<String>,
     /// The run's total cost reached `--max-cost`.
     pub over_budget: bool,
-    /// The verdict command's judgement, when there is one: it then decides completion.
-    pub verdict: Option<VerdictClass>,
     /// A halt the task source itself calls for (e.g. a table that ended PARTIAL).
     pub source_halt: Option<Halt>,
     /// An ending decided before any judging (interrupted, a login failure, the waiting budget,
@@ -101,13 +133,10 @@ impl Outcome {
             done,
             total,
             progress: None,
-            source_complete: false,
-            tests_ok: false,
-            promise_ok: false,
+            evidence: Evidence::default(),
             commit_refused: false,
             tampered: Vec::new(),
             over_budget: false,
-            verdict: None,
             source_halt: None,
             forced: Some(halt),
             key,
@@ -183,22 +212,18 @@ pub enum Decision {
 /// iteration with `iteration` already set to this iteration's number.
 pub fn decide(prev: &Counters, outcome: &Outcome) -> (Counters, Decision) {
     let next = fold(prev, outcome);
-    // With a verdict command, its exit code decides completion; else the task source does.
-    let evidence = match &outcome.verdict {
-        Some(v) => *v == VerdictClass::Verified,
-        None => outcome.source_complete,
-    };
+    let verdict = outcome.evidence.verdict.as_ref();
     let decision = if let Some(h) = &outcome.forced {
         Decision::Halt(h.clone())
     } else if !outcome.tampered.is_empty() {
         Decision::Halt(Halt::Tampered(outcome.tampered.clone()))
-    } else if let Some(VerdictClass::TargetOnly(rows)) = &outcome.verdict {
+    } else if let Some(VerdictClass::TargetOnly(rows)) = verdict {
         Decision::Halt(Halt::TargetOnly(rows.clone()))
     } else if next.verdict_failures >= 2 {
         Decision::Halt(Halt::VerdictUnavailable)
     } else if let Some(h) = &outcome.source_halt {
         Decision::Halt(h.clone())
-    } else if evidence && outcome.tests_ok && outcome.promise_ok && !outcome.commit_refused {
+    } else if outcome.evidence.complete() && !outcome.commit_refused {
         Decision::Halt(Halt::Complete)
     } else if outcome.over_budget {
         Decision::Halt(Halt::Budget("the total cost reached --max-cost".into()))
@@ -229,7 +254,8 @@ fn fold(prev: &Counters, outcome: &Outcome) -> Counters {
     let mut next = prev.clone();
     let measure = outcome.progress.unwrap_or(outcome.done);
     let mut progress = measure > prev.best_done;
-    if outcome.verdict.is_some() && outcome.forced.is_none() && outcome.progress.is_none() {
+    let verdict = outcome.evidence.verdict.as_ref();
+    if verdict.is_some() && outcome.forced.is_none() && outcome.progress.is_none() {
         let fp = figures_fingerprint(&outcome.key.figures);
         if !next.seen_figures.contains(&fp) {
             progress = true;
@@ -245,7 +271,7 @@ fn fold(prev: &Counters, outcome: &Outcome) -> Counters {
     } else {
         prev.no_progress_streak + 1
     };
-    next.verdict_failures = match outcome.verdict {
+    next.verdict_failures = match verdict {
         Some(VerdictClass::Unavailable) => prev.verdict_failures + 1,
         _ => 0,
     };
@@ -286,13 +312,15 @@ mod tests {
             done,
             total,
             progress: None,
-            source_complete: done == total,
-            tests_ok: true,
-            promise_ok: true,
+            evidence: Evidence {
+                source_complete: done == total,
+                verdict: None,
+                tests_ok: true,
+                promise_ok: true,
+            },
             commit_refused: false,
             tampered: Vec::new(),
             over_budget: false,
-            verdict: None,
             source_halt: None,
             forced: None,
             key: key(&format!("{done}/{total} criteria"), commit),
@@ -418,13 +446,13 @@ mod tests {
     #[test]
     fn all_checked_needs_tests_and_promise() {
         let mut o = outcome(3, 3, "x");
-        o.tests_ok = false;
+        o.evidence.tests_ok = false;
         assert!(matches!(
             decide(&counters(1), &o).1,
             Decision::Continue { .. }
         ));
         let mut o = outcome(3, 3, "x");
-        o.promise_ok = false;
+        o.evidence.promise_ok = false;
         assert!(matches!(
             decide(&counters(1), &o).1,
             Decision::Continue { .. }
@@ -432,10 +460,32 @@ mod tests {
     }
 
     #[test]
+    fn the_verdict_decides_over_the_source_and_the_checks_over_both() {
+        let all = |source_complete, verdict| Evidence {
+            source_complete,
+            verdict,
+            tests_ok: true,
+            promise_ok: true,
+        };
+        assert!(all(true, None).complete());
+        assert!(!all(false, None).complete());
+        assert!(!all(true, Some(VerdictClass::Unverified)).complete());
+        assert!(all(false, Some(VerdictClass::Verified)).complete());
+        let failing = Evidence {
+            tests_ok: false,
+            ..all(true, Some(VerdictClass::Verified))
+        };
+        assert!(!failing.complete());
+        // Checked now, before any agent: no promise to ask for, the tests still.
+        assert!(Evidence::now(true, None, true).complete());
+        assert!(!Evidence::now(true, None, false).complete());
+    }
+
+    #[test]
     fn a_promise_alone_never_completes() {
         let mut o = outcome(1, 3, "x");
-        o.promise_ok = true;
-        o.source_complete = false;
+        o.evidence.promise_ok = true;
+        o.evidence.source_complete = false;
         assert!(matches!(
             decide(&counters(1), &o).1,
             Decision::Continue { .. }
@@ -465,11 +515,12 @@ mod tests {
     }
 
     fn verdict(class: VerdictClass, figures: &str, done: usize) -> Outcome {
-        Outcome {
-            verdict: Some(class),
+        let mut o = Outcome {
             key: key(figures, "c"),
             ..outcome(done, 3, "c")
-        }
+        };
+        o.evidence.verdict = Some(class);
+        o
     }
 
     #[test]
@@ -661,7 +712,7 @@ mod tests {
         let ds = simulate(counters(1), &os);
         assert!(matches!(ds[2], Decision::Halt(Halt::Stalled { .. })));
         for o in &mut os {
-            o.key.fingerprint = crate::state::UNKNOWN.into();
+            o.key.fingerprint = crate::iter_record::UNKNOWN.into();
         }
         let ds = simulate(counters(1), &os);
         assert!(matches!(ds[2], Decision::Continue { .. }), "{:?}", ds[2]);

@@ -27,8 +27,8 @@ impl Loop {
     /// Announce an event: its `--json` line now, its hook (if any) at the next `run_hooks`.
     pub(super) fn emit(&mut self, event: Event) {
         let line = event.line_now();
-        self.ui.event(&line);
-        if let Some(hook) = self.settings.hooks.for_event(&event) {
+        self.setup.ui.event(&line);
+        if let Some(hook) = self.setup.settings.hooks.for_event(&event) {
             self.pending_events.push(Pending {
                 name: event.name(),
                 hook: hook.clone(),
@@ -43,7 +43,7 @@ impl Loop {
             let span = tracing::info_span!("hook", event = %pending.name);
             if let Err(why) = tracing::Instrument::instrument(self.run_hook(&pending), span).await {
                 let line = format!("hook for `{}` {why}: {}", pending.name, pending.hook.cmd);
-                self.ui.warn(&line);
+                self.setup.ui.warn(&line);
                 self.log(&format!("Hook: {line}"));
             }
         }
@@ -53,17 +53,17 @@ impl Loop {
     async fn run_hook(&mut self, pending: &Pending) -> Result<(), String> {
         let Pending { name, hook, line } = pending;
         let cmd = hook.cmd.as_str();
-        let dir = self.rd.run_dir(&self.state.run_id);
+        let dir = self.tree.rd.run_dir(&self.state.run_id);
         state::create_private_dir(&dir).map_err(|e| format!("could not run ({e})"))?;
         let path = dir.join("hooks.log");
         let mut transcript =
             crate::files::open_own(&path, true).map_err(|e| format!("could not run ({e})"))?;
         // A hook from `.ralph/config.toml` may be the agent's: in the sandbox (SPEC §4).
-        let mut inv = self.settings.confine(shell(cmd), hook.from_repo);
+        let mut inv = self.setup.settings.confine(shell(cmd), hook.from_repo);
         inv.stdin = Some(format!("{line}\n").into_bytes());
         let mut env = self.ralph_env(self.state.iteration);
         env.push(("RALPH_EVENT".into(), (*name).to_string()));
-        let timeout = self.settings.hook_timeout;
+        let timeout = self.setup.settings.hook_timeout;
         let check = Check {
             what: format!("hook for {name}: {cmd}"),
             inv,
@@ -74,7 +74,7 @@ impl Loop {
                 grace: HOOK_GRACE,
             },
         };
-        let root = self.repo.root().to_path_buf();
+        let root = self.tree.repo.root().to_path_buf();
         let fin = run_check(
             &root,
             check,

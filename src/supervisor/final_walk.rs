@@ -89,16 +89,16 @@ impl Loop {
     /// One full walk without the monitor; `None` when it found nothing the monitored view had
     /// not (or there is no monitor: every status walked in full already).
     fn walk_in_full(&mut self, n: u32, why: &str) -> Result<Option<Found>> {
-        if self.watch.is_none() {
+        if self.tree.watch.is_none() {
             return Ok(None);
         }
-        let missed = self.repo.missed_by_monitor()?;
+        let missed = self.tree.repo.missed_by_monitor()?;
         if missed.is_empty() {
             return Ok(None);
         }
         // The rest of the run walks in full.
-        self.repo.set_monitor(None);
-        if let Some(w) = self.watch.take() {
+        self.tree.repo.set_monitor(None);
+        if let Some(w) = self.tree.watch.take() {
             w.stop();
         }
         let what = match missed.len() {
@@ -107,8 +107,15 @@ impl Loop {
         };
         let subject = format!("ralph: iteration {n} — {what}");
         let message = commit_message(&subject, n, &self.state.run_id);
-        let g = guarded_commit(&mut self.repo, &self.settings, self.ui, &self.rd, &message)?;
+        let g = guarded_commit(
+            &mut self.tree.repo,
+            &self.setup.settings,
+            self.setup.ui,
+            &self.tree.rd,
+            &message,
+        )?;
         let head = self
+            .tree
             .repo
             .head()?
             .map_or_else(|| "no-commit".to_string(), |h| h.short);
@@ -121,7 +128,7 @@ impl Loop {
             "Iteration {n}: {what} (found by the full check before the halt: {why}): {}; {committed}; git walks the whole tree for the rest of the run",
             shown(&missed)
         ));
-        self.ui.warn(&format!(
+        self.setup.ui.warn(&format!(
             "{what}, found by the full check before halting: {}; {committed}",
             shown(&missed)
         ));
@@ -129,13 +136,13 @@ impl Loop {
             head,
             subject: g.outcome.map(|o| o.commit.summary),
             refused: g.refused,
-            fingerprint: self.repo.fingerprint()?,
+            fingerprint: self.tree.repo.fingerprint()?,
         }))
     }
 
     /// The activity log's line for events the watcher lost during the iteration.
     fn log_watcher_losses(&mut self, n: u32) {
-        let Some(losses) = self.watch.as_ref().and_then(|w| w.take_losses()) else {
+        let Some(losses) = self.tree.watch.as_ref().and_then(|w| w.take_losses()) else {
             return;
         };
         let then = if losses.rewatched {

@@ -103,21 +103,21 @@ impl Loop {
     async fn run_reviewer(&mut self, prep: &mut Prepared, k: u32) -> Result<Option<ReviewVerdict>> {
         let Some(prompt) = self
             .source
-            .review_prompt(k, self.settings.test_command.as_deref())
+            .review_prompt(k, self.setup.settings.test_command.as_deref())
         else {
             return Ok(Some(Some(Ok(()))));
         };
-        let run_dir = self.rd.run_dir(&self.state.run_id);
+        let run_dir = self.tree.rd.run_dir(&self.state.run_id);
         let prompt_file = run_dir.join(format!("iter-{:03}.review.prompt.md", prep.n));
         crate::files::write_own(&prompt_file, prompt.as_bytes())
             .map_err(|e| Error::file("write", &prompt_file, e))?;
-        let mut inv = self.agent.invocation(&prompt, &prompt_file)?;
+        let mut inv = self.setup.agent.invocation(&prompt, &prompt_file)?;
         inv.env.extend(self.ralph_env(prep.n));
-        let mut observer = Observer::new(format_for(&self.agent.name), chrono::Utc::now());
+        let mut observer = Observer::new(format_for(&self.setup.agent.name), chrono::Utc::now());
         let watchers = Watchers::default().with(&mut observer);
         let check = Check {
-            what: format!("review of task {k}: a fresh {} run", self.agent.name),
-            inv: self.settings.confine(inv, true),
+            what: format!("review of task {k}: a fresh {} run", self.setup.agent.name),
+            inv: self.setup.settings.confine(inv, true),
             echo: Echo::None,
             limits: self.agent_limits(),
         };

@@ -53,24 +53,39 @@ use source::Source;
 
 /// Everything the loop needs, resolved by `ralph run`.
 pub struct Loop {
-    pub repo: Repo,
-    pub rd: RalphDir,
+    /// What the run is and how it runs: fixed from its start to its halt.
+    pub setup: Setup,
+    /// The work tree the loop commits in.
+    pub tree: Tree,
     pub source: Source,
-    pub task_name: String,
-    pub settings: Settings,
-    pub agent: Agent,
-    pub ui: Ui,
+    /// The run's record, saved as `state.json`.
     pub state: RunState,
+    /// What the decision carries from one iteration to the next.
     pub counters: Counters,
     pub interrupts: Interrupts,
+    /// Events whose hooks have yet to run.
+    pub pending_events: Vec<events::Pending>,
+}
+
+/// What a run is and how it runs, as `ralph run` resolved it; no phase changes it.
+pub struct Setup {
+    pub settings: Settings,
+    pub agent: Agent,
+    pub task_name: String,
+    pub ui: Ui,
     pub started: Instant,
+    /// `--stream`: the agent's output echoed as it comes.
     pub stream: bool,
     /// Never ask (`--yes`, or stdin is not a terminal).
     pub unattended: bool,
+}
+
+/// The work tree a run commits in: the repository, its `.ralph/`, and the watcher of its files.
+pub struct Tree {
+    pub repo: Repo,
+    pub rd: RalphDir,
     /// The file watcher that makes git's status and staging cost what changed (Linux).
     pub watch: Option<std::sync::Arc<crate::git::watch::Watch>>,
-    /// Events whose hooks have yet to run.
-    pub pending_events: Vec<events::Pending>,
 }
 
 /// Watch the work tree for the rest of the run and make the watcher git's file-system monitor
@@ -222,7 +237,7 @@ impl Loop {
     }
 
     fn log(&self, line: &str) {
-        log_activity(self.ui, &self.rd, line);
+        log_activity(self.setup.ui, &self.tree.rd, line);
     }
 
     /// The environment every process of an iteration gets.
@@ -231,7 +246,7 @@ impl Loop {
             ("RALPH_ITERATION".to_string(), n.to_string()),
             (
                 "RALPH_MAX_ITERATIONS".to_string(),
-                self.settings.max_iterations.to_string(),
+                self.setup.settings.max_iterations.to_string(),
             ),
             ("RALPH_RUN_ID".to_string(), self.state.run_id.clone()),
             ("RALPH_TASK_FILE".to_string(), self.source.task_file()),
@@ -241,9 +256,9 @@ impl Loop {
     /// The limits of one agent attempt.
     fn agent_limits(&self) -> Limits {
         Limits {
-            timeout: self.settings.timeout,
-            idle_timeout: self.settings.idle_timeout,
-            grace: self.settings.grace,
+            timeout: self.setup.settings.timeout,
+            idle_timeout: self.setup.settings.idle_timeout,
+            grace: self.setup.settings.grace,
         }
     }
 
@@ -251,9 +266,9 @@ impl Loop {
     /// test suite is fine).
     fn check_limits(&self) -> Limits {
         Limits {
-            timeout: Some(self.settings.check_timeout),
+            timeout: Some(self.setup.settings.check_timeout),
             idle_timeout: None,
-            grace: self.settings.grace,
+            grace: self.setup.settings.grace,
         }
     }
 }

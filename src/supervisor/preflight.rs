@@ -118,10 +118,10 @@ impl Loop {
         if !matches!(self.source.mode(), Mode::CpmSpec | Mode::CpmEpic) {
             return Ok(None);
         }
-        let Some((display, inv)) = self.source.verdict_invocation(&self.settings) else {
+        let Some((display, inv)) = self.source.verdict_invocation(&self.setup.settings) else {
             return Ok(None);
         };
-        let run_dir = self.rd.run_dir(&self.state.run_id);
+        let run_dir = self.tree.rd.run_dir(&self.state.run_id);
         state::create_private_dir(&run_dir)?;
         let path = run_dir.join(format!("preflight-{:03}.log", self.counters.iteration + 1));
         let mut transcript =
@@ -156,14 +156,18 @@ impl Loop {
     /// Run the test command now, when there is one: `Some(None)` when it passes (or there is
     /// none), `Some(Some(what it said))` when it fails, `None` when interrupted.
     async fn tests_fail_now(&mut self) -> Result<Option<Option<String>>> {
-        if self.settings.test_command.is_none() {
+        if self.setup.settings.test_command.is_none() {
             return Ok(Some(None));
         }
-        let transcript = self.rd.run_dir(&self.state.run_id).join("evidence.log");
-        let root = self.repo.root().to_path_buf();
+        let transcript = self
+            .tree
+            .rd
+            .run_dir(&self.state.run_id)
+            .join("evidence.log");
+        let root = self.tree.repo.root().to_path_buf();
         let evidence = checks_now(
             &root,
-            &self.settings,
+            &self.setup.settings,
             false,
             &transcript,
             &mut self.interrupts,
@@ -186,23 +190,26 @@ impl Loop {
             v.exit_code,
             v.figures()
         ));
-        self.ui.line(&format!(
+        self.setup.ui.line(&format!(
             "roll-up before the first iteration: exit {}: {}",
             v.exit_code,
             v.figures()
         ));
+        // CPM's completion is the roll-up's to say: the source never claims it.
+        if super::decide::Evidence::now(false, Some(v.class.clone()), failing.is_none()).complete()
+        {
+            self.setup
+                .ui
+                .success("The roll-up already verifies every row: nothing to do.");
+            return Ok(Some(close(&mut AlreadyComplete(self), &Halt::Complete)));
+        }
         let halt = match &v.class {
-            VerdictClass::Verified if failing.is_some() => {
+            VerdictClass::Verified => {
                 let line = "the roll-up verifies every row, but the test command fails now: the loop goes on";
-                self.ui.note(line);
+                self.setup.ui.note(line);
                 self.log(&format!("Pre-flight: {line}"));
                 self.state.feedback = failing;
                 self.source.after_verdict(v)
-            }
-            VerdictClass::Verified => {
-                self.ui
-                    .success("The roll-up already verifies every row: nothing to do.");
-                return Ok(Some(close(&mut AlreadyComplete(self), &Halt::Complete)));
             }
             VerdictClass::TargetOnly(rows) => Some(Halt::TargetOnly(rows.clone())),
             VerdictClass::Unavailable => Some(Halt::VerdictUnavailable),
@@ -230,7 +237,7 @@ struct AlreadyComplete<'a>(&'a mut Loop);
 
 impl Ends for AlreadyComplete<'_> {
     fn ui(&self) -> Ui {
-        self.0.ui
+        self.0.setup.ui
     }
 
     fn run(&mut self) -> Option<(&state::RalphDir, &mut state::RunState)> {
@@ -250,7 +257,7 @@ impl Ends for AlreadyComplete<'_> {
             return self.0.summary(halt);
         }
         for l in self.0.source.completion_lines() {
-            self.0.ui.plain(&l);
+            self.0.setup.ui.plain(&l);
         }
     }
 }

@@ -37,14 +37,14 @@ impl Loop {
         self.source.select_next();
         let prompt = self.source.prompt(&PromptCtx {
             iteration: n,
-            max_iterations: self.settings.max_iterations,
-            test_command: self.settings.test_command.as_deref(),
+            max_iterations: self.setup.settings.max_iterations,
+            test_command: self.setup.settings.test_command.as_deref(),
             stuck_alert,
             stuck_streak: prev.no_progress_streak,
-            completion_promise: self.settings.completion_promise.as_deref(),
+            completion_promise: self.setup.settings.completion_promise.as_deref(),
             feedback: self.state.feedback.as_deref(),
         })?;
-        let run_dir = self.rd.run_dir(&self.state.run_id);
+        let run_dir = self.tree.rd.run_dir(&self.state.run_id);
         state::create_private_dir(&run_dir)?;
         let prompt_file = run_dir.join(format!("iter-{n:03}.prompt.md"));
         crate::files::write_own(&prompt_file, prompt.as_bytes())
@@ -52,9 +52,9 @@ impl Loop {
         let transcript_path = run_dir.join(format!("iter-{n:03}.log"));
         let transcript = crate::files::open_own(&transcript_path, true)
             .map_err(|e| Error::file("create", &transcript_path, e))?;
-        let mut inv = self.agent.invocation(&prompt, &prompt_file)?;
+        let mut inv = self.setup.agent.invocation(&prompt, &prompt_file)?;
         inv.env.extend(self.ralph_env(n));
-        let head_before = self.repo.head()?.map(|c| c.id);
+        let head_before = self.tree.repo.head()?.map(|c| c.id);
         self.spend(n)?;
         self.announce(n, stuck_alert);
         Ok(Prepared {
@@ -75,7 +75,7 @@ impl Loop {
     fn spend(&mut self, n: u32) -> Result<()> {
         let was = self.state.iteration;
         self.state.iteration = n;
-        let saved = self.state.save(&self.rd.state_file());
+        let saved = self.state.save(&self.tree.rd.state_file());
         if saved.is_err() {
             self.state.iteration = was;
         }
@@ -84,16 +84,16 @@ impl Loop {
 
     fn announce(&mut self, n: u32, stuck_alert: bool) {
         let (done, total) = self.source.counts();
-        self.ui.line(&format!(
+        self.setup.ui.line(&format!(
             "▶ Iteration {n}/{} — {} ({done}/{total} {})",
-            self.settings.max_iterations,
-            self.agent.name,
+            self.setup.settings.max_iterations,
+            self.setup.agent.name,
             self.source.unit()
         ));
         self.emit(Event::IterationStarted(IterationStarted {
             run_id: self.state.run_id.clone(),
             iteration: n,
-            max_iterations: self.settings.max_iterations,
+            max_iterations: self.setup.settings.max_iterations,
             done,
             total,
             stuck_alert,

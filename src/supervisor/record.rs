@@ -6,13 +6,13 @@
 
 use super::Loop;
 use super::attempt::Attempted;
-use super::commit::{IterationCommit, Subject};
+use super::commit::{Committer, IterationCommit, Subject};
 use super::decide::Halt;
 use super::faults::Faults;
 use super::prepare::Prepared;
 use super::verify::Verified;
 use crate::error::Error;
-use crate::state::{IterExit, IterKey, UNKNOWN};
+use crate::iter_record::{IterExit, IterKey, UNKNOWN};
 
 /// How an iteration ended: judged and verified, or a halt found before that.
 pub(super) type Ending = std::result::Result<Verified, Halt>;
@@ -43,7 +43,7 @@ impl Loop {
         let closing = match ending {
             Ok(v) => {
                 let j = &v.judged;
-                let complete = v.evidence() && v.tests_ok && v.promise_ok && j.tampered.is_empty();
+                let complete = v.evidence().complete() && j.tampered.is_empty();
                 let figures = match (&v.verdict, &j.figures) {
                     (Some(verdict), _) => verdict.figures(),
                     (None, Some(f)) => f.clone(),
@@ -64,11 +64,21 @@ impl Loop {
                 (subject, status, d, t, format!("{d}/{t} {unit}"))
             }
         };
-        self.close(prep, attempted, ending, closing)
+        let committer = Committer {
+            tree: &mut self.tree,
+            settings: &self.setup.settings,
+            ui: self.setup.ui,
+            run_id: &self.state.run_id,
+        };
+        committer.close(prep, attempted, ending, closing)
     }
+}
 
+impl Committer<'_> {
+    /// Commit, then the fingerprint of the tree the iteration leaves behind, and the ITER
+    /// record's identity and exit.
     fn close(
-        &mut self,
+        mut self,
         prep: &Prepared,
         attempted: &Attempted,
         ending: &Ending,
@@ -77,19 +87,19 @@ impl Loop {
         let n = prep.n;
         let mut faults = Faults::default();
         let commit = self.commit_iteration(prep, subject, (&status, done, total), &mut faults);
-        if let Some(w) = &self.watch
+        if let Some(w) = &self.tree.watch
             && commit.subject.is_some()
         {
             // A commit may have recorded a new submodule or nested repository.
-            match self.repo.gitlinks() {
+            match self.tree.repo.gitlinks() {
                 Ok(links) => w.set_always(links),
                 Err(e) => faults.note("the index's submodules cannot be read", &e.into()),
             }
         }
         let fingerprint = if self.settings.no_commit {
-            self.repo.fingerprint()
+            self.tree.repo.fingerprint()
         } else {
-            self.repo.fingerprint_after_staging()
+            self.tree.repo.fingerprint_after_staging()
         };
         let fingerprint = faults.or(
             fingerprint.map_err(Error::from),

@@ -11,8 +11,8 @@ use crate::ui::human_duration;
 
 impl Loop {
     pub(super) fn ask_continue_when_stuck(&self) -> bool {
-        let t = 2 * self.settings.stuck_threshold;
-        if self.unattended || !std::io::stdin().is_terminal() {
+        let t = 2 * self.setup.settings.stuck_threshold;
+        if self.setup.unattended || !std::io::stdin().is_terminal() {
             return false;
         }
         eprint!("The loop has made no progress for {t} iterations. Continue or stop? [c/S] ");
@@ -31,70 +31,74 @@ impl Loop {
             Halt::Complete => self.summary_complete(),
             Halt::MaxIterations => self.summary_max_iterations(),
             Halt::Stalled { iterations, commit } => {
-                self.ui.alert(&format!(
+                self.setup.ui.alert(&format!(
                     "STALLED: {iterations} iterations with no change at {commit}"
                 ));
                 self.progress_line();
                 self.print_remaining();
-                self.ui.plain("\nThe agent changed nothing for three iterations: check its transcript in .ralph/runs/ and the task.");
+                self.setup.ui.plain("\nThe agent changed nothing for three iterations: check its transcript in .ralph/runs/ and the task.");
             }
             Halt::Stuck => {
-                let t = 2 * self.settings.stuck_threshold;
-                self.ui.alert(&format!(
+                let t = 2 * self.setup.settings.stuck_threshold;
+                self.setup.ui.alert(&format!(
                     "## 🤚 RALPH Loop — Stuck: no progress for {t} iterations"
                 ));
                 self.progress_line();
                 self.print_remaining();
-                self.ui.plain(
+                self.setup.ui.plain(
                     "\nAdjust the task (split hard criteria, add guardrails) and run again.",
                 );
             }
             Halt::TargetOnly(rows) => {
-                self.ui.alert(&format!(
+                self.setup.ui.alert(&format!(
                     "TARGET-ONLY: {} rows unverifiable in this environment",
                     rows.len()
                 ));
                 for r in rows {
-                    self.ui.plain(&format!("- {r}"));
+                    self.setup.ui.plain(&format!("- {r}"));
                 }
-                self.ui
+                self.setup
+                    .ui
                     .plain("\nThese rows can only be verified against the real deployment target.");
             }
             Halt::VerdictUnavailable => {
-                self.ui
+                self.setup
+                    .ui
                     .alert("## ⛔ RALPH Loop — the verdict command could not run");
-                let (command, said) = self.source.verdict_failure(&self.settings);
+                let (command, said) = self.source.verdict_failure(&self.setup.settings);
                 if !said.is_empty() {
-                    self.ui.plain("It said:");
+                    self.setup.ui.plain("It said:");
                     for l in said {
-                        self.ui.plain(&format!("  {l}"));
+                        self.setup.ui.plain(&format!("  {l}"));
                     }
                 }
-                self.ui.plain(&format!("Check it by hand: {command}"));
+                self.setup.ui.plain(&format!("Check it by hand: {command}"));
             }
             Halt::Budget(why) => {
-                self.ui.alert("## 💸 RALPH Loop — Budget reached");
-                self.ui.plain(&format!("{why}."));
+                self.setup.ui.alert("## 💸 RALPH Loop — Budget reached");
+                self.setup.ui.plain(&format!("{why}."));
                 self.progress_line();
-                self.ui
+                self.setup
+                    .ui
                     .plain(&format!("Total cost ${:.2}", self.state.cost_usd));
-                self.ui.plain("\nContinue later with: ralph resume (raise --max-cost or --max-wait if needed)");
+                self.setup.ui.plain("\nContinue later with: ralph resume (raise --max-cost or --max-wait if needed)");
             }
             Halt::Partial(lines) => {
-                self.ui.alert("## ⚠️ RALPH Loop — PARTIAL");
+                self.setup.ui.alert("## ⚠️ RALPH Loop — PARTIAL");
                 for l in lines {
-                    self.ui.plain(l);
+                    self.setup.ui.plain(l);
                 }
             }
             Halt::Tampered(what) => self.summary_tampered(what),
             Halt::Interrupted => {
                 let n = self.state.iteration;
-                self.ui.alert(&format!(
+                self.setup.ui.alert(&format!(
                     "Interrupted in iteration {n}: the agent was stopped and its work committed. Continue with: ralph resume"
                 ));
             }
             Halt::Error { message, hint } => {
-                self.ui
+                self.setup
+                    .ui
                     .error(&Error::user(message.clone()).with_hint(hint.clone()));
             }
         }
@@ -102,18 +106,18 @@ impl Loop {
     }
 
     fn summary_complete(&self) {
-        let ui = self.ui;
+        let ui = self.setup.ui;
         let n = self.counters.iteration;
         let (_, total) = self.source.counts();
         ui.success("## 🎉 RALPH Loop Complete!");
-        ui.plain(&format!("**Task:** {}", self.task_name));
+        ui.plain(&format!("**Task:** {}", self.setup.task_name));
         ui.plain(&format!(
             "**Iterations:** {n} of {}",
-            self.settings.max_iterations
+            self.setup.settings.max_iterations
         ));
         ui.plain(&format!(
             "**Duration:** {}",
-            human_duration(self.started.elapsed())
+            human_duration(self.setup.started.elapsed())
         ));
         if self.source.mode() == Mode::Checklist {
             ui.plain(&format!("**Criteria:** {total}/{total} ✅"));
@@ -127,11 +131,11 @@ impl Loop {
     }
 
     fn summary_max_iterations(&self) {
-        let ui = self.ui;
+        let ui = self.setup.ui;
         let (done, total) = self.source.counts();
-        let max = self.settings.max_iterations;
+        let max = self.setup.settings.max_iterations;
         ui.alert("## 🛑 RALPH Loop — Max Iterations Reached");
-        ui.plain(&format!("**Task:** {}", self.task_name));
+        ui.plain(&format!("**Task:** {}", self.setup.task_name));
         ui.plain(&format!(
             "**Iterations:** {} of {max}",
             self.counters.iteration
@@ -148,33 +152,33 @@ impl Loop {
     }
 
     fn summary_tampered(&self, what: &[String]) {
-        self.ui.alert("## ⛔ RALPH Loop — Criteria tampered");
-        self.ui.plain(&format!(
+        self.setup.ui.alert("## ⛔ RALPH Loop — Criteria tampered");
+        self.setup.ui.plain(&format!(
             "Iteration {} changed what {} is judged by:",
-            self.counters.iteration, self.task_name
+            self.counters.iteration, self.setup.task_name
         ));
         for w in what {
-            self.ui.plain(&format!("  {w}"));
+            self.setup.ui.plain(&format!("  {w}"));
         }
-        self.ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes. Restore them (see git log -p) and run again.");
+        self.setup.ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes. Restore them (see git log -p) and run again.");
     }
 
     fn progress_line(&self) {
         let (done, total) = self.source.counts();
-        self.ui.plain(&format!(
+        self.setup.ui.plain(&format!(
             "**Progress:** {done}/{total} {} after {} iterations ({})",
             self.source.unit(),
             self.counters.iteration,
-            human_duration(self.started.elapsed())
+            human_duration(self.setup.started.elapsed())
         ));
     }
 
     fn print_remaining(&self) {
         let remaining = self.source.remaining();
         if !remaining.is_empty() {
-            self.ui.plain("\nRemaining criteria:");
+            self.setup.ui.plain("\nRemaining criteria:");
             for c in remaining {
-                self.ui.plain(&format!("- [ ] {c}"));
+                self.setup.ui.plain(&format!("- [ ] {c}"));
             }
         }
     }
@@ -184,10 +188,11 @@ impl Loop {
         if self.state.annotations.is_empty() {
             return;
         }
-        self.ui
+        self.setup
+            .ui
             .plain("\nCriteria the agent annotated (kept as the same criteria; review them):");
         for a in &self.state.annotations {
-            self.ui.plain(&format!("- {a}"));
+            self.setup.ui.plain(&format!("- {a}"));
         }
     }
 }

@@ -5,7 +5,7 @@
 use super::Loop;
 use super::attempt::Attempted;
 use super::checks::{Check, shell};
-use super::decide::Halt;
+use super::decide::{Evidence, Halt};
 use super::prepare::Prepared;
 use super::source::Judged;
 use crate::error::Result;
@@ -27,11 +27,13 @@ pub(super) struct Verified {
 }
 
 impl Verified {
-    /// Whether the task source (or the verdict) says the work is done.
-    pub fn evidence(&self) -> bool {
-        match &self.verdict {
-            Some(v) => v.class == VerdictClass::Verified,
-            None => self.judged.source_complete,
+    /// What completion rests on, as the one rule (`Evidence::complete`) reads it.
+    pub fn evidence(&self) -> Evidence {
+        Evidence {
+            source_complete: self.judged.source_complete,
+            verdict: self.verdict.as_ref().map(|v| v.class.clone()),
+            tests_ok: self.tests_ok,
+            promise_ok: self.promise_ok,
         }
     }
 }
@@ -47,7 +49,7 @@ impl Loop {
         let Some(tests_ok) = self.run_tests(prep, &mut feedback).await? else {
             return Ok(Err(Halt::Interrupted));
         };
-        let verdict = match self.source.verdict_invocation(&self.settings) {
+        let verdict = match self.source.verdict_invocation(&self.setup.settings) {
             None => None,
             Some((display, inv)) => {
                 let Some(v) = self.run_verdict(prep, display, inv, &mut feedback).await? else {
@@ -62,7 +64,7 @@ impl Loop {
             prep.notes.push(line);
         }
         let judged = self.source.with_verdict_counts(judged);
-        let promise_ok = match &self.settings.completion_promise {
+        let promise_ok = match &self.setup.settings.completion_promise {
             None => true,
             Some(word) => {
                 let last = attempted.final_message.clone().unwrap_or_default();
@@ -85,14 +87,15 @@ impl Loop {
         prep: &mut Prepared,
         feedback: &mut Vec<String>,
     ) -> Result<Option<bool>> {
-        let Some(cmd) = self.settings.test_command.clone() else {
+        let Some(cmd) = self.setup.settings.test_command.clone() else {
             return Ok(Some(true));
         };
         let check = Check {
             what: format!("test command: {cmd}"),
             inv: self
+                .setup
                 .settings
-                .confine(shell(&cmd), self.settings.test_command_from_repo),
+                .confine(shell(&cmd), self.setup.settings.test_command_from_repo),
             echo: self.echo(),
             limits: self.check_limits(),
         };
@@ -103,7 +106,7 @@ impl Loop {
             let why = match fin.stopped {
                 Some(_) => format!(
                     "timed out after {}",
-                    crate::ui::human_duration(self.settings.check_timeout)
+                    crate::ui::human_duration(self.setup.settings.check_timeout)
                 ),
                 None => format!("exit {}", fin.exit_code),
             };

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::git::Repo;
+use crate::loops::Retired;
 use crate::state::{HaltReason, RalphDir, RunState};
 use crate::ui::Ui;
 
@@ -100,6 +101,18 @@ pub fn unfinished(path: &Path) -> Result<Option<RunState>> {
     Ok(status
         .st
         .filter(|s| !status.running && (s.running || s.halt_reason != Some(HaltReason::Complete))))
+}
+
+/// Every loop of the repository ralph retired, the earliest first.
+pub fn retired(repo: &Repo) -> Vec<Retired> {
+    let Some(records) = Records::find(repo) else {
+        return Vec::new();
+    };
+    records
+        .kept()
+        .into_iter()
+        .map(|(logs, k)| Retired::kept(k.name, k.branch, k.merged_at, logs, k.state))
+        .collect()
 }
 
 /// Whether the loop at `path` completed its run (merged or not): its name is free for a new

@@ -7,6 +7,7 @@ use crate::cli::RunOptions;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::git::Repo;
+use crate::iter_record;
 use crate::state::{self, HaltReason, RalphDir, RunState};
 use crate::supervisor;
 use crate::task::integrity::Baseline;
@@ -180,12 +181,12 @@ impl Begin<'_> {
         let last = state::tail_lines(&log, 1)?;
         let recorded = last
             .first()
-            .and_then(|l| state::parse_iter_record(l))
+            .and_then(|l| iter_record::parse_iter_record(l))
             .and_then(|r| r.iteration);
         if recorded == Some(p.iteration) {
             return Ok(());
         }
-        let key = state::IterKey {
+        let key = iter_record::IterKey {
             figures: format!("{}/{} {}", p.done, p.total, self.unit),
             commit: self
                 .repo
@@ -197,7 +198,10 @@ impl Begin<'_> {
             crate::files::create_dir_all(dir)
                 .map_err(|e| Error::file("create directory", dir, e))?;
         }
-        state::append_line(&log, &key.record(p.iteration, state::IterExit::Code(137)))?;
+        state::append_line(
+            &log,
+            &key.record(p.iteration, iter_record::IterExit::Code(137)),
+        )?;
         self.log(&format!(
             "Iteration {}: ralph was killed while it ran; recorded on resume",
             p.iteration

@@ -39,7 +39,7 @@ use crate::state::{self, HaltReason, Lock, RunState};
 use crate::supervisor::decide::Counters;
 use crate::supervisor::preflight::Evidence;
 use crate::supervisor::source::Source;
-use crate::supervisor::{self, Loop};
+use crate::supervisor::{self, Loop, Setup, Tree};
 use crate::task::table;
 use crate::ui::Ui;
 use begin::{Begin, Continuation};
@@ -206,7 +206,7 @@ async fn supervise(
         Break(code) => return ended(code),
     };
     let mut the_loop = run.into_loop(source, run_state, interrupts);
-    the_loop.watch = watch;
+    the_loop.tree.watch = watch;
     the_loop.state.feedback = evidence.and_then(|e| e.feedback);
     ended(the_loop.run().await)
 }
@@ -411,20 +411,24 @@ impl Startup<'_> {
             r.settings.stuck_threshold,
         );
         Loop {
-            repo: r.repo,
-            rd: r.rd,
+            setup: Setup {
+                task_name: r.plan.name(),
+                unattended: !supervisor::is_interactive(self.options.yes),
+                settings: r.settings,
+                agent,
+                ui,
+                started: Instant::now(),
+                stream: self.options.stream,
+            },
+            tree: Tree {
+                repo: r.repo,
+                rd: r.rd,
+                watch: None,
+            },
             source,
-            task_name: r.plan.name(),
-            unattended: !supervisor::is_interactive(self.options.yes),
-            settings: r.settings,
-            agent,
-            ui,
             state: run_state,
             counters,
             interrupts,
-            started: Instant::now(),
-            stream: self.options.stream,
-            watch: None,
             pending_events: Vec::new(),
         }
     }

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 
 use super::begin::{self, Continuation};
 use super::plan::{self, Plan};
-use crate::agent::Agent;
+use crate::agent::{Agent, AgentChoice};
 use crate::cli::RunOptions;
 use crate::commands::Context;
-use crate::config::{self, AgentChoice, Layer, Settings, Source as ConfigSource};
+use crate::config::{self, Layer, Settings, Source as ConfigSource};
 use crate::error::{Error, Result};
 use crate::git::Repo;
 use crate::state::{self, Mode, RalphDir, RunState};

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::{CpmError, PLANS_DIR, list_dir};
-use crate::state::{IterRecord, last_three_repeat, parse_iter_record};
+use crate::iter_record::{IterRecord, last_three_repeat, parse_iter_record};
 
 /// What an earlier run's iteration log shows.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,206 @@
+//! The `ITER` record (SPEC §5.4): the line ralph writes for every iteration, to
+//! `.ralph/iterations.log` and to CPM's log, read back by `status`, the CPM pre-flight and a
+//! resume; and the STALLED rule over the last three. Its own room, below the state and the task
+//! sources that both read it.
+
+use serde::{Deserialize, Serialize};
+
+/// What an ITER record's commit or fingerprint says when ralph could not read it (HEAD
+/// unreadable, `git status` failing): never equal to anything, so it never makes a stall.
+pub const UNKNOWN: &str = "unknown";
+
+/// The exit field of an ITER record: the verdict's code when there is one, else the agent's; or
+/// `error` when the iteration ended in an error (SPEC §11: a phase failed, git refused, a write
+/// failed, the agent cannot log in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IterExit {
+    Code(i32),
+    Error,
+}
+
+impl std::fmt::Display for IterExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IterExit::Code(c) => write!(f, "{c}"),
+            IterExit::Error => f.write_str("error"),
+        }
+    }
+}
+
+impl std::str::FromStr for IterExit {
+    type Err = ();
+
+    fn from_str(s: &str) -> std::result::Result<Self, ()> {
+        match s {
+            "error" => Ok(IterExit::Error),
+            code => code.parse().map(IterExit::Code).map_err(|_| ()),
+        }
+    }
+}
+
+/// One `ITER {n} | {figures} | exit {code} | {commit} | {fingerprint}` record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IterRecord {
+    /// The iteration number, when it parses.
+    pub iteration: Option<u32>,
+    /// The figures, verbatim.
+    pub figures: String,
+    /// The exit field's value (`3`, `error`, or whatever was written).
+    pub exit: String,
+    /// The short HEAD or `no-commit`.
+    pub commit: String,
+    /// The `git status --porcelain | cksum` output.
+    pub fingerprint: String,
+}
+
+impl IterRecord {
+    /// The exit field read: a code or `error`; `None` for anything else (a record ralph did
+    /// not write).
+    pub fn ended(&self) -> Option<IterExit> {
+        self.exit.parse().ok()
+    }
+}
+
+/// Parse an `ITER` record; fields are read from both ends so figures containing ` | ` survive.
+pub fn parse_iter_record(line: &str) -> Option<IterRecord> {
+    let line = line.trim();
+    let rest = line.strip_prefix("ITER ")?;
+    let fields: Vec<&str> = rest.split(" | ").collect();
+    if fields.len() < 5 {
+        return None;
+    }
+    let n = fields.len();
+    let exit = fields[n - 3].trim();
+    let exit = exit.strip_prefix("exit").map_or(exit, str::trim);
+    Some(IterRecord {
+        iteration: fields[0].trim().parse().ok(),
+        figures: fields[1..n - 3].join(" | ").trim().to_string(),
+        exit: exit.to_string(),
+        commit: fields[n - 2].trim().to_string(),
+        fingerprint: fields[n - 1].trim().to_string(),
+    })
+}
+
+/// The STALLED condition: at least three records, and the last three carry the same figures,
+/// commit and fingerprint (an [`UNKNOWN`] one never matches). How an iteration ended (its exit)
+/// is not part of it: an iteration that ended in an error and changed nothing changed nothing.
+pub fn last_three_repeat(records: &[IterRecord]) -> bool {
+    let keys: Vec<IterKey> = records
+        .iter()
+        .map(|r| IterKey {
+            figures: r.figures.clone(),
+            commit: r.commit.clone(),
+            fingerprint: r.fingerprint.clone(),
+        })
+        .collect();
+    last_three_keys_repeat(&keys)
+}
+
+/// [`last_three_repeat`] over the keys a run state records.
+pub fn last_three_keys_repeat(keys: &[IterKey]) -> bool {
+    let [.., a, b, c] = keys else {
+        return false;
+    };
+    a.same_as(b) && b.same_as(c)
+}
+
+/// One ITER record's identity for the STALLED rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IterKey {
+    pub figures: String,
+    pub commit: String,
+    pub fingerprint: String,
+}
+
+impl IterKey {
+    /// The record as `.ralph/iterations.log` (or the CPM log) holds it (SPEC §5.4).
+    pub fn record(&self, n: u32, exit: IterExit) -> String {
+        format!(
+            "ITER {n} | {} | exit {exit} | {} | {}",
+            self.figures, self.commit, self.fingerprint
+        )
+    }
+
+    /// The same figures, commit and fingerprint — the STALLED rule's "no change". A commit or
+    /// fingerprint ralph could not read ([`UNKNOWN`]) proves no sameness.
+    pub fn same_as(&self, other: &IterKey) -> bool {
+        let known = |k: &IterKey| k.commit != UNKNOWN && k.fingerprint != UNKNOWN;
+        known(self) && self == other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iter_records_parse_from_both_ends() {
+        let r = parse_iter_record("ITER 4 | SUMMARY a | b | exit 3 | abc1234 | 1 2").unwrap();
+        assert_eq!(r.iteration, Some(4));
+        assert_eq!(r.figures, "SUMMARY a | b");
+        assert_eq!(r.exit, "3");
+        assert_eq!(
+            (r.commit.as_str(), r.fingerprint.as_str()),
+            ("abc1234", "1 2")
+        );
+        assert!(parse_iter_record("ITER 1 | too | few").is_none());
+        let key = IterKey {
+            figures: "1/2 criteria".into(),
+            commit: "abc".into(),
+            fingerprint: "1 2".into(),
+        };
+        assert_eq!(
+            parse_iter_record(&key.record(7, IterExit::Code(0)))
+                .unwrap()
+                .figures,
+            "1/2 criteria"
+        );
+    }
+
+    #[test]
+    fn an_iteration_that_ended_in_an_error_reads_back() {
+        let key = IterKey {
+            figures: "1/2 criteria".into(),
+            commit: "abc1234".into(),
+            fingerprint: "1 2".into(),
+        };
+        let line = key.record(3, IterExit::Error);
+        assert_eq!(line, "ITER 3 | 1/2 criteria | exit error | abc1234 | 1 2");
+        let r = parse_iter_record(&line).unwrap();
+        assert_eq!(r.iteration, Some(3));
+        assert_eq!(r.exit, "error");
+        assert_eq!(r.ended(), Some(IterExit::Error));
+        assert_eq!(
+            (r.commit.as_str(), r.fingerprint.as_str()),
+            ("abc1234", "1 2")
+        );
+        let coded = parse_iter_record(&key.record(4, IterExit::Code(137))).unwrap();
+        assert_eq!(coded.ended(), Some(IterExit::Code(137)));
+        assert_eq!(
+            parse_iter_record("ITER 5 | x | exit what | c | 1 2")
+                .unwrap()
+                .ended(),
+            None
+        );
+    }
+
+    #[test]
+    fn errors_stall_like_any_record_but_unknown_trees_never_do() {
+        let rec = |exit: &str, fp: &str| {
+            parse_iter_record(&format!("ITER 1 | 0/2 criteria | exit {exit} | abc | {fp}")).unwrap()
+        };
+        let same = [rec("0", "1 2"), rec("error", "1 2"), rec("0", "1 2")];
+        assert!(last_three_repeat(&same), "the exit is not part of the key");
+        let unknown = [rec("0", UNKNOWN), rec("error", UNKNOWN), rec("0", UNKNOWN)];
+        assert!(
+            !last_three_repeat(&unknown),
+            "an unread tree proves nothing"
+        );
+        let k = IterKey {
+            figures: "f".into(),
+            commit: UNKNOWN.into(),
+            fingerprint: "1 2".into(),
+        };
+        assert!(!k.same_as(&k.clone()));
+    }
+}
