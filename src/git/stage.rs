@@ -310,19 +310,6 @@ impl Repo {
         ];
         self.git.run(&args, Some(&list)).map(drop)
     }
-
-    /// `git add -A` of one directory's files (ralph's bookkeeping after the status block was
-    /// written); what the user's rules ignore stays out, as with `git add -A`.
-    pub fn add_dir(&self, dir: &str) -> Result<(), GitError> {
-        if !self.root.join(dir).is_dir() {
-            return Ok(());
-        }
-        self.wait_for_lock(self.lock_wait)?;
-        let spec = format!(":(literal){dir}");
-        let args = ["add", "-A", "--", spec.as_str()];
-        let out = self.git.output(&args, None)?;
-        added(&args, &out)
-    }
 }
 
 /// Whether `git add` did its work: success, or git's advice that it left out paths the user's

@@ -115,9 +115,6 @@ pub fn start_watching(
     Ok(Some(watch))
 }
 
-/// What `git status --porcelain | cksum` prints for a clean tree.
-pub const CLEAN_FINGERPRINT: &str = "4294967295 0";
-
 /// Append a stamped line to `.ralph/activity.log`. The log is for people: a failed append never
 /// stops an iteration or a run — the first failure is shown as a warning, later ones are not.
 pub fn log_activity(ui: Ui, rd: &RalphDir, line: &str) {
