@@ -142,10 +142,10 @@ impl Loop {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn full_disk(what: &str) -> Error {
+    pub(in crate::supervisor) fn full_disk(what: &str) -> Error {
         Error::file(
             "write",
             std::path::Path::new(what),
@@ -153,7 +153,7 @@ mod tests {
         )
     }
 
-    fn message(h: &Halt) -> &str {
+    pub(in crate::supervisor) fn message(h: &Halt) -> &str {
         match h {
             Halt::Error { message, .. } => message,
             other => panic!("not an error: {other:?}"),

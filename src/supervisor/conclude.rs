@@ -258,21 +258,7 @@ fn feedback(ending: &Ending, recorded: &Recorded) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn full_disk(what: &str) -> Error {
-        Error::file(
-            "write",
-            std::path::Path::new(what),
-            std::io::Error::from_raw_os_error(libc::ENOSPC),
-        )
-    }
-
-    fn message(h: &Halt) -> &str {
-        match h {
-            Halt::Error { message, .. } => message,
-            other => panic!("not an error: {other:?}"),
-        }
-    }
+    use crate::supervisor::close::tests::{full_disk, message};
 
     #[test]
     fn a_lost_record_ends_the_run_whatever_was_decided() {

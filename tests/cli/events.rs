@@ -48,9 +48,7 @@ fn checked_env() -> TestEnv {
 
 /// A verdict command that always exits `code`, printing `said`.
 fn verdict(env: &TestEnv, code: i32, said: &str) -> String {
-    let path = env.home.join("verdict.sh");
-    std::fs::write(&path, format!("printf '%s\\n' '{said}'\nexit {code}\n")).unwrap();
-    format!("sh '{}'", path.display())
+    crate::verdict::verdict_script(env, &[(code, said)])
 }
 
 /// A table of `rows` (`(title, status)`).

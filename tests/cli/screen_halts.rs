@@ -15,9 +15,7 @@ fn setup(criteria: &[&str]) -> TestEnv {
 
 /// A verdict command answering with `code` and `said` every time.
 fn verdict(env: &TestEnv, code: i32, said: &str) -> String {
-    let path = env.home.join("verdict.sh");
-    std::fs::write(&path, format!("printf '%s\\n' '{said}'\nexit {code}\n")).unwrap();
-    format!("sh '{}'", path.display())
+    crate::verdict::verdict_script(env, &[(code, said)])
 }
 
 #[test]

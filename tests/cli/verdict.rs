@@ -4,7 +4,7 @@ use crate::common::*;
 
 /// A verdict script that answers `answers[k]` (exit code, stdout) on its k-th run (the last
 /// answer repeats), counting runs in a file outside the repository.
-fn verdict_script(env: &TestEnv, answers: &[(i32, &str)]) -> String {
+pub(crate) fn verdict_script(env: &TestEnv, answers: &[(i32, &str)]) -> String {
     let counter = env.home.join("verdict-count");
     let mut arms = String::new();
     for (i, (code, out)) in answers.iter().enumerate() {
