@@ -122,6 +122,11 @@ fn interrupted() {
     let env = setup(&["s1", "s2"]);
     let bg = env.spawn_fake("churn+hang", &["--grace", "1s"]);
     env.wait_for_pids(1, 1);
+    // The agent's work is on disk before the signal, so the screen names its commit.
+    assert!(wait_until(Duration::from_secs(10), || env
+        .repo
+        .join("churn.txt")
+        .exists()));
     bg.signal(libc::SIGINT);
     let (code, out, err) = bg.wait(Duration::from_secs(20));
     insta::assert_snapshot!("interrupted", screen_of(&env, &out, &err, code));
