@@ -17,9 +17,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// The file's name inside `.ralph/`.
-pub const FILE: &str = "activity.now";
+pub(crate) const FILE: &str = "activity.now";
 /// The least time between two writes.
-pub const MIN_INTERVAL: Duration = Duration::from_millis(250);
+pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(250);
 /// The longest line kept, in characters.
 const MAX_CHARS: usize = 200;
 
@@ -37,7 +37,7 @@ type Cell = Arc<(Mutex<Shared>, Condvar)>;
 
 /// Where the supervisor puts the agent's latest activity; dropping it writes the last line and
 /// stops the writer.
-pub struct Sink {
+pub(crate) struct Sink {
     cell: Option<Cell>,
     thread: Option<JoinHandle<()>>,
 }
@@ -46,7 +46,7 @@ impl Sink {
     /// A sink for the work tree whose `.ralph/` is `ralph_dir`, starting empty (the file of an
     /// earlier attempt is removed). It writes nothing when `.ralph/.gitignore` does not list the
     /// file (a scaffold older than it): git would see the file as a change of the agent's.
-    pub fn start(ralph_dir: &Path) -> Sink {
+    pub(crate) fn start(ralph_dir: &Path) -> Sink {
         if !ignored(ralph_dir) {
             return Sink::disabled();
         }
@@ -68,7 +68,7 @@ impl Sink {
     }
 
     /// A sink that writes nothing.
-    pub fn disabled() -> Sink {
+    pub(crate) fn disabled() -> Sink {
         Sink {
             cell: None,
             thread: None,
@@ -76,7 +76,7 @@ impl Sink {
     }
 
     /// The agent's latest activity (its first line, cut to a bounded length).
-    pub fn set(&self, activity: &str) {
+    pub(crate) fn set(&self, activity: &str) {
         let Some(cell) = &self.cell else { return };
         let line = one_line(activity);
         if let Ok(mut s) = cell.0.lock() {
@@ -174,13 +174,13 @@ fn one_line(text: &str) -> String {
 }
 
 /// The path of the file in the work tree `root`.
-pub fn path(root: &Path) -> PathBuf {
+pub(crate) fn path(root: &Path) -> PathBuf {
     root.join(crate::state::DIR).join(FILE)
 }
 
 /// The latest activity recorded in the work tree `root` (read as any file an agent can touch:
 /// bounded, never blocking), or `None`.
-pub fn read(root: &Path) -> Option<String> {
+pub(crate) fn read(root: &Path) -> Option<String> {
     let text = crate::files::read_text(&path(root)).ok()?;
     let line = one_line(&text);
     (!line.is_empty()).then_some(line)

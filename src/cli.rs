@@ -19,36 +19,36 @@ const GLOBAL: &str = "Global Options";
 /// from the repository, every iteration committed and logged.
 #[derive(Debug, Parser)]
 #[command(name = "ralph", version, after_help = MAIN_EXAMPLES, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Work in DIR instead of the current directory.
     #[arg(short = 'C', global = true, value_name = "DIR", help_heading = GLOBAL)]
-    pub dir: Option<PathBuf>,
+    pub(crate) dir: Option<PathBuf>,
 
     /// More diagnostics on stderr (repeat for more; also `RALPH_LOG=debug`).
     #[arg(short, long, action = clap::ArgAction::Count, global = true, help_heading = GLOBAL)]
-    pub verbose: u8,
+    pub(crate) verbose: u8,
 
     /// Only errors, warnings and the final summary.
     #[arg(short, long, global = true, conflicts_with = "verbose", help_heading = GLOBAL)]
-    pub quiet: bool,
+    pub(crate) quiet: bool,
 
     /// When to colour the output (`NO_COLOR` is honoured with `auto`).
     #[arg(long, global = true, value_enum, default_value_t = ColorWhen::Auto, value_name = "WHEN", help_heading = GLOBAL)]
-    pub color: ColorWhen,
+    pub(crate) color: ColorWhen,
 
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ColorWhen {
+pub(crate) enum ColorWhen {
     Auto,
     Always,
     Never,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Scaffold RALPH_TASK.md and the .ralph/ state directory.
     #[command(after_help = INIT_EXAMPLES)]
     Init(InitArgs),
@@ -78,9 +78,9 @@ Only a completed loop merges, only into a work tree without uncommitted changes;
 changes nothing and exits 11 naming the files.";
 
 #[derive(Debug, Args)]
-pub struct MergeArgs {
+pub(crate) struct MergeArgs {
     /// The loop's worktree name (`ralph run --worktree NAME`).
-    pub name: String,
+    pub(crate) name: String,
 }
 
 const INIT_EXAMPLES: &str = "\
@@ -120,34 +120,34 @@ Examples:
   ralph status --all --json      # the same, once, for scripts (watch needs a terminal)";
 
 #[derive(Debug, Args)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     /// What the task is; becomes the `task` field and the `# Task:` title.
-    pub description: Option<String>,
+    pub(crate) description: Option<String>,
 
     /// A success criterion (repeatable); without any, example criteria to edit are written.
     #[arg(long = "criterion", value_name = "TEXT")]
-    pub criteria: Vec<String>,
+    pub(crate) criteria: Vec<String>,
 
     /// Shell command that must pass before the task counts as complete.
     #[arg(long, value_name = "CMD")]
-    pub test_command: Option<String>,
+    pub(crate) test_command: Option<String>,
 
     /// Iteration cap written to the frontmatter.
     #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_iterations: u32,
+    pub(crate) max_iterations: u32,
 
     /// Agent written to the frontmatter (copilot, claude, codex, gemini).
     #[arg(long, value_name = "NAME")]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
 
     /// Scaffold PRD.md + PROGRESS.md (a task table: one task per --criterion) instead.
     #[arg(long)]
-    pub table: bool,
+    pub(crate) table: bool,
 
     /// Run the agent once to write the criteria (or, with --table, the PRD) from the
     /// description, then validate what it wrote.
     #[arg(long, conflicts_with = "criteria")]
-    pub plan: bool,
+    pub(crate) plan: bool,
 
     /// With --plan: a custom agent command (see `ralph run --help`).
     #[arg(
@@ -156,46 +156,46 @@ pub struct InitArgs {
         requires = "plan",
         conflicts_with = "agent"
     )]
-    pub agent_cmd: Option<String>,
+    pub(crate) agent_cmd: Option<String>,
 
     /// Overwrite an existing task file.
     #[arg(long)]
-    pub force: bool,
+    pub(crate) force: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// RALPH_TASK.md (default) or another checklist file; CPM epic paths, a range like
     /// `23..26`, or one spec under docs/specifications/.
     #[arg(value_name = "TARGET")]
-    pub targets: Vec<String>,
+    pub(crate) targets: Vec<String>,
 
     #[command(flatten)]
-    pub options: RunOptions,
+    pub(crate) options: RunOptions,
 
     /// Resolve everything and print it (mode, agent argv, limits, first prompt); spawn nothing.
     #[arg(long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 
     /// Continue the unfinished run recorded in .ralph/state.json (same as `ralph resume`).
     #[arg(long, conflicts_with = "reset")]
-    pub resume: bool,
+    pub(crate) resume: bool,
 
     /// Forget the unfinished run recorded in .ralph/state.json and start a new one.
     #[arg(long)]
-    pub reset: bool,
+    pub(crate) reset: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct ResumeArgs {
+pub(crate) struct ResumeArgs {
     #[command(flatten)]
-    pub options: RunOptions,
+    pub(crate) options: RunOptions,
 }
 
 /// The options of `run` that are also configuration (SPEC §10): flags win over `RALPH_*`
 /// variables, which win over the task's frontmatter and the config files.
 #[derive(Debug, Clone, Default, Args)]
-pub struct RunOptions {
+pub(crate) struct RunOptions {
     /// Agent preset: copilot, claude, codex or gemini.
     #[arg(
         long,
@@ -203,122 +203,122 @@ pub struct RunOptions {
         value_name = "NAME",
         conflicts_with = "agent_cmd"
     )]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
 
     /// Custom agent command; `{prompt}` or `{prompt_file}` mark where the prompt goes, else stdin.
     #[arg(long, env = "RALPH_AGENT_CMD", value_name = "TEMPLATE")]
-    pub agent_cmd: Option<String>,
+    pub(crate) agent_cmd: Option<String>,
 
     /// Stop after N iterations (default 50).
     #[arg(long, env = "RALPH_MAX_ITERATIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_iterations: Option<u32>,
+    pub(crate) max_iterations: Option<u32>,
 
     /// Wall-clock limit per iteration, e.g. `30m`.
     #[arg(long, env = "RALPH_TIMEOUT", value_name = "DUR")]
-    pub timeout: Option<humantime::Duration>,
+    pub(crate) timeout: Option<humantime::Duration>,
 
     /// Stop an iteration whose agent printed nothing for DUR.
     #[arg(long, env = "RALPH_IDLE_TIMEOUT", value_name = "DUR")]
-    pub idle_timeout: Option<humantime::Duration>,
+    pub(crate) idle_timeout: Option<humantime::Duration>,
 
     /// Time between SIGTERM and SIGKILL when stopping the agent (default 10s; 0 kills at once).
     #[arg(long, env = "RALPH_GRACE", value_name = "DUR")]
-    pub grace: Option<humantime::Duration>,
+    pub(crate) grace: Option<humantime::Duration>,
 
     /// Shell command run after every iteration; completion needs it to pass.
     #[arg(long, env = "RALPH_TEST_COMMAND", value_name = "CMD")]
-    pub test_command: Option<String>,
+    pub(crate) test_command: Option<String>,
 
     /// Shell command run after every iteration (after the tests) whose exit code decides:
     /// 0 complete, 3 keep working, 5 target-only (exit 6), other twice in a row: exit 7.
     #[arg(long, env = "RALPH_VERDICT_CMD", value_name = "CMD")]
-    pub verdict_cmd: Option<String>,
+    pub(crate) verdict_cmd: Option<String>,
 
     /// Halt (exit 10) once the cost the agent reports (Claude's result events) reaches USD.
     #[arg(long, env = "RALPH_MAX_COST", value_name = "USD")]
-    pub max_cost: Option<f64>,
+    pub(crate) max_cost: Option<f64>,
 
     /// The most time to spend waiting for usage limits to lift, in all (default 6h; exit 10).
     #[arg(long, env = "RALPH_MAX_WAIT", value_name = "DUR")]
-    pub max_wait: Option<humantime::Duration>,
+    pub(crate) max_wait: Option<humantime::Duration>,
 
     /// The first wait after a usage limit that gives no reset time (default 60s, at least 1s,
     /// doubling).
     #[arg(long, env = "RALPH_LIMIT_BACKOFF", value_name = "DUR")]
-    pub limit_backoff: Option<humantime::Duration>,
+    pub(crate) limit_backoff: Option<humantime::Duration>,
 
     /// Wall-clock limit of each test and verdict command run (default 30m; no idle limit).
     #[arg(long, env = "RALPH_CHECK_TIMEOUT", value_name = "DUR")]
-    pub check_timeout: Option<humantime::Duration>,
+    pub(crate) check_timeout: Option<humantime::Duration>,
 
     /// Table mode: a second fresh agent run reviews every task marked DONE
     /// (`REVIEW: PASS` / `REVIEW: FAIL <reason>`).
     #[arg(long, env = "RALPH_REVIEW")]
-    pub review: bool,
+    pub(crate) review: bool,
 
     /// CPM: the coverage roll-up script (default: $CLAUDE_PLUGIN_ROOT, then the plugin cache).
     #[arg(long, value_name = "PATH")]
-    pub rollup: Option<PathBuf>,
+    pub(crate) rollup: Option<PathBuf>,
 
     /// CPM: which stories to work, passed to /cpm:do (e.g. `1-3`).
     #[arg(long, value_name = "SPEC")]
-    pub story_filter: Option<String>,
+    pub(crate) story_filter: Option<String>,
 
     /// Also require `<promise>WORD</promise>` in the agent's final message to complete.
     #[arg(long, env = "RALPH_COMPLETION_PROMISE", value_name = "WORD")]
-    pub completion_promise: Option<String>,
+    pub(crate) completion_promise: Option<String>,
 
     /// Iterations without progress before the STUCK ALERT (default 3; twice this halts).
     #[arg(long, env = "RALPH_STUCK_THRESHOLD", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub stuck_threshold: Option<u32>,
+    pub(crate) stuck_threshold: Option<u32>,
 
     /// Do not commit; the fingerprint still reflects the tree.
     #[arg(long, env = "RALPH_NO_COMMIT")]
-    pub no_commit: bool,
+    pub(crate) no_commit: bool,
 
     /// Skip the repository's pre-commit and commit-msg hooks when committing.
     #[arg(long, env = "RALPH_NO_VERIFY")]
-    pub no_verify: bool,
+    pub(crate) no_verify: bool,
 
     /// Unattended: never ask, take the documented default.
     #[arg(long, short = 'y', env = "RALPH_YES")]
-    pub yes: bool,
+    pub(crate) yes: bool,
 
     /// Show the agent's full output live.
     #[arg(long)]
-    pub stream: bool,
+    pub(crate) stream: bool,
 
     /// JSON Lines events on stdout (human output moves to stderr).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 
     /// Run the loop in a git worktree of its own, on branch `ralph/NAME` from the current HEAD
     /// (reused while its loop is unfinished; a finished loop's name starts a new branch).
     #[arg(long, value_name = "NAME")]
-    pub worktree: Option<String>,
+    pub(crate) worktree: Option<String>,
 
     /// Run every agent attempt (and the repository's own hooks and commands) under bubblewrap:
     /// read-only file system but the repository, /tmp and the agent's state; secrets hidden.
     #[arg(long, env = "RALPH_SANDBOX")]
-    pub sandbox: bool,
+    pub(crate) sandbox: bool,
 
     /// The sandbox's network: `host` (default; the agent needs its model API) or `none`.
     #[arg(long, env = "RALPH_SANDBOX_NET", value_enum, value_name = "NET")]
-    pub sandbox_net: Option<crate::sandbox::Net>,
+    pub(crate) sandbox_net: Option<crate::sandbox::Net>,
 
     /// With --worktree: once the loop completed, merge its branch into the branch it started
     /// from (config `merge = true`); exit 11 when it cannot.
     #[arg(long, requires = "worktree")]
-    pub merge: bool,
+    pub(crate) merge: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// One JSON object instead of text.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 
     /// Every loop of the repository: the main work tree's and each worktree's.
     #[arg(long)]
-    pub all: bool,
+    pub(crate) all: bool,
 }

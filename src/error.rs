@@ -6,26 +6,26 @@ use crate::git::GitError;
 use crate::task::document::TaskError;
 
 /// Exit codes of `ralph` (SPEC §6), in one place.
-pub mod exit {
-    pub const COMPLETE: i32 = 0;
-    pub const ERROR: i32 = 1;
-    pub const USAGE: i32 = 2;
-    pub const MAX_ITERATIONS: i32 = 3;
-    pub const STALLED: i32 = 4;
-    pub const STUCK: i32 = 5;
-    pub const TARGET_ONLY: i32 = 6;
-    pub const VERDICT_UNAVAILABLE: i32 = 7;
-    pub const TAMPERED: i32 = 8;
-    pub const PARTIAL: i32 = 9;
-    pub const BUDGET: i32 = 10;
+pub(crate) mod exit {
+    pub(crate) const COMPLETE: i32 = 0;
+    pub(crate) const ERROR: i32 = 1;
+    pub(crate) const USAGE: i32 = 2;
+    pub(crate) const MAX_ITERATIONS: i32 = 3;
+    pub(crate) const STALLED: i32 = 4;
+    pub(crate) const STUCK: i32 = 5;
+    pub(crate) const TARGET_ONLY: i32 = 6;
+    pub(crate) const VERDICT_UNAVAILABLE: i32 = 7;
+    pub(crate) const TAMPERED: i32 = 8;
+    pub(crate) const PARTIAL: i32 = 9;
+    pub(crate) const BUDGET: i32 = 10;
     /// A worktree loop completed but could not merge back (SPEC §13).
-    pub const NOT_MERGED: i32 = 11;
-    pub const INTERRUPTED: i32 = 130;
+    pub(crate) const NOT_MERGED: i32 = 11;
+    pub(crate) const INTERRUPTED: i32 = 130;
 }
 
 /// Everything that can stop a command before or outside the loop's own halt rules.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     #[error(transparent)]
     Task(#[from] TaskError),
     #[error(transparent)]
@@ -50,17 +50,17 @@ pub enum Error {
     },
 }
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub fn user(message: impl Into<String>) -> Self {
+    pub(crate) fn user(message: impl Into<String>) -> Self {
         Error::User {
             message: message.into(),
             hint: None,
         }
     }
 
-    pub fn usage(message: impl Into<String>) -> Self {
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
         Error::Usage {
             message: message.into(),
             hint: None,
@@ -68,7 +68,7 @@ impl Error {
     }
 
     /// Attach a hint to a user or usage error (other kinds carry their own).
-    pub fn with_hint(self, text: impl Into<String>) -> Self {
+    pub(crate) fn with_hint(self, text: impl Into<String>) -> Self {
         match self {
             Error::User { message, .. } => Error::User {
                 message,
@@ -82,7 +82,7 @@ impl Error {
         }
     }
 
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {
             context: context.into(),
             source,
@@ -90,18 +90,18 @@ impl Error {
     }
 
     /// Wrap an I/O error about a file, naming it.
-    pub fn file(action: &str, path: &Path, source: std::io::Error) -> Self {
+    pub(crate) fn file(action: &str, path: &Path, source: std::io::Error) -> Self {
         Error::io(format!("failed to {action} `{}`", path.display()), source)
     }
 
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match self {
             Error::Usage { .. } => exit::USAGE,
             _ => exit::ERROR,
         }
     }
 
-    pub fn hint(&self) -> Option<String> {
+    pub(crate) fn hint(&self) -> Option<String> {
         match self {
             Error::Task(e) => e.hint(),
             Error::Git(_) => None,

@@ -14,7 +14,7 @@ pub(crate) const SCHEMA_VERSION: u32 = 1;
 /// One event of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
-pub enum Event {
+pub(crate) enum Event {
     RunStarted(RunStarted),
     IterationStarted(IterationStarted),
     IterationFinished(IterationFinished),
@@ -25,101 +25,101 @@ pub enum Event {
 
 /// The run began (or was resumed), before its first iteration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunStarted {
-    pub run_id: String,
-    pub task: String,
-    pub task_file: String,
-    pub mode: Mode,
-    pub agent: String,
-    pub max_iterations: u32,
+pub(crate) struct RunStarted {
+    pub(crate) run_id: String,
+    pub(crate) task: String,
+    pub(crate) task_file: String,
+    pub(crate) mode: Mode,
+    pub(crate) agent: String,
+    pub(crate) max_iterations: u32,
     /// The iteration the run has done (0 on a fresh run).
-    pub iteration: u32,
-    pub done: usize,
-    pub total: usize,
-    pub resumed: bool,
+    pub(crate) iteration: u32,
+    pub(crate) done: usize,
+    pub(crate) total: usize,
+    pub(crate) resumed: bool,
 }
 
 /// An iteration's agent is about to start.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct IterationStarted {
-    pub run_id: String,
-    pub iteration: u32,
-    pub max_iterations: u32,
-    pub done: usize,
-    pub total: usize,
+pub(crate) struct IterationStarted {
+    pub(crate) run_id: String,
+    pub(crate) iteration: u32,
+    pub(crate) max_iterations: u32,
+    pub(crate) done: usize,
+    pub(crate) total: usize,
     /// The prompt carries the STUCK ALERT.
-    pub stuck_alert: bool,
+    pub(crate) stuck_alert: bool,
 }
 
 /// An iteration is recorded (SPEC §9: counts, exit, commit, fingerprint, duration, cost).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct IterationFinished {
-    pub run_id: String,
-    pub iteration: u32,
-    pub done: usize,
-    pub total: usize,
+pub(crate) struct IterationFinished {
+    pub(crate) run_id: String,
+    pub(crate) iteration: u32,
+    pub(crate) done: usize,
+    pub(crate) total: usize,
     /// The ITER record's figures (`2/3 criteria`).
-    pub figures: String,
+    pub(crate) figures: String,
     /// The agent's exit code; `null` when the record says `exit error`.
-    pub exit_code: Option<i32>,
+    pub(crate) exit_code: Option<i32>,
     /// The iteration ended in an error of ralph's (its record says `exit error`).
-    pub error: bool,
+    pub(crate) error: bool,
     /// The verdict command's exit code, when the record carries it instead of the agent's.
-    pub verdict_exit_code: Option<i32>,
+    pub(crate) verdict_exit_code: Option<i32>,
     /// The agent was stopped at `--timeout` or `--idle-timeout`.
-    pub timed_out: bool,
-    pub commit: String,
-    pub committed: bool,
-    pub commit_refused: bool,
-    pub fingerprint: String,
-    pub duration_s: f64,
-    pub cost_usd: f64,
-    pub total_cost_usd: f64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub turns: u64,
+    pub(crate) timed_out: bool,
+    pub(crate) commit: String,
+    pub(crate) committed: bool,
+    pub(crate) commit_refused: bool,
+    pub(crate) fingerprint: String,
+    pub(crate) duration_s: f64,
+    pub(crate) cost_usd: f64,
+    pub(crate) total_cost_usd: f64,
+    pub(crate) input_tokens: u64,
+    pub(crate) output_tokens: u64,
+    pub(crate) turns: u64,
 }
 
 /// No progress for the stuck threshold: the next prompt carries the STUCK ALERT.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Stuck {
-    pub iteration: u32,
-    pub no_progress_iterations: u32,
+pub(crate) struct Stuck {
+    pub(crate) iteration: u32,
+    pub(crate) no_progress_iterations: u32,
 }
 
 /// A usage limit: ralph waits, then runs the same iteration again.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Waiting {
-    pub iteration: u32,
-    pub kind: LimitKind,
-    pub message: String,
+pub(crate) struct Waiting {
+    pub(crate) iteration: u32,
+    pub(crate) kind: LimitKind,
+    pub(crate) message: String,
     /// When the limit lifts, as the agent said (RFC 3339), if it did.
-    pub reset_at: Option<String>,
-    pub wait_s: f64,
+    pub(crate) reset_at: Option<String>,
+    pub(crate) wait_s: f64,
 }
 
 /// The run ended (SPEC §6): exactly one per run, from its close.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Halted {
+pub(crate) struct Halted {
     /// The run it ends; absent when the run ended before it had an id.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
-    pub reason: HaltReason,
-    pub exit_code: i32,
+    pub(crate) run_id: Option<String>,
+    pub(crate) reason: HaltReason,
+    pub(crate) exit_code: i32,
     /// Where the run stood; absent when it ended before its task was read (an error).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub at: Option<At>,
+    pub(crate) at: Option<At>,
     /// What went wrong, for `error`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
+    pub(crate) message: Option<String>,
 }
 
 /// Where a run stood when it halted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct At {
-    pub iteration: u32,
-    pub done: usize,
-    pub total: usize,
+pub(crate) struct At {
+    pub(crate) iteration: u32,
+    pub(crate) done: usize,
+    pub(crate) total: usize,
 }
 
 /// An event as one JSON line: `event`, `schema_version`, `ts`, then the event's fields.
@@ -134,7 +134,7 @@ struct Line<'a> {
 
 impl Event {
     /// Its name: `event` in the JSON, `RALPH_EVENT` for its hook (SPEC §9, §10).
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Event::RunStarted(_) => "run_started",
             Event::IterationStarted(_) => "iteration_started",
@@ -146,7 +146,7 @@ impl Event {
     }
 
     /// The event as one line of JSON (no newline), stamped with the schema version and `ts`.
-    pub fn line(&self, ts: &str) -> String {
+    pub(crate) fn line(&self, ts: &str) -> String {
         let line = Line {
             event: self.name(),
             schema_version: SCHEMA_VERSION,
@@ -164,7 +164,7 @@ impl Event {
     }
 
     /// [`Event::line`] stamped now.
-    pub fn line_now(&self) -> String {
+    pub(crate) fn line_now(&self) -> String {
         self.line(&crate::state::now_rfc3339())
     }
 }

@@ -4,13 +4,13 @@
 use std::io::Read;
 use std::path::Path;
 
-pub const DEFAULT_MAX_FILE_SIZE: u64 = 50 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_FILE_SIZE: u64 = 50 * 1024 * 1024;
 
 /// How much of a file is searched for a private-key block.
 const SCAN: u64 = 1024 * 1024;
 
 /// Why `rel` (repository-relative; `abs` on disk) must stay out of the commit, if it must.
-pub fn check(rel: &str, abs: &Path, max_size: u64) -> Option<String> {
+pub(crate) fn check(rel: &str, abs: &Path, max_size: u64) -> Option<String> {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     if name.starts_with(".env") {
         return Some("likely secrets (.env*)".into());
@@ -65,7 +65,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// Parse a size like `50MiB`, `10MB`, `1GiB`, `2048` (bytes).
-pub fn parse_size(text: &str) -> Option<u64> {
+pub(crate) fn parse_size(text: &str) -> Option<u64> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);

@@ -11,7 +11,7 @@ use crate::proc::Invocation;
 const HOOK_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Where the hooks live: `core.hooksPath` (relative to the work tree), else `$GIT_DIR/hooks`.
-pub fn hooks_dir(repo: &crate::git::Repo) -> PathBuf {
+pub(crate) fn hooks_dir(repo: &crate::git::Repo) -> PathBuf {
     let configured = repo.config_value("core.hooksPath").map(|p| expand_home(&p));
     match configured {
         Some(p) if p.is_absolute() => p,
@@ -34,7 +34,7 @@ fn executable(p: &Path) -> bool {
 }
 
 /// Whether `hooks` holds a hook [`run`] would run.
-pub fn any(hooks: &Path) -> bool {
+pub(crate) fn any(hooks: &Path) -> bool {
     ["pre-commit", "commit-msg"]
         .iter()
         .any(|h| executable(&hooks.join(h)))
@@ -45,7 +45,7 @@ pub fn any(hooks: &Path) -> bool {
 ///
 /// Each runs as `confine` makes it (under `--sandbox`, in the sandbox: the agent can have
 /// written them).
-pub fn run(
+pub(crate) fn run(
     root: &Path,
     hooks: &Path,
     git_dir: &Path,

@@ -7,13 +7,13 @@ use serde::{Deserialize, Serialize};
 
 /// What an ITER record's commit or fingerprint says when ralph could not read it (HEAD
 /// unreadable, `git status` failing): never equal to anything, so it never makes a stall.
-pub const UNKNOWN: &str = "unknown";
+pub(crate) const UNKNOWN: &str = "unknown";
 
 /// The exit field of an ITER record: the verdict's code when there is one, else the agent's; or
 /// `error` when the iteration ended in an error (SPEC §11: a phase failed, git refused, a write
 /// failed, the agent cannot log in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IterExit {
+pub(crate) enum IterExit {
     Code(i32),
     Error,
 }
@@ -40,29 +40,29 @@ impl std::str::FromStr for IterExit {
 
 /// One `ITER {n} | {figures} | exit {code} | {commit} | {fingerprint}` record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IterRecord {
+pub(crate) struct IterRecord {
     /// The iteration number, when it parses.
-    pub iteration: Option<u32>,
+    pub(crate) iteration: Option<u32>,
     /// The figures, verbatim.
-    pub figures: String,
+    pub(crate) figures: String,
     /// The exit field's value (`3`, `error`, or whatever was written).
-    pub exit: String,
+    pub(crate) exit: String,
     /// The short HEAD or `no-commit`.
-    pub commit: String,
+    pub(crate) commit: String,
     /// The `git status --porcelain | cksum` output.
-    pub fingerprint: String,
+    pub(crate) fingerprint: String,
 }
 
 impl IterRecord {
     /// The exit field read: a code or `error`; `None` for anything else (a record ralph did
     /// not write).
-    pub fn ended(&self) -> Option<IterExit> {
+    pub(crate) fn ended(&self) -> Option<IterExit> {
         self.exit.parse().ok()
     }
 }
 
 /// Parse an `ITER` record; fields are read from both ends so figures containing ` | ` survive.
-pub fn parse_iter_record(line: &str) -> Option<IterRecord> {
+pub(crate) fn parse_iter_record(line: &str) -> Option<IterRecord> {
     let line = line.trim();
     let rest = line.strip_prefix("ITER ")?;
     let fields: Vec<&str> = rest.split(" | ").collect();
@@ -84,7 +84,7 @@ pub fn parse_iter_record(line: &str) -> Option<IterRecord> {
 /// The STALLED condition: at least three records, and the last three carry the same figures,
 /// commit and fingerprint (an [`UNKNOWN`] one never matches). How an iteration ended (its exit)
 /// is not part of it: an iteration that ended in an error and changed nothing changed nothing.
-pub fn last_three_repeat(records: &[IterRecord]) -> bool {
+pub(crate) fn last_three_repeat(records: &[IterRecord]) -> bool {
     let keys: Vec<IterKey> = records
         .iter()
         .map(|r| IterKey {
@@ -97,7 +97,7 @@ pub fn last_three_repeat(records: &[IterRecord]) -> bool {
 }
 
 /// [`last_three_repeat`] over the keys a run state records.
-pub fn last_three_keys_repeat(keys: &[IterKey]) -> bool {
+pub(crate) fn last_three_keys_repeat(keys: &[IterKey]) -> bool {
     let [.., a, b, c] = keys else {
         return false;
     };
@@ -106,15 +106,15 @@ pub fn last_three_keys_repeat(keys: &[IterKey]) -> bool {
 
 /// One ITER record's identity for the STALLED rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IterKey {
-    pub figures: String,
-    pub commit: String,
-    pub fingerprint: String,
+pub(crate) struct IterKey {
+    pub(crate) figures: String,
+    pub(crate) commit: String,
+    pub(crate) fingerprint: String,
 }
 
 impl IterKey {
     /// The record as `.ralph/iterations.log` (or the CPM log) holds it (SPEC §5.4).
-    pub fn record(&self, n: u32, exit: IterExit) -> String {
+    pub(crate) fn record(&self, n: u32, exit: IterExit) -> String {
         format!(
             "ITER {n} | {} | exit {exit} | {} | {}",
             self.figures, self.commit, self.fingerprint
@@ -123,7 +123,7 @@ impl IterKey {
 
     /// The same figures, commit and fingerprint — the STALLED rule's "no change". A commit or
     /// fingerprint ralph could not read ([`UNKNOWN`]) proves no sameness.
-    pub fn same_as(&self, other: &IterKey) -> bool {
+    pub(crate) fn same_as(&self, other: &IterKey) -> bool {
         let known = |k: &IterKey| k.commit != UNKNOWN && k.fingerprint != UNKNOWN;
         known(self) && self == other
     }

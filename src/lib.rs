@@ -1,30 +1,30 @@
 //! ralph: a supervisor for autonomous coding-agent loops. See ARCHITECTURE.md for the map.
 
-pub mod activity;
-pub mod agent;
-pub mod cli;
-pub mod commands;
-pub mod config;
-pub mod error;
-pub mod event;
-pub mod files;
+pub(crate) mod activity;
+pub(crate) mod agent;
+pub(crate) mod cli;
+pub(crate) mod commands;
+pub(crate) mod config;
+pub(crate) mod error;
+pub(crate) mod event;
+pub(crate) mod files;
 pub mod git;
-pub mod guard;
-pub mod hooks;
-pub mod iter_record;
-pub mod live;
-pub mod loops;
-pub mod markdown;
-pub mod proc;
-pub mod sandbox;
-pub mod signals;
-pub mod state;
-pub mod supervisor;
-pub mod task;
+pub(crate) mod guard;
+pub(crate) mod hooks;
+pub(crate) mod iter_record;
+pub(crate) mod live;
+pub(crate) mod loops;
+pub(crate) mod markdown;
+pub(crate) mod proc;
+pub(crate) mod sandbox;
+pub(crate) mod signals;
+pub(crate) mod state;
+pub(crate) mod supervisor;
+pub(crate) mod task;
 pub(crate) mod trace;
-pub mod ui;
-pub mod watch;
-pub mod worktree;
+pub(crate) mod ui;
+pub(crate) mod watch;
+pub(crate) mod worktree;
 
 use clap::Parser;
 

@@ -11,14 +11,14 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use notify::{RecursiveMode, Watcher};
 
 /// Recomputes the live count (e.g. `2/5 criteria`) after the task file changed.
-pub type Counter = Box<dyn Fn() -> Option<String> + Send + Sync>;
+pub(crate) type Counter = Box<dyn Fn() -> Option<String> + Send + Sync>;
 
 struct Shown {
     count: String,
     activity: String,
 }
 
-pub struct LiveView {
+pub(crate) struct LiveView {
     bar: ProgressBar,
     shown: Arc<Mutex<Shown>>,
     _watcher: Option<notify::RecommendedWatcher>,
@@ -46,12 +46,16 @@ fn one_line(text: &str, max: usize) -> String {
 
 impl LiveView {
     /// Whether a live view can be shown: stderr is a terminal.
-    pub fn available() -> bool {
+    pub(crate) fn available() -> bool {
         std::io::stderr().is_terminal()
     }
 
     /// Start the spinner for one iteration; `watch` is the task file and how to count it.
-    pub fn start(prefix: String, count: String, watch: Option<(PathBuf, Counter)>) -> LiveView {
+    pub(crate) fn start(
+        prefix: String,
+        count: String,
+        watch: Option<(PathBuf, Counter)>,
+    ) -> LiveView {
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
         let style = ProgressStyle::with_template("{spinner:.cyan} {prefix} · {elapsed} · {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_spinner());
@@ -93,7 +97,7 @@ impl LiveView {
         }
     }
 
-    pub fn set_activity(&self, activity: &str) {
+    pub(crate) fn set_activity(&self, activity: &str) {
         if let Ok(mut s) = self.shown.lock() {
             // The agent's words: no escape sequence reaches the terminal.
             let a = crate::ui::shown(&one_line(activity, 100)).into_owned();
@@ -105,7 +109,8 @@ impl LiveView {
     }
 
     /// The count currently shown.
-    pub fn count(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn count(&self) -> String {
         self.shown
             .lock()
             .map(|s| s.count.clone())
@@ -113,7 +118,7 @@ impl LiveView {
     }
 
     /// Remove the line (the report block follows).
-    pub fn finish(self) {
+    pub(crate) fn finish(self) {
         self.bar.finish_and_clear();
     }
 }

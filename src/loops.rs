@@ -14,43 +14,43 @@ use crate::task::document::{TaskDocument, TaskError, load_task_file};
 use crate::task::table;
 
 /// Everything `status` reports, read once.
-pub struct Status {
+pub(crate) struct Status {
     /// The run recorded: ralph's own record of it when it has one (SPEC §11).
-    pub st: Option<RunState>,
+    pub(crate) st: Option<RunState>,
     /// Why `.ralph/state.json` was not taken as it is, when it was not.
-    pub warning: Option<String>,
+    pub(crate) warning: Option<String>,
     /// A supervisor holds the work tree's lock now.
-    pub running: bool,
+    pub(crate) running: bool,
     /// The pid of that supervisor, as it wrote it into its lock (else as recorded).
-    pub pid: Option<u32>,
+    pub(crate) pid: Option<u32>,
     /// The locks a live run is told by, for a watcher (a lock is closed when its holder dies).
-    pub locks: TreeLocks,
+    pub(crate) locks: TreeLocks,
     /// The last (up to three) ITER records, each bounded.
-    pub records: Vec<String>,
-    pub stalled: bool,
-    pub task_file: std::path::PathBuf,
-    pub doc: Option<TaskDocument>,
-    pub done: usize,
-    pub total: usize,
-    pub remaining: Vec<String>,
-    pub halt_reason: Option<HaltReason>,
-    pub elapsed_s: Option<f64>,
+    pub(crate) records: Vec<String>,
+    pub(crate) stalled: bool,
+    pub(crate) task_file: std::path::PathBuf,
+    pub(crate) doc: Option<TaskDocument>,
+    pub(crate) done: usize,
+    pub(crate) total: usize,
+    pub(crate) remaining: Vec<String>,
+    pub(crate) halt_reason: Option<HaltReason>,
+    pub(crate) elapsed_s: Option<f64>,
     /// The task file is there but ralph refuses it (a run would stop at once, exit 1).
-    pub refused: Option<Refusal>,
+    pub(crate) refused: Option<Refusal>,
     /// What ralph reads past in the task file (`path:line: …`).
-    pub task_warnings: Vec<String>,
+    pub(crate) task_warnings: Vec<String>,
 }
 
 /// Why the task file is refused, as `status` shows it.
-pub struct Refusal {
+pub(crate) struct Refusal {
     /// `path:line: …`, as `ralph run` would print it after `error:`.
-    pub error: String,
-    pub hint: Option<String>,
-    pub line: Option<usize>,
+    pub(crate) error: String,
+    pub(crate) hint: Option<String>,
+    pub(crate) line: Option<usize>,
 }
 
 /// The state of the loop in `repo`'s work tree.
-pub fn report(repo: &Repo) -> Result<Status> {
+pub(crate) fn report(repo: &Repo) -> Result<Status> {
     let root = repo.root();
     let rd = RalphDir::new(root);
     let Recorded { state: st, warning } = RunState::recorded(&rd.state_file())?;
@@ -191,7 +191,7 @@ fn elapsed(s: &RunState, running: bool) -> Option<f64> {
 }
 
 /// The `ralph status --json` object (SPEC §2.4).
-pub fn to_json(s: &Status) -> serde_json::Value {
+pub(crate) fn to_json(s: &Status) -> serde_json::Value {
     let st = s.st.as_ref();
     let counted = s.refused.is_none() || st.is_some();
     json!({
@@ -228,21 +228,21 @@ pub fn to_json(s: &Status) -> serde_json::Value {
 }
 
 /// One loop of the repository: a work tree and what `status` says of it.
-pub struct Entry {
+pub(crate) struct Entry {
     /// `(main)` for the main work tree; a worktree's name otherwise (`NAME` of `--worktree`).
-    pub name: String,
-    pub path: PathBuf,
+    pub(crate) name: String,
+    pub(crate) path: PathBuf,
     /// The branch checked out there; `None` when detached.
-    pub branch: Option<String>,
-    pub status: Status,
+    pub(crate) branch: Option<String>,
+    pub(crate) status: Status,
 }
 
 /// The name of the main work tree's loop.
-pub const MAIN: &str = "(main)";
+pub(crate) const MAIN: &str = "(main)";
 
 /// Every loop of the repository `repo` belongs to: the main work tree's, then each worktree's
 /// (sorted by name). A worktree whose directory is gone is skipped.
-pub fn all(repo: &Repo) -> Result<Vec<Entry>> {
+pub(crate) fn all(repo: &Repo) -> Result<Vec<Entry>> {
     let common = repo.git2().commondir().to_path_buf();
     let main = git2::Repository::open(&common).map_err(crate::git::GitError::from)?;
     let mut out = Vec::new();
@@ -290,21 +290,21 @@ fn entry(name: &str, path: &Path) -> Result<Entry> {
 
 /// A loop ralph retired (SPEC §13): its worktree removed — merged, or its name taken by a new
 /// loop — shown from the record and logs ralph kept in its state directory.
-pub struct Retired {
-    pub name: String,
+pub(crate) struct Retired {
+    pub(crate) name: String,
     /// Its branch as it is called now.
-    pub branch: String,
+    pub(crate) branch: String,
     /// The base branch's commit once the loop was merged into it; `None`: never merged.
-    pub merged_at: Option<String>,
+    pub(crate) merged_at: Option<String>,
     /// Where its logs are kept.
-    pub logs: PathBuf,
-    pub status: Status,
+    pub(crate) logs: PathBuf,
+    pub(crate) status: Status,
 }
 
 impl Retired {
     /// A retired loop as ralph kept it (`worktree::retired` reads the records): its run as last
     /// recorded, and its logs.
-    pub fn kept(
+    pub(crate) fn kept(
         name: String,
         branch: String,
         merged_at: Option<String>,
@@ -359,7 +359,7 @@ fn kept_status(st: Option<RunState>, logs: &Path) -> Status {
 
 /// The `ralph status --all --json` object (SPEC §13): the live loops, then the retired ones
 /// (`path` null, `merged_at` and `logs` set).
-pub fn all_to_json(entries: &[Entry], retired: &[Retired]) -> serde_json::Value {
+pub(crate) fn all_to_json(entries: &[Entry], retired: &[Retired]) -> serde_json::Value {
     let live = entries.iter().map(|e| {
         let mut v = to_json(&e.status);
         v["name"] = e.name.clone().into();

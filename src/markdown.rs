@@ -40,190 +40,191 @@ use walk::read;
 
 /// A parsed document.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Markdown {
+pub(crate) struct Markdown {
     /// Headings, in document order.
-    pub headings: Vec<Heading>,
+    pub(crate) headings: Vec<Heading>,
     /// List items, in document order (a parent before its children).
-    pub items: Vec<Item>,
+    pub(crate) items: Vec<Item>,
     /// Lines of paragraph text, in document order.
-    pub lines: Vec<TextLine>,
+    pub(crate) lines: Vec<TextLine>,
     /// GFM tables, in document order.
-    pub tables: Vec<Table>,
+    pub(crate) tables: Vec<Table>,
     index: LineIndex,
 }
 
 /// One heading.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Heading {
+pub(crate) struct Heading {
     /// 1 to 6.
-    pub level: u8,
+    pub(crate) level: u8,
     /// Flattened text.
-    pub text: String,
+    pub(crate) text: String,
     /// The inline source (ATX: without the `#`s and a closing sequence), trimmed.
-    pub markup: String,
+    pub(crate) markup: String,
     /// Byte range of `markup` (`markup` is exactly this part of the text).
-    pub markup_range: Range<usize>,
+    pub(crate) markup_range: Range<usize>,
     /// Code-span contents, strong-emphasis texts and link targets in the heading.
-    pub spans: Spans,
+    pub(crate) spans: Spans,
     /// 1-based line of the heading (of its text, for a setext heading).
-    pub line: usize,
+    pub(crate) line: usize,
     /// Byte range of the whole heading block (ATX: its line and line ending).
-    pub range: Range<usize>,
+    pub(crate) range: Range<usize>,
     /// `## Title` rather than `Title` underlined with `===`/`---`.
-    pub atx: bool,
+    pub(crate) atx: bool,
     /// Inside a block quote.
-    pub quoted: bool,
+    pub(crate) quoted: bool,
     /// Inside a list item.
-    pub in_item: bool,
+    pub(crate) in_item: bool,
 }
 
 /// One list item.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Item {
+pub(crate) struct Item {
     /// Enclosing list items (0 for an item of a top-level list).
-    pub depth: usize,
+    pub(crate) depth: usize,
     /// The enclosing item (index into [`Markdown::items`]).
-    pub parent: Option<usize>,
+    pub(crate) parent: Option<usize>,
     /// The list it belongs to (lists are numbered in document order).
-    pub list: usize,
+    pub(crate) list: usize,
     /// Its number when the list is ordered: the list's start plus the item's index.
-    pub number: Option<u64>,
+    pub(crate) number: Option<u64>,
     /// `Some(checked)` for a task item (`[ ]` / `[x]` / `[X]` followed by a space or a tab, as
     /// GFM renders a box; its text may still be empty).
-    pub task: Option<bool>,
+    pub(crate) task: Option<bool>,
     /// Its own inline text (first paragraph, after any task marker), flattened.
-    pub text: String,
+    pub(crate) text: String,
     /// The same as source: each line trimmed, lines joined by one space.
-    pub markup: String,
+    pub(crate) markup: String,
     /// Its own text's lines (indices into [`Markdown::lines`]).
-    pub lines: Range<usize>,
+    pub(crate) lines: Range<usize>,
     /// Byte offset of its content: the task marker, else its first text, else its start.
-    pub at: usize,
+    pub(crate) at: usize,
     /// 1-based line of `at`.
-    pub line: usize,
+    pub(crate) line: usize,
     /// Byte range of the whole item, nested blocks included.
-    pub range: Range<usize>,
+    pub(crate) range: Range<usize>,
     /// Inside a block quote.
-    pub quoted: bool,
+    pub(crate) quoted: bool,
 }
 
 /// One line of paragraph text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TextLine {
+pub(crate) struct TextLine {
     /// Flattened text.
-    pub text: String,
+    pub(crate) text: String,
     /// The line's inline source, verbatim (no list marker, quote marker or indentation).
-    pub markup: String,
+    pub(crate) markup: String,
     /// Byte range of `markup`.
-    pub range: Range<usize>,
+    pub(crate) range: Range<usize>,
     /// Code-span contents, strong-emphasis texts and link targets on the line.
-    pub spans: Spans,
+    pub(crate) spans: Spans,
     /// 1-based line.
-    pub line: usize,
+    pub(crate) line: usize,
     /// Inside a block quote.
-    pub quoted: bool,
+    pub(crate) quoted: bool,
     /// The innermost list item it is in (index into [`Markdown::items`]).
-    pub item: Option<usize>,
+    pub(crate) item: Option<usize>,
     /// Lines of one paragraph share this number (paragraphs are numbered in document order).
-    pub paragraph: usize,
+    pub(crate) paragraph: usize,
 }
 
 /// Inline spans of a heading or line, in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Spans {
+pub(crate) struct Spans {
     /// Code-span contents.
-    pub code: Vec<String>,
+    pub(crate) code: Vec<String>,
     /// Strong-emphasis (`**…**`) texts, flattened.
-    pub strong: Vec<String>,
+    pub(crate) strong: Vec<String>,
     /// Link targets.
-    pub links: Vec<String>,
+    pub(crate) links: Vec<String>,
 }
 
 /// The value of a `Name: value` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Field {
+pub(crate) struct Field {
     /// Flattened, trimmed.
-    pub value: String,
+    pub(crate) value: String,
     /// The value's source, trimmed (emphasis closing the label, as in `**Name:** value`, left
     /// out).
-    pub markup: String,
+    pub(crate) markup: String,
     /// Byte range of `markup` (empty, just after the colon, when the value is empty).
-    pub range: Range<usize>,
+    pub(crate) range: Range<usize>,
 }
 
 /// A GFM table.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Table {
+pub(crate) struct Table {
     /// The header row.
-    pub header: Row,
+    pub(crate) header: Row,
     /// The body rows.
-    pub rows: Vec<Row>,
+    pub(crate) rows: Vec<Row>,
     /// 1-based line of the header.
-    pub line: usize,
+    pub(crate) line: usize,
     /// 1-based line of the `|---|` delimiter row.
-    pub delimiter_line: usize,
+    pub(crate) delimiter_line: usize,
     /// Byte range of the whole table.
-    pub range: Range<usize>,
+    pub(crate) range: Range<usize>,
     /// Inside a block quote.
-    pub quoted: bool,
+    pub(crate) quoted: bool,
     /// Inside a list item.
-    pub in_item: bool,
+    pub(crate) in_item: bool,
 }
 
 /// A table row.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row {
+pub(crate) struct Row {
     /// The cells the row's source has (at most the header's count; missing ones are absent).
-    pub cells: Vec<Cell>,
+    pub(crate) cells: Vec<Cell>,
     /// 1-based line.
-    pub line: usize,
+    pub(crate) line: usize,
     /// Byte range of the row's source, line ending excluded.
-    pub range: Range<usize>,
+    pub(crate) range: Range<usize>,
     /// The row's source ends with a pipe after its last cell.
-    pub closed: bool,
+    pub(crate) closed: bool,
     /// A line without any pipe that GFM still reads as a row (a lazy continuation).
-    pub bare: bool,
+    pub(crate) bare: bool,
 }
 
 /// A table cell.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cell {
+pub(crate) struct Cell {
     /// Flattened text (`\|` read as `|`).
-    pub text: String,
+    pub(crate) text: String,
     /// Byte range between the cell's pipes, padding included.
-    pub range: Range<usize>,
+    pub(crate) range: Range<usize>,
 }
 
 /// Parses a document (no frontmatter handling); lines are numbered from 1.
-pub fn parse(text: &str) -> Markdown {
+pub(crate) fn parse(text: &str) -> Markdown {
     read(text, 1, false)
 }
 
 /// Parses a body whose first line is file line `first_line` (e.g. after frontmatter that the
 /// caller split off).
-pub fn parse_at(text: &str, first_line: usize) -> Markdown {
+pub(crate) fn parse_at(text: &str, first_line: usize) -> Markdown {
     read(text, first_line, false)
 }
 
 /// Parses a whole file, skipping a leading YAML frontmatter block; lines are numbered from 1.
-pub fn parse_document(text: &str) -> Markdown {
+pub(crate) fn parse_document(text: &str) -> Markdown {
     read(text, 1, true)
 }
 
 impl Markdown {
     /// The 1-based line of a byte offset.
-    pub fn line_of(&self, offset: usize) -> usize {
+    #[cfg(test)]
+    pub(crate) fn line_of(&self, offset: usize) -> usize {
         self.index.line(offset)
     }
 
     /// Byte range of a 1-based line's content: line ending (and, on the first line, a BOM)
     /// excluded. Empty at the end of the text for a line past it.
-    pub fn line_range(&self, line: usize) -> Range<usize> {
+    pub(crate) fn line_range(&self, line: usize) -> Range<usize> {
         self.index.range(line)
     }
 
     /// The headings outside block quotes and list items, with their indices.
-    pub fn top_headings(&self) -> impl Iterator<Item = (usize, &Heading)> {
+    pub(crate) fn top_headings(&self) -> impl Iterator<Item = (usize, &Heading)> {
         self.headings
             .iter()
             .enumerate()
@@ -233,7 +234,7 @@ impl Markdown {
 
 impl Heading {
     /// The heading read as a `Name: value` field (see [`TextLine::field`]).
-    pub fn field(&self, name: &str) -> Option<Field> {
+    pub(crate) fn field(&self, name: &str) -> Option<Field> {
         field_of(&self.text, &self.markup, &self.markup_range, name)
     }
 }
@@ -242,14 +243,14 @@ impl TextLine {
     /// The line read as a `Name: value` field: its flattened text starts with `name`
     /// (ASCII case-insensitive), then optional spaces and a colon. `**Status**: Done`,
     /// `**Status:** Done`, `__Status__: Done` and `Status: Done` all read as `Done`.
-    pub fn field(&self, name: &str) -> Option<Field> {
+    pub(crate) fn field(&self, name: &str) -> Option<Field> {
         field_of(&self.text, &self.markup, &self.range, name)
     }
 }
 
 /// The cells of one pipe-delimited line that is not part of a table: split at pipes not
 /// escaped as `\|`, an outer pipe on either side dropped, each cell trimmed.
-pub fn split_row(line: &str) -> Vec<String> {
+pub(crate) fn split_row(line: &str) -> Vec<String> {
     let bytes = line.as_bytes();
     let mut cells: Vec<&str> = Vec::new();
     let mut start = 0;

@@ -8,13 +8,13 @@ use tokio::sync::watch;
 
 /// A counter of the interrupt signals received since the run started.
 #[derive(Clone)]
-pub struct Interrupts {
+pub(crate) struct Interrupts {
     rx: watch::Receiver<u32>,
 }
 
 impl Interrupts {
     /// Start listening. Must be called inside the tokio runtime.
-    pub fn install() -> std::io::Result<Interrupts> {
+    pub(crate) fn install() -> std::io::Result<Interrupts> {
         let (tx, rx) = watch::channel(0u32);
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
@@ -33,12 +33,12 @@ impl Interrupts {
     }
 
     /// How many interrupts have arrived so far.
-    pub fn count(&self) -> u32 {
+    pub(crate) fn count(&self) -> u32 {
         *self.rx.borrow()
     }
 
     /// Wait until the count moves past `seen`, and return the new count.
-    pub async fn after(&mut self, seen: u32) -> u32 {
+    pub(crate) async fn after(&mut self, seen: u32) -> u32 {
         loop {
             let now = *self.rx.borrow_and_update();
             if now > seen {

@@ -15,10 +15,10 @@ const YELLOW: Style = AnsiColor::Yellow.on_default().bold();
 const CYAN: Style = AnsiColor::Cyan.on_default().bold();
 const GREEN: Style = AnsiColor::Green.on_default().bold();
 
-pub const RULE: &str = "─────────────────────────────────────";
+pub(crate) const RULE: &str = "─────────────────────────────────────";
 
 /// Set the colour choice for every stream once, at start-up.
-pub fn init_color(when: ColorWhen) {
+pub(crate) fn init_color(when: ColorWhen) {
     let choice = match when {
         ColorWhen::Auto => anstream::ColorChoice::Auto,
         ColorWhen::Always => anstream::ColorChoice::Always,
@@ -30,10 +30,10 @@ pub fn init_color(when: ColorWhen) {
 /// The user-facing printer. Human output goes to stdout — or to stderr when stdout carries
 /// JSON events (`--json`) — and diagnostics to stderr.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Ui {
-    pub quiet: bool,
+pub(crate) struct Ui {
+    pub(crate) quiet: bool,
     /// `--json`: stdout is reserved for JSON Lines events.
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// `text` as it may reach a terminal: every control character but a newline and a tab written
@@ -42,7 +42,7 @@ pub struct Ui {
 /// a terminal would obey an escape sequence in them — set the clipboard (OSC 52), rewrite
 /// what `ralph status` printed (`\r`, `ESC[2K`), set the title — outside any sandbox. ralph's
 /// own colours are added after.
-pub fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn shown(text: &str) -> std::borrow::Cow<'_, str> {
     let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
     if !text.contains(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
@@ -71,29 +71,29 @@ impl Ui {
     }
 
     /// A normal line (suppressed by `-q`).
-    pub fn line(&self, text: &str) {
+    pub(crate) fn line(&self, text: &str) {
         if !self.quiet {
             self.human(&shown(text));
         }
     }
 
-    pub fn success(&self, text: &str) {
+    pub(crate) fn success(&self, text: &str) {
         let text = shown(text);
         self.human(&format!("{GREEN}{text}{GREEN:#}"));
     }
 
     /// A line that must be seen even with `-q` (e.g. `STALLED: …`).
-    pub fn alert(&self, text: &str) {
+    pub(crate) fn alert(&self, text: &str) {
         let text = shown(text);
         self.human(&format!("{YELLOW}{text}{YELLOW:#}"));
     }
 
-    pub fn plain(&self, text: &str) {
+    pub(crate) fn plain(&self, text: &str) {
         self.human(&shown(text));
     }
 
     /// One event's JSON line ([`crate::event::Event::line`]) on stdout, only with `--json`.
-    pub fn event(&self, line: &str) {
+    pub(crate) fn event(&self, line: &str) {
         if !self.json {
             return;
         }
@@ -102,12 +102,12 @@ impl Ui {
         let _ = out.flush();
     }
 
-    pub fn warn(&self, text: &str) {
+    pub(crate) fn warn(&self, text: &str) {
         let mut err = anstream::stderr();
         let _ = writeln!(err, "{YELLOW}warning:{YELLOW:#} {}", shown(text));
     }
 
-    pub fn note(&self, text: &str) {
+    pub(crate) fn note(&self, text: &str) {
         if !self.quiet {
             let mut err = anstream::stderr();
             let _ = writeln!(err, "{CYAN}note:{CYAN:#} {}", shown(text));
@@ -115,7 +115,7 @@ impl Ui {
     }
 
     /// `error: …`, each cause, then `hint: …`.
-    pub fn error(&self, e: &Error) {
+    pub(crate) fn error(&self, e: &Error) {
         let mut err = anstream::stderr();
         let _ = writeln!(err, "{RED}error:{RED:#} {}", shown(&e.to_string()));
         let mut source = std::error::Error::source(e);
@@ -134,7 +134,7 @@ impl Ui {
 }
 
 /// `1h 02m 03s`, `4m 05s`, `6s`, `0.4s`.
-pub fn human_duration(d: Duration) -> String {
+pub(crate) fn human_duration(d: Duration) -> String {
     let secs = d.as_secs();
     if secs == 0 {
         return format!("{:.1}s", d.as_secs_f64());
@@ -150,37 +150,37 @@ pub fn human_duration(d: Duration) -> String {
 }
 
 /// The between-iterations report (the copilot skill's block).
-pub struct Report<'a> {
-    pub iteration: u32,
-    pub max_iterations: u32,
-    pub done: usize,
-    pub total: usize,
+pub(crate) struct Report<'a> {
+    pub(crate) iteration: u32,
+    pub(crate) max_iterations: u32,
+    pub(crate) done: usize,
+    pub(crate) total: usize,
     /// What done/total count: criteria, tasks, requirements.
-    pub unit: &'a str,
-    pub last_commit: Option<&'a str>,
-    pub started: &'a str,
-    pub ended: &'a str,
-    pub duration: Duration,
-    pub elapsed: Duration,
+    pub(crate) unit: &'a str,
+    pub(crate) last_commit: Option<&'a str>,
+    pub(crate) started: &'a str,
+    pub(crate) ended: &'a str,
+    pub(crate) duration: Duration,
+    pub(crate) elapsed: Duration,
     /// `Some(n)` when iteration n starts next.
-    pub next: Option<u32>,
+    pub(crate) next: Option<u32>,
     /// Extra lines: timeouts, agent failures, regressions, test results.
-    pub notes: &'a [String],
+    pub(crate) notes: &'a [String],
     /// Cost and tokens, when the agent reported them.
-    pub cost: Option<CostLine>,
+    pub(crate) cost: Option<CostLine>,
 }
 
 /// What an iteration cost, as the agent reported it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CostLine {
-    pub iteration_usd: f64,
-    pub total_usd: f64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
+pub(crate) struct CostLine {
+    pub(crate) iteration_usd: f64,
+    pub(crate) total_usd: f64,
+    pub(crate) input_tokens: u64,
+    pub(crate) output_tokens: u64,
 }
 
 impl Report<'_> {
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut s = String::new();
         s.push_str(RULE);
         s.push('\n');

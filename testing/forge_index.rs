@@ -7,7 +7,7 @@
 use std::path::Path;
 
 /// Rewrite `index` without the entry `path`; `Err` says why it could not.
-pub fn forge(index: &Path, path: &[u8]) -> Result<(), String> {
+pub(crate) fn forge(index: &Path, path: &[u8]) -> Result<(), String> {
     let data = std::fs::read(index).map_err(|e| format!("read {}: {e}", index.display()))?;
     let body = data
         .get(..data.len().saturating_sub(20))

@@ -44,7 +44,7 @@ const PATTERNS: Patterns = Patterns {
 
 /// Claude Code.
 #[derive(Debug)]
-pub struct Claude;
+pub(crate) struct Claude;
 
 impl Cli for Claude {
     fn name(&self) -> &'static str {

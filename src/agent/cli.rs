@@ -13,14 +13,14 @@ use super::signal::Patterns;
 
 /// One piece of an argv template.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Part {
+pub(crate) enum Part {
     Literal(String),
     /// An argument containing `{prompt}` and/or `{prompt_file}`, substituted at spawn time.
     Template(String),
 }
 
 /// Literal words.
-pub fn literal(words: &[&str]) -> Vec<Part> {
+pub(crate) fn literal(words: &[&str]) -> Vec<Part> {
     words
         .iter()
         .map(|w| Part::Literal((*w).to_owned()))
@@ -30,20 +30,20 @@ pub fn literal(words: &[&str]) -> Vec<Part> {
 /// How to start a CLI: the argv after the program, the environment it needs, what to tell the
 /// user once.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Launch {
+pub(crate) struct Launch {
     /// With the prompt as an argument (`{prompt}`), in a file (`{prompt_file}`), or, with
     /// neither placeholder, on stdin.
-    pub args: Vec<Part>,
+    pub(crate) args: Vec<Part>,
     /// For a prompt too long for one argument: the argv when it goes to stdin instead (`None`:
     /// the CLI cannot take it there, or a template decides for itself).
-    pub stdin_args: Option<Vec<Part>>,
-    pub env: Vec<(String, String)>,
-    pub notes: Vec<String>,
+    pub(crate) stdin_args: Option<Vec<Part>>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// What a CLI writes on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Output {
+pub(crate) enum Output {
     /// Plain text.
     Text,
     /// One JSON event per line (Claude's `stream-json`, Codex's `exec --json`, Copilot's
@@ -52,7 +52,7 @@ pub enum Output {
 }
 
 /// An agent CLI, as data and a few readers.
-pub trait Cli: fmt::Debug + Sync {
+pub(crate) trait Cli: fmt::Debug + Sync {
     /// The preset's name, which is also its program (`claude`).
     fn name(&self) -> &'static str;
 
@@ -107,14 +107,14 @@ pub trait Cli: fmt::Debug + Sync {
 
 /// How the observer reads one attempt: which CLI, and what it prints.
 #[derive(Debug, Clone, Copy)]
-pub struct Format {
-    pub cli: &'static dyn Cli,
-    pub output: Output,
+pub(crate) struct Format {
+    pub(crate) cli: &'static dyn Cli,
+    pub(crate) output: Output,
 }
 
 impl Format {
     /// The CLI as its preset runs it.
-    pub fn of(cli: &'static dyn Cli) -> Format {
+    pub(crate) fn of(cli: &'static dyn Cli) -> Format {
         Format {
             cli,
             output: cli.output(),
@@ -122,7 +122,8 @@ impl Format {
     }
 
     /// The CLI asked for its JSON events (`codex exec --json`, `copilot --output-format json`).
-    pub fn json(cli: &'static dyn Cli) -> Format {
+    #[cfg(test)]
+    pub(crate) fn json(cli: &'static dyn Cli) -> Format {
         Format {
             cli,
             output: Output::JsonLines,

@@ -36,7 +36,7 @@ fn reconnecting_429(lower: &str) -> Option<usize> {
 
 /// OpenAI Codex CLI.
 #[derive(Debug)]
-pub struct Codex;
+pub(crate) struct Codex;
 
 impl Cli for Codex {
     fn name(&self) -> &'static str {

@@ -37,7 +37,7 @@ const PATTERNS: Patterns = Patterns {
 
 /// GitHub Copilot CLI.
 #[derive(Debug)]
-pub struct Copilot;
+pub(crate) struct Copilot;
 
 impl Cli for Copilot {
     fn name(&self) -> &'static str {

@@ -19,7 +19,7 @@ const NONE: Patterns = Patterns {
 
 /// A `--agent-cmd` template.
 #[derive(Debug)]
-pub struct Custom;
+pub(crate) struct Custom;
 
 impl Cli for Custom {
     fn name(&self) -> &'static str {
@@ -51,7 +51,7 @@ impl Cli for Custom {
 }
 
 /// Splits a `--agent-cmd` template into its program and launch.
-pub fn template(template: &str) -> Result<(String, Launch)> {
+pub(crate) fn template(template: &str) -> Result<(String, Launch)> {
     let words = shell_words::split(template).map_err(|e| {
         Error::user(format!("cannot split --agent-cmd `{template}`: {e}")).with_hint(
             "quote arguments as in a shell: --agent-cmd 'prog --flag \"two words\" {prompt}'",

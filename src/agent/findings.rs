@@ -13,20 +13,20 @@ use super::text::{
 };
 
 /// How many characters of a line the activity shows.
-pub const ACTIVITY_CHARS: usize = 120;
+pub(crate) const ACTIVITY_CHARS: usize = 120;
 /// Enough bytes of a line for [`ACTIVITY_CHARS`] characters of any width, and one more.
 pub(super) const ACTIVITY_BYTES: usize = 4 * ACTIVITY_CHARS + 4;
 
 /// One of the last plain lines of a failed attempt, control codes stripped.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TailLine {
-    pub text: String,
-    pub is_stderr: bool,
+pub(crate) struct TailLine {
+    pub(crate) text: String,
+    pub(crate) is_stderr: bool,
 }
 
 /// Everything an attempt reported so far.
 #[derive(Debug)]
-pub struct Findings {
+pub(crate) struct Findings {
     clock: Clock,
     activity: Option<String>,
     activity_changed: bool,
@@ -96,28 +96,29 @@ impl Findings {
         &self.clock
     }
 
+    #[cfg(test)]
     pub(super) fn clock_mut(&mut self) -> &mut Clock {
         &mut self.clock
     }
 
     // ----- read back -----
 
-    pub fn activity(&self) -> Option<&str> {
+    pub(crate) fn activity(&self) -> Option<&str> {
         self.activity.as_deref()
     }
 
     /// Whether activity changed since the last call (for redraws).
-    pub fn take_activity_changed(&mut self) -> bool {
+    pub(crate) fn take_activity_changed(&mut self) -> bool {
         std::mem::take(&mut self.activity_changed)
     }
 
-    pub fn result(&self) -> Option<&AgentResult> {
+    pub(crate) fn result(&self) -> Option<&AgentResult> {
         self.result.as_ref()
     }
 
     /// Tokens and cost the attempt reported, also when it ended on a limit: the result's when
     /// there is one, else what the events added up to.
-    pub fn usage(&self) -> Usage {
+    pub(crate) fn usage(&self) -> Usage {
         if let Some(r) = &self.result {
             return r.usage.clone();
         }
@@ -134,27 +135,30 @@ impl Findings {
         u
     }
 
-    pub fn limit(&self) -> Option<&Limit> {
+    pub(crate) fn limit(&self) -> Option<&Limit> {
         self.limit.as_ref()
     }
 
-    pub fn retrying(&self) -> Option<&Limit> {
+    #[cfg(test)]
+    pub(crate) fn retrying(&self) -> Option<&Limit> {
         self.retrying.as_ref()
     }
 
-    pub fn auth_error(&self) -> Option<&str> {
+    pub(crate) fn auth_error(&self) -> Option<&str> {
         self.auth_error.as_deref()
     }
 
-    pub fn session_id(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn session_id(&self) -> Option<&str> {
         self.session_id.as_deref()
     }
 
-    pub fn premium_requests(&self) -> Option<f64> {
+    #[cfg(test)]
+    pub(crate) fn premium_requests(&self) -> Option<f64> {
         self.premium_requests
     }
 
-    pub fn last_text(&self) -> Option<&str> {
+    pub(crate) fn last_text(&self) -> Option<&str> {
         self.last_text.as_deref()
     }
 
@@ -409,7 +413,7 @@ pub(super) fn raw_text(raw: &[u8]) -> std::borrow::Cow<'_, str> {
 }
 
 /// What a tool call is doing, from its input's most telling field: `Bash: cargo test`.
-pub fn tool_activity(name: &str, input: &Value) -> String {
+pub(crate) fn tool_activity(name: &str, input: &Value) -> String {
     let detail = tool_detail(name, input);
     let detail = first_line(detail.trim());
     if detail.is_empty() {

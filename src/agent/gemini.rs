@@ -23,7 +23,7 @@ fn attempt_failed_429(lower: &str) -> Option<usize> {
 
 /// Google Gemini CLI.
 #[derive(Debug)]
-pub struct Gemini;
+pub(crate) struct Gemini;
 
 impl Cli for Gemini {
     fn name(&self) -> &'static str {

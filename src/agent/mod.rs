@@ -7,14 +7,14 @@
 //! reset-time parser (`reset`), text signals (`signal`) and helpers (`text`); above them, the
 //! [`stream::Observer`] that reads an attempt's output (`crate::proc` runs it).
 
-pub mod cli;
-pub mod findings;
-pub mod output;
+pub(crate) mod cli;
+pub(crate) mod findings;
+pub(crate) mod output;
 mod reset;
-pub mod signal;
-pub mod stream;
+pub(crate) mod signal;
+pub(crate) mod stream;
 mod text;
-pub mod views;
+pub(crate) mod views;
 
 mod claude;
 mod codex;
@@ -28,25 +28,25 @@ mod testkit;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-pub use cli::{Cli, Format, Launch, Output, Part};
+pub(crate) use cli::{Cli, Format, Launch, Part};
 
 use crate::error::{Error, Result};
 use crate::proc::Invocation;
 
 /// A prompt longer than this never travels as one argument (Linux refuses a single argument over
 /// 128 KiB); presets switch to stdin and custom `{prompt}` templates are refused.
-pub const MAX_PROMPT_ARG: usize = 100 * 1024;
+pub(crate) const MAX_PROMPT_ARG: usize = 100 * 1024;
 
 /// How the agent is chosen: a preset name or a custom command template.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AgentChoice {
+pub(crate) enum AgentChoice {
     Preset(String),
     Template(String),
 }
 
 /// The presets, in the order they are listed to the user. Adding a CLI is a file implementing
 /// [`Cli`] and one line here.
-pub const PRESETS: &[&dyn Cli] = &[
+pub(crate) const PRESETS: &[&dyn Cli] = &[
     &copilot::Copilot,
     &claude::Claude,
     &codex::Codex,
@@ -54,19 +54,19 @@ pub const PRESETS: &[&dyn Cli] = &[
 ];
 
 /// The preset named `name`.
-pub fn preset(name: &str) -> Option<&'static dyn Cli> {
+pub(crate) fn preset(name: &str) -> Option<&'static dyn Cli> {
     PRESETS.iter().copied().find(|cli| cli.name() == name)
 }
 
 /// How the observer reads an agent's output: a preset's own format; plain text for `custom` or
 /// anything else.
-pub fn format_for(name: &str) -> Format {
+pub(crate) fn format_for(name: &str) -> Format {
     Format::of(preset(name).unwrap_or(&custom::Custom))
 }
 
 /// Where the prompt goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PromptVia {
+pub(crate) enum PromptVia {
     Argument,
     File,
     Stdin,
@@ -74,26 +74,26 @@ pub enum PromptVia {
 
 /// A resolved agent: how to build its argv for a given prompt.
 #[derive(Debug, Clone)]
-pub struct Agent {
+pub(crate) struct Agent {
     /// `copilot`, `claude`, … or `custom`.
-    pub name: String,
-    pub program: String,
+    pub(crate) name: String,
+    pub(crate) program: String,
     /// The absolute path the program resolved to on PATH.
-    pub resolved: Option<PathBuf>,
+    pub(crate) resolved: Option<PathBuf>,
     /// The CLI: its output format and signals.
-    pub cli: &'static dyn Cli,
+    pub(crate) cli: &'static dyn Cli,
     args: Vec<Part>,
     /// For presets: the argv to use when the prompt goes through stdin.
     stdin_args: Option<Vec<Part>>,
-    pub env: Vec<(String, String)>,
+    pub(crate) env: Vec<(String, String)>,
     /// Things to say once (e.g. `IS_SANDBOX=1` for claude as root).
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 impl Agent {
     /// Resolve the configured agent. `probe` lets a CLI look at the installed program once
     /// (copilot's `--help`, for the permission flag it accepts); dry runs pass false.
-    pub fn resolve(choice: &AgentChoice, probe: bool) -> Result<Agent> {
+    pub(crate) fn resolve(choice: &AgentChoice, probe: bool) -> Result<Agent> {
         let mut agent = match choice {
             AgentChoice::Preset(name) => Self::preset(name)?,
             AgentChoice::Template(t) => Self::template(t)?,
@@ -163,7 +163,7 @@ impl Agent {
     }
 
     /// How this agent receives a prompt of `len` bytes.
-    pub fn prompt_via(&self, len: usize) -> PromptVia {
+    pub(crate) fn prompt_via(&self, len: usize) -> PromptVia {
         let mut via = PromptVia::Stdin;
         for p in &self.args {
             if let Part::Template(t) = p {
@@ -182,7 +182,7 @@ impl Agent {
     }
 
     /// Build the argv for one prompt; `prompt_file` is where the prompt was saved.
-    pub fn invocation(&self, prompt: &str, prompt_file: &Path) -> Result<Invocation> {
+    pub(crate) fn invocation(&self, prompt: &str, prompt_file: &Path) -> Result<Invocation> {
         let via = self.prompt_via(prompt.len());
         if via == PromptVia::Argument && prompt.len() > MAX_PROMPT_ARG {
             return Err(Error::user(format!(
@@ -221,7 +221,7 @@ impl Agent {
 }
 
 /// Find a program on PATH (or at the given path), with the install hint when it is missing.
-pub fn find_program(program: &str) -> Result<PathBuf> {
+pub(crate) fn find_program(program: &str) -> Result<PathBuf> {
     let found = if program.contains('/') {
         let p = PathBuf::from(program);
         is_executable(&p).then_some(p)

@@ -9,19 +9,19 @@ use chrono::{DateTime, Utc};
 
 /// Tokens and cost; zero when unknown.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Usage {
+pub(crate) struct Usage {
     /// Input tokens not read from the cache (Codex's figure has its cached tokens taken out).
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_creation_input_tokens: u64,
-    pub cache_read_input_tokens: u64,
-    pub cost_usd: f64,
-    pub turns: u64,
+    pub(crate) input_tokens: u64,
+    pub(crate) output_tokens: u64,
+    pub(crate) cache_creation_input_tokens: u64,
+    pub(crate) cache_read_input_tokens: u64,
+    pub(crate) cost_usd: f64,
+    pub(crate) turns: u64,
 }
 
 impl Usage {
     /// Adds another usage to this one (for totals across iterations).
-    pub fn add(&mut self, other: &Usage) {
+    pub(crate) fn add(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
         self.cache_creation_input_tokens = self
@@ -35,7 +35,8 @@ impl Usage {
     }
 
     /// All tokens, cached or not.
-    pub fn total_tokens(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn total_tokens(&self) -> u64 {
         self.input_tokens
             .saturating_add(self.output_tokens)
             .saturating_add(self.cache_creation_input_tokens)
@@ -45,23 +46,23 @@ impl Usage {
 
 /// The agent's own account of how the run ended (Claude's `result` event, Copilot's `result`).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct AgentResult {
+pub(crate) struct AgentResult {
     /// Test this, not `subtype`: an API error still says `subtype: "success"`.
-    pub is_error: bool,
-    pub subtype: String,
-    pub api_error_status: Option<u16>,
-    pub session_id: Option<String>,
+    pub(crate) is_error: bool,
+    pub(crate) subtype: String,
+    pub(crate) api_error_status: Option<u16>,
+    pub(crate) session_id: Option<String>,
     /// The final text (Claude's `result`; Copilot: its last assistant message).
-    pub text: String,
-    pub permission_denials: usize,
-    pub duration_ms: Option<u64>,
-    pub usage: Usage,
+    pub(crate) text: String,
+    pub(crate) permission_denials: usize,
+    pub(crate) duration_ms: Option<u64>,
+    pub(crate) usage: Usage,
 }
 
 /// What kind of limit stopped an attempt. Shown and serialised as the word the agent's message
 /// or event gave: `rate_limit`, `usage_limit`, `session_limit`, Claude's `five_hour`, …
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum LimitKind {
+pub(crate) enum LimitKind {
     /// Too many requests (HTTP 429).
     RateLimit,
     /// The plan's usage is used up (`You've hit your usage limit`, `usage_limit_reached`).
@@ -106,7 +107,7 @@ const KIND_WORDS: &[(LimitKind, &str)] = &[
 
 impl LimitKind {
     /// The kind a word names (as the agent spelled it; case and spaces do not matter).
-    pub fn from_word(word: &str) -> LimitKind {
+    pub(crate) fn from_word(word: &str) -> LimitKind {
         let word = word.trim().to_ascii_lowercase().replace([' ', '-'], "_");
         KIND_WORDS
             .iter()
@@ -115,7 +116,7 @@ impl LimitKind {
     }
 
     /// The word: `rate_limit`, `five_hour`, …
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         match self {
             LimitKind::Other(word) => word,
             named => KIND_WORDS
@@ -153,21 +154,21 @@ impl PartialEq<&str> for LimitKind {
 /// A usage or rate limit reported by the agent: the attempt is not an iteration; ralph waits until
 /// `reset_at` (or [`backoff`]) and retries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limit {
+pub(crate) struct Limit {
     /// When the limit lifts, when the agent said so in a form that could be read.
-    pub reset_at: Option<DateTime<Utc>>,
-    pub kind: LimitKind,
+    pub(crate) reset_at: Option<DateTime<Utc>>,
+    pub(crate) kind: LimitKind,
     /// What the agent said, one line, shortened.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// The shortest backoff, whatever `--limit-backoff` says (SPEC §6): a zero base must never make
 /// ralph re-run a limited agent in a tight loop.
-pub const MIN_BACKOFF: Duration = Duration::from_secs(1);
+pub(crate) const MIN_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Backoff when a limit gives no reset time: attempt 1 → `base` (at least [`MIN_BACKOFF`]),
 /// doubling, capped at 30 min.
-pub fn backoff(base: Duration, attempt: u32) -> Duration {
+pub(crate) fn backoff(base: Duration, attempt: u32) -> Duration {
     const CAP: Duration = Duration::from_secs(30 * 60);
     let doublings = attempt.saturating_sub(1).min(16);
     base.max(MIN_BACKOFF)

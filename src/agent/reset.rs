@@ -10,7 +10,7 @@ use super::text::{as_f64, strip_prefix_ci};
 
 /// The moment an attempt is judged at, and the local time zone for times printed without one.
 #[derive(Debug, Clone)]
-pub struct Clock {
+pub(crate) struct Clock {
     now: DateTime<Utc>,
     /// The local time zone (offset, IANA name); detected on first use unless set by
     /// [`Clock::with_local_zone`].
@@ -18,21 +18,22 @@ pub struct Clock {
 }
 
 impl Clock {
-    pub fn new(now: DateTime<Utc>) -> Clock {
+    pub(crate) fn new(now: DateTime<Utc>) -> Clock {
         Clock { now, zone: None }
     }
 
     /// Sets the local time zone used for reset times printed without a zone (or in the named
     /// zone). By default it is the machine's: `Local`'s offset and the name from `TZ`,
     /// `/etc/timezone` or `/etc/localtime`.
-    pub fn with_local_zone(mut self, offset: FixedOffset, name: Option<&str>) -> Clock {
+    #[cfg(test)]
+    pub(crate) fn with_local_zone(mut self, offset: FixedOffset, name: Option<&str>) -> Clock {
         self.zone = Some((offset, name.map(str::to_owned)));
         self
     }
 
     /// Reads when a limit lifts from the text after the signal (`lower` is its ASCII-lowercase
     /// copy, same length).
-    pub fn parse_reset(&mut self, text: &str, lower: &str) -> Option<DateTime<Utc>> {
+    pub(crate) fn parse_reset(&mut self, text: &str, lower: &str) -> Option<DateTime<Utc>> {
         let now = self.now;
         // A JSON field, perhaps inside an escaped JSON string: `"resets_at":1773158400`.
         for key in ["resets_at", "resetsat", "reset_at", "resets_in_seconds"] {
@@ -379,7 +380,7 @@ fn instant(
 }
 
 /// Epoch seconds (or milliseconds) from a JSON value.
-pub fn epoch(v: &Value) -> Option<DateTime<Utc>> {
+pub(crate) fn epoch(v: &Value) -> Option<DateTime<Utc>> {
     let n = as_f64(v)?;
     let secs = if n > 1e11 { n / 1000.0 } else { n };
     if !(0.0..=1e11).contains(&secs) {

@@ -16,7 +16,7 @@ const AUTH_PREFIX_WORDS: &[&str] = &[
 
 /// Where a text to be scanned came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     /// A field the agent uses for errors: a message anywhere in it counts.
     Error,
     /// A plain line of a failed attempt: a message must open the line.
@@ -25,7 +25,7 @@ pub enum Scope {
 
 /// What a message says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Class {
+pub(crate) enum Class {
     Limit,
     /// A rate limit the agent is retrying by itself: informational until it proves final.
     Retry,
@@ -34,32 +34,32 @@ pub enum Class {
 
 /// A message found in a text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Found {
-    pub class: Class,
-    pub kind: LimitKind,
+pub(crate) struct Found {
+    pub(crate) class: Class,
+    pub(crate) kind: LimitKind,
     /// Byte offset of the message in the scanned text.
-    pub at: usize,
+    pub(crate) at: usize,
 }
 
 /// Finds, in the ASCII-lowercased text, a rate limit the CLI retries by itself: the offset of
 /// the message.
-pub type RetryMatcher = fn(&str) -> Option<usize>;
+pub(crate) type RetryMatcher = fn(&str) -> Option<usize>;
 
 /// The limit, retry and login messages one CLI prints. Lowercase patterns.
 #[derive(Debug)]
-pub struct Patterns {
+pub(crate) struct Patterns {
     /// `You've hit your session limit`, `… weekly limit`, `… usage limit`, `… session rate limit`
     /// (the words before `limit` name the kind).
-    pub hit_your_limit: bool,
+    pub(crate) hit_your_limit: bool,
     /// Claude's older `5-hour limit reached ∙ resets 3pm`.
-    pub limit_reached_resets: bool,
-    pub limits: &'static [(&'static str, LimitKind)],
-    pub auth: &'static [&'static str],
-    pub retries: &'static [RetryMatcher],
+    pub(crate) limit_reached_resets: bool,
+    pub(crate) limits: &'static [(&'static str, LimitKind)],
+    pub(crate) auth: &'static [&'static str],
+    pub(crate) retries: &'static [RetryMatcher],
 }
 
 /// The first message of `patterns` in `text` (`lower` is its ASCII-lowercase copy).
-pub fn find(text: &str, lower: &str, scope: Scope, patterns: &Patterns) -> Option<Found> {
+pub(crate) fn find(text: &str, lower: &str, scope: Scope, patterns: &Patterns) -> Option<Found> {
     let plain = scope == Scope::Plain;
     let limit_ok = |at: usize| !plain || plain_limit_ok(text, at);
     let limit = |kind: LimitKind, at: usize| Found {
@@ -151,7 +151,7 @@ fn opener_start(lower: &str, p: usize) -> usize {
 }
 
 /// Where the line holding byte `at` starts.
-pub fn line_start(text: &str, at: usize) -> usize {
+pub(crate) fn line_start(text: &str, at: usize) -> usize {
     text[..at].rfind('\n').map_or(0, |n| n + 1)
 }
 

@@ -6,25 +6,25 @@ use chrono::{DateTime, FixedOffset, Utc};
 use super::cli::{Cli, Format};
 use super::stream::Observer;
 
-pub fn at(s: &str) -> DateTime<Utc> {
+pub(crate) fn at(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
 }
 
-pub fn utc_now() -> DateTime<Utc> {
+pub(crate) fn utc_now() -> DateTime<Utc> {
     at("2026-03-10T09:00:00Z")
 }
 
 /// An observer in a known zone (UTC, named `Etc/UTC`) so no test depends on the machine.
-pub fn observer(format: Format) -> Observer {
+pub(crate) fn observer(format: Format) -> Observer {
     observer_at(format, utc_now())
 }
 
-pub fn observer_at(format: Format, now: DateTime<Utc>) -> Observer {
+pub(crate) fn observer_at(format: Format, now: DateTime<Utc>) -> Observer {
     Observer::new(format, now).with_local_zone(FixedOffset::east_opt(0).unwrap(), Some("Etc/UTC"))
 }
 
 /// An attempt that printed `stdout` and exited 0.
-pub fn observe(format: Format, stdout: &str) -> Observer {
+pub(crate) fn observe(format: Format, stdout: &str) -> Observer {
     let mut o = observer(format);
     o.feed(stdout.as_bytes(), false);
     o.finish(Some(0));
@@ -33,11 +33,11 @@ pub fn observe(format: Format, stdout: &str) -> Observer {
 
 /// An attempt of `cli` (as its preset runs it) whose last lines were `stdout` and `stderr`, and
 /// that exited 1.
-pub fn failed(cli: &'static dyn Cli, stdout: &str, stderr: &str) -> Observer {
+pub(crate) fn failed(cli: &'static dyn Cli, stdout: &str, stderr: &str) -> Observer {
     failed_at(cli, utc_now(), stdout, stderr)
 }
 
-pub fn failed_at(
+pub(crate) fn failed_at(
     cli: &'static dyn Cli,
     now: DateTime<Utc>,
     stdout: &str,
@@ -52,7 +52,7 @@ pub fn failed_at(
 
 /// What an agent at work may well print: prose, code and logs about rate limiters, quotas and
 /// login pages, and every real CLI message quoted as text.
-pub const TALK: &[&str] = &[
+pub(crate) const TALK: &[&str] = &[
     "clients that hit the rate limit now get a 429",
     "Not logged in users are redirected to /login",
     "You've hit your limit · resets 3pm (UTC)",
@@ -74,14 +74,14 @@ pub const TALK: &[&str] = &[
 ];
 
 /// No limit, retry or login failure was seen.
-pub fn assert_no_signal(o: &Observer, what: &str) {
+pub(crate) fn assert_no_signal(o: &Observer, what: &str) {
     assert!(o.limit().is_none(), "{what}: {:?}", o.limit());
     assert!(o.retrying().is_none(), "{what}: {:?}", o.retrying());
     assert!(o.auth_error().is_none(), "{what}: {:?}", o.auth_error());
 }
 
 /// A Claude `--output-format stream-json --verbose` session, as AGENT-CLIS.md describes it.
-pub fn claude_session() -> String {
+pub(crate) fn claude_session() -> String {
     [
         r#"{"type":"system","subtype":"init","cwd":"/work/repo","session_id":"4b1e9c2a-7d3f-4e6b-9a10-2f5c8d7e6a01","tools":["Task","Bash","Glob","Grep","Read","Edit","Write","TodoWrite"],"mcp_servers":[],"model":"claude-sonnet-4-5-20250929","permissionMode":"bypassPermissions","apiKeySource":"ANTHROPIC_API_KEY","claude_code_version":"2.1.197","uuid":"0e3c"}"#,
         r#"{"type":"assistant","message":{"id":"msg_01A","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{"type":"text","text":"I'll start by running the test suite.\nThen fix what fails."}],"stop_reason":null,"usage":{"input_tokens":4,"cache_creation_input_tokens":3120,"cache_read_input_tokens":11890,"output_tokens":8}},"parent_tool_use_id":null,"session_id":"4b1e9c2a-7d3f-4e6b-9a10-2f5c8d7e6a01","uuid":"1a"}"#,
@@ -97,7 +97,7 @@ pub fn claude_session() -> String {
 }
 
 /// A Claude attempt that ended on its session limit.
-pub fn limit_session() -> String {
+pub(crate) fn limit_session() -> String {
     [
         r#"{"type":"system","subtype":"init","session_id":"s-3","model":"claude-opus-4-1"}"#,
         r#"{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"error_status":429,"error":"rate_limit"}"#,

@@ -95,9 +95,10 @@ mod tests {
     use std::cell::RefCell;
 
     use super::*;
+    use crate::agent::Format;
+    use crate::agent::cli::Output;
     use crate::agent::custom::Custom;
     use crate::agent::testkit::observer;
-    use crate::agent::{Format, Output};
 
     /// Writes down what it was shown.
     struct Shown {

@@ -15,7 +15,7 @@ const EXAMPLE_CRITERIA: &[&str] = &[
     "EXAMPLE — replace me: another outcome one iteration can finish (e.g. `cargo test` passes)",
 ];
 
-pub fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
+pub(crate) fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
     let ui = ctx.ui;
     // A box with no text is no criterion (SPEC §3.1): refused here, never silently lost.
     if let Some(i) = args.criteria.iter().position(|c| c.trim().is_empty()) {

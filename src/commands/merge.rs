@@ -4,7 +4,7 @@ use super::Context;
 use crate::error::Result;
 use crate::git::Repo;
 
-pub fn run(ctx: &Context, name: &str) -> Result<i32> {
+pub(crate) fn run(ctx: &Context, name: &str) -> Result<i32> {
     let repo = Repo::discover(&ctx.cwd)?;
     crate::worktree::merge(&repo, name, ctx.ui)
 }

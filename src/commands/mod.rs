@@ -1,10 +1,10 @@
 //! One module per subcommand: `init`, `run` (and `resume`), `status`, `merge`, `watch`.
 
-pub mod init;
-pub mod merge;
-pub mod run;
-pub mod status;
-pub mod watch;
+pub(crate) mod init;
+pub(crate) mod merge;
+pub(crate) mod run;
+pub(crate) mod status;
+pub(crate) mod watch;
 
 use std::path::{Path, PathBuf};
 
@@ -13,15 +13,15 @@ use crate::ui::Ui;
 
 /// What every command gets: where to work and how to talk.
 #[derive(Debug, Clone)]
-pub struct Context {
+pub(crate) struct Context {
     /// The directory given with `-C`, else the current directory (absolute).
-    pub cwd: PathBuf,
-    pub ui: Ui,
+    pub(crate) cwd: PathBuf,
+    pub(crate) ui: Ui,
 }
 
 impl Context {
     /// The context of a command run in `dir` (`-C`), else in the current directory.
-    pub fn new(dir: Option<&Path>, ui: Ui) -> Result<Context> {
+    pub(crate) fn new(dir: Option<&Path>, ui: Ui) -> Result<Context> {
         let cwd = match dir {
             Some(d) => {
                 let dir = d

@@ -9,7 +9,7 @@ use crate::loops::{self, Status};
 use crate::state::{HaltReason, RunState};
 use crate::ui::Ui;
 
-pub fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
+pub(crate) fn run(ctx: &Context, json_out: bool, all: bool) -> Result<i32> {
     let repo = Repo::discover(&ctx.cwd)?;
     if all {
         let entries = loops::all(&repo)?;

@@ -7,7 +7,7 @@ use super::Context;
 use crate::error::{Error, Result};
 use crate::git::Repo;
 
-pub fn run(ctx: &Context) -> Result<i32> {
+pub(crate) fn run(ctx: &Context) -> Result<i32> {
     if !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal()) {
         return Err(Error::user("ralph watch needs a terminal").with_hint(
             "off a terminal, `ralph status --all --json` prints every loop once (run it again to refresh)",

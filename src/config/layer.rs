@@ -15,58 +15,58 @@ use crate::task::document::Frontmatter;
 /// One layer as written in a config file; every key optional, unknown keys rejected.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Layer {
-    pub agent: Option<String>,
-    pub agent_cmd: Option<String>,
-    pub max_iterations: Option<u32>,
-    pub timeout: Option<String>,
-    pub idle_timeout: Option<String>,
-    pub grace: Option<String>,
-    pub test_command: Option<String>,
-    pub completion_promise: Option<String>,
-    pub stuck_threshold: Option<u32>,
-    pub no_commit: Option<bool>,
-    pub verdict_command: Option<String>,
-    pub max_cost: Option<f64>,
-    pub max_wait: Option<String>,
-    pub limit_backoff: Option<String>,
-    pub check_timeout: Option<String>,
-    pub no_verify: Option<bool>,
-    pub max_file_size: Option<String>,
+pub(crate) struct Layer {
+    pub(crate) agent: Option<String>,
+    pub(crate) agent_cmd: Option<String>,
+    pub(crate) max_iterations: Option<u32>,
+    pub(crate) timeout: Option<String>,
+    pub(crate) idle_timeout: Option<String>,
+    pub(crate) grace: Option<String>,
+    pub(crate) test_command: Option<String>,
+    pub(crate) completion_promise: Option<String>,
+    pub(crate) stuck_threshold: Option<u32>,
+    pub(crate) no_commit: Option<bool>,
+    pub(crate) verdict_command: Option<String>,
+    pub(crate) max_cost: Option<f64>,
+    pub(crate) max_wait: Option<String>,
+    pub(crate) limit_backoff: Option<String>,
+    pub(crate) check_timeout: Option<String>,
+    pub(crate) no_verify: Option<bool>,
+    pub(crate) max_file_size: Option<String>,
     /// `[hooks]`: commands run on the loop's events (config files only).
-    pub hooks: Option<HookLayer>,
+    pub(crate) hooks: Option<HookLayer>,
     /// A worktree loop merges back when it completed (`--merge`).
-    pub merge: Option<bool>,
+    pub(crate) merge: Option<bool>,
     /// Every agent attempt under bubblewrap (`--sandbox`); a repository layer can turn it on,
     /// never off.
-    pub sandbox: Option<bool>,
+    pub(crate) sandbox: Option<bool>,
     /// `host` (default) or `none` (`--sandbox-net`); `none` from any layer wins.
-    pub sandbox_net: Option<crate::sandbox::Net>,
+    pub(crate) sandbox_net: Option<crate::sandbox::Net>,
     /// Paths the sandbox leaves writable (the user's own layers only).
-    pub sandbox_writable: Option<Vec<String>>,
+    pub(crate) sandbox_writable: Option<Vec<String>>,
     /// Paths the sandbox hides, besides `~/.ssh`, `~/.aws`, …
-    pub sandbox_hidden: Option<Vec<String>>,
+    pub(crate) sandbox_hidden: Option<Vec<String>>,
     /// Variables the sandboxed agent keeps although the sandbox drops them (`SSH_AUTH_SOCK`,
     /// …; the user's own layers only).
-    pub sandbox_env_keep: Option<Vec<String>>,
+    pub(crate) sandbox_env_keep: Option<Vec<String>>,
 }
 
 /// `[hooks]` of a config file (SPEC §10): a shell command per event, run with the event's JSON
 /// on stdin.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct HookLayer {
-    pub on_iteration: Option<String>,
-    pub on_stuck: Option<String>,
-    pub on_waiting: Option<String>,
-    pub on_halt: Option<String>,
+pub(crate) struct HookLayer {
+    pub(crate) on_iteration: Option<String>,
+    pub(crate) on_stuck: Option<String>,
+    pub(crate) on_waiting: Option<String>,
+    pub(crate) on_halt: Option<String>,
     /// How long each may run (default 30s).
-    pub hook_timeout: Option<String>,
+    pub(crate) hook_timeout: Option<String>,
 }
 
 impl Layer {
     /// The layer given on the command line or through `RALPH_*` variables (clap merges those two).
-    pub fn from_options(o: &RunOptions) -> Layer {
+    pub(crate) fn from_options(o: &RunOptions) -> Layer {
         let dur = |d: &Option<humantime::Duration>| d.map(|d| d.to_string());
         Layer {
             agent: o.agent.clone(),
@@ -97,7 +97,7 @@ impl Layer {
     }
 
     /// The task file's keys (`document::TASK_KEYS`) at the frontmatter's precedence.
-    pub fn from_frontmatter(f: &Frontmatter) -> Layer {
+    pub(crate) fn from_frontmatter(f: &Frontmatter) -> Layer {
         Layer {
             agent: f.agent.clone(),
             agent_cmd: f.agent_cmd.clone(),
@@ -128,7 +128,7 @@ impl Layer {
     }
 
     /// Parse a TOML config file; errors name the file, the line and the key.
-    pub fn parse_toml(path: &Path, text: &str) -> Result<Layer> {
+    pub(crate) fn parse_toml(path: &Path, text: &str) -> Result<Layer> {
         toml::from_str(text).map_err(|e| {
             let line = e
                 .span()
@@ -145,7 +145,7 @@ impl Layer {
     }
 
     /// Read a config file if it exists.
-    pub fn load(path: &Path) -> Result<Option<Layer>> {
+    pub(crate) fn load(path: &Path) -> Result<Option<Layer>> {
         match std::fs::read_to_string(path) {
             Ok(text) => Self::parse_toml(path, &text).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -155,7 +155,7 @@ impl Layer {
 }
 
 /// `~/.config/ralph/config.toml` (or under `$XDG_CONFIG_HOME`).
-pub fn user_config_path() -> Option<PathBuf> {
+pub(crate) fn user_config_path() -> Option<PathBuf> {
     let base = match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
         Some(x) => PathBuf::from(x),
         None => PathBuf::from(std::env::var_os("HOME")?).join(".config"),
@@ -164,7 +164,10 @@ pub fn user_config_path() -> Option<PathBuf> {
 }
 
 /// Collect the file layers below flags and environment, highest first.
-pub fn file_layers(ralph_dir: &Path, frontmatter: Option<&Frontmatter>) -> Result<Vec<Source>> {
+pub(crate) fn file_layers(
+    ralph_dir: &Path,
+    frontmatter: Option<&Frontmatter>,
+) -> Result<Vec<Source>> {
     let mut out = Vec::new();
     if let Some(f) = frontmatter {
         out.push(Source {

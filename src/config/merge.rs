@@ -15,7 +15,7 @@ use crate::agent::AgentChoice;
 use crate::error::{Error, Result};
 
 /// Merge layers, highest first, into the settings of a run.
-pub fn merge(layers: &[Source]) -> Result<Settings> {
+pub(crate) fn merge(layers: &[Source]) -> Result<Settings> {
     let l = Layers(layers);
     let nonzero = |d: Option<Duration>| d.filter(|d| !d.is_zero());
     Ok(Settings {

@@ -14,41 +14,41 @@ use std::time::Duration;
 
 use crate::agent::AgentChoice;
 
-pub use layer::{HookLayer, Layer, file_layers, user_config_path};
-pub use merge::merge;
+pub(crate) use layer::{HookLayer, Layer, file_layers};
+pub(crate) use merge::merge;
 
-pub const DEFAULT_MAX_ITERATIONS: u32 = 50;
-pub const DEFAULT_STUCK_THRESHOLD: u32 = 3;
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
-pub const DEFAULT_AGENT: &str = "copilot";
-pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(6 * 3600);
-pub const DEFAULT_LIMIT_BACKOFF: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_MAX_ITERATIONS: u32 = 50;
+pub(crate) const DEFAULT_STUCK_THRESHOLD: u32 = 3;
+pub(crate) const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_AGENT: &str = "copilot";
+pub(crate) const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(6 * 3600);
+pub(crate) const DEFAULT_LIMIT_BACKOFF: Duration = Duration::from_secs(60);
 /// The shortest backoff after a usage limit (SPEC §6): a `0s` never spins the agent.
-pub const MIN_LIMIT_BACKOFF: Duration = Duration::from_secs(1);
-pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const MIN_LIMIT_BACKOFF: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub(crate) const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A command and whether the repository (which the agent can write) gave it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Command {
-    pub cmd: String,
+pub(crate) struct Command {
+    pub(crate) cmd: String,
     /// From the task file's frontmatter or `.ralph/config.toml`: under `--sandbox` it runs in
     /// the sandbox (SPEC §4).
-    pub from_repo: bool,
+    pub(crate) from_repo: bool,
 }
 
 /// The event hooks of a run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Hooks {
-    pub on_iteration: Option<Command>,
-    pub on_stuck: Option<Command>,
-    pub on_waiting: Option<Command>,
-    pub on_halt: Option<Command>,
+pub(crate) struct Hooks {
+    pub(crate) on_iteration: Option<Command>,
+    pub(crate) on_stuck: Option<Command>,
+    pub(crate) on_waiting: Option<Command>,
+    pub(crate) on_halt: Option<Command>,
 }
 
 impl Hooks {
     /// The hook of an event (`iteration_finished`, `stuck`, `waiting`, `halted`).
-    pub fn for_event(&self, event: &crate::event::Event) -> Option<&Command> {
+    pub(crate) fn for_event(&self, event: &crate::event::Event) -> Option<&Command> {
         use crate::event::Event;
         match event {
             Event::IterationFinished(_) => self.on_iteration.as_ref(),
@@ -62,60 +62,60 @@ impl Hooks {
 
 /// Where a layer came from, for messages.
 #[derive(Debug, Clone)]
-pub struct Source {
-    pub name: String,
-    pub layer: Layer,
+pub(crate) struct Source {
+    pub(crate) name: String,
+    pub(crate) layer: Layer,
     /// The layer comes from the repository (frontmatter, `.ralph/config.toml`): the agent can
     /// have written it.
-    pub from_repo: bool,
+    pub(crate) from_repo: bool,
 }
 
 /// The settings of one run after merging every layer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    pub agent: AgentChoice,
-    pub max_iterations: u32,
-    pub timeout: Option<Duration>,
-    pub idle_timeout: Option<Duration>,
-    pub grace: Duration,
-    pub test_command: Option<String>,
-    pub completion_promise: Option<String>,
-    pub stuck_threshold: u32,
-    pub no_commit: bool,
+pub(crate) struct Settings {
+    pub(crate) agent: AgentChoice,
+    pub(crate) max_iterations: u32,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) grace: Duration,
+    pub(crate) test_command: Option<String>,
+    pub(crate) completion_promise: Option<String>,
+    pub(crate) stuck_threshold: u32,
+    pub(crate) no_commit: bool,
     /// Runs after every iteration (after the tests); its exit code decides (SPEC §3.3).
-    pub verdict_command: Option<String>,
+    pub(crate) verdict_command: Option<String>,
     /// Halt (exit 10) once the agents' reported cost reaches this many USD.
-    pub max_cost: Option<f64>,
+    pub(crate) max_cost: Option<f64>,
     /// The most time the run may spend waiting for usage limits to lift (exit 10 past it).
-    pub max_wait: Duration,
+    pub(crate) max_wait: Duration,
     /// The first wait after a usage limit that names no reset time (doubling, up to 30 min;
     /// never under [`MIN_LIMIT_BACKOFF`]).
-    pub limit_backoff: Duration,
+    pub(crate) limit_backoff: Duration,
     /// The wall-clock limit of each test and verdict command run.
-    pub check_timeout: Duration,
+    pub(crate) check_timeout: Duration,
     /// The test command came from the repository (frontmatter or `.ralph/config.toml`).
-    pub test_command_from_repo: bool,
+    pub(crate) test_command_from_repo: bool,
     /// The verdict command came from the repository.
-    pub verdict_command_from_repo: bool,
+    pub(crate) verdict_command_from_repo: bool,
     /// `[hooks]`: commands run on the loop's events.
-    pub hooks: Hooks,
+    pub(crate) hooks: Hooks,
     /// The most each hook may run.
-    pub hook_timeout: Duration,
+    pub(crate) hook_timeout: Duration,
     /// Skip the repository's pre-commit and commit-msg hooks.
-    pub no_verify: bool,
+    pub(crate) no_verify: bool,
     /// Untracked files over this size stay out of ralph's commits.
-    pub max_file_size: u64,
+    pub(crate) max_file_size: u64,
     /// `--sandbox`: how the sandbox is configured (`None`: off).
-    pub sandbox: Option<crate::sandbox::Config>,
+    pub(crate) sandbox: Option<crate::sandbox::Config>,
     /// The sandbox resolved for the run's repository and agent (set once the repository is
     /// known; `commands/run`).
-    pub sandboxed: Option<std::sync::Arc<crate::sandbox::Sandbox>>,
+    pub(crate) sandboxed: Option<std::sync::Arc<crate::sandbox::Sandbox>>,
 }
 
 impl Settings {
     /// `inv` as ralph runs it: inside the run's sandbox when there is one and `inv` is an agent
     /// or runs on the repository's say (`on_repos_say`); otherwise as it is (SPEC §4).
-    pub fn confine(
+    pub(crate) fn confine(
         &self,
         inv: crate::proc::Invocation,
         on_repos_say: bool,

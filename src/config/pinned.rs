@@ -10,7 +10,7 @@ use crate::error::Result;
 
 impl Settings {
     /// The agent and checks to record for a resume ([`crate::state::Pinned`]).
-    pub fn pinned(&self) -> crate::state::Pinned {
+    pub(crate) fn pinned(&self) -> crate::state::Pinned {
         let (agent, agent_cmd) = match &self.agent {
             AgentChoice::Preset(p) => (Some(p.clone()), None),
             AgentChoice::Template(t) => (None, Some(t.clone())),
@@ -84,7 +84,11 @@ impl Settings {
     /// agent can write that file, so under `--sandbox` it runs in the sandbox (SPEC §4). The
     /// sandbox is part of the run: a resume can turn it on or take its network away, never the
     /// reverse.
-    pub fn keep_pinned(&mut self, pinned: &crate::state::Pinned, layers: &[Source]) -> Result<()> {
+    pub(crate) fn keep_pinned(
+        &mut self,
+        pinned: &crate::state::Pinned,
+        layers: &[Source],
+    ) -> Result<()> {
         if let Some(was) = &pinned.sandbox {
             let config = self.sandbox.get_or_insert(sandbox_config(layers)?);
             if was.net == crate::sandbox::Net::None {

@@ -28,7 +28,7 @@ static TREES: RwLock<Vec<(PathBuf, PathBuf)>> = RwLock::new(Vec::new());
 
 /// Never leave the tree at `root` (a work tree or a git directory) when opening a path inside
 /// it, for the rest of the process.
-pub fn confine(root: &Path) {
+pub(crate) fn confine(root: &Path) {
     let Ok(lexical) = std::path::absolute(root) else {
         return;
     };
@@ -169,7 +169,7 @@ fn parent_of(path: &Path, create: bool) -> std::io::Result<(OwnedFd, std::ffi::O
 }
 
 /// `mkdir -p` inside the tree: every directory created or found beneath its root.
-pub fn create_dir_all(path: &Path) -> std::io::Result<()> {
+pub(crate) fn create_dir_all(path: &Path) -> std::io::Result<()> {
     let Some((root, rel)) = locate(path) else {
         return std::fs::create_dir_all(path);
     };
@@ -201,7 +201,7 @@ pub fn create_dir_all(path: &Path) -> std::io::Result<()> {
 /// Replace `path` whole: a temporary file beside it (never through a link), synced, renamed
 /// over it — a link at `path` is replaced, never written through. The file keeps the mode of
 /// the one it replaces (else `mode`, less the umask).
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
     let (dir, name) = parent_of(path, false)?;
@@ -251,7 +251,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
 
 /// Append to `path` (created when missing) inside its tree: a link to another file of the
 /// tree is followed, a link out of it refused.
-pub fn append(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn append(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let mut f = open(
         path,

@@ -15,8 +15,8 @@
 mod confine;
 mod own;
 
-pub use confine::{append, confine, create_dir_all, write_atomic};
-pub use own::{open_own, own_dir, write_own};
+pub(crate) use confine::{append, confine, create_dir_all, write_atomic};
+pub(crate) use own::{open_own, own_dir, write_own};
 
 use std::io::Read;
 use std::os::unix::fs::FileTypeExt;
@@ -26,11 +26,11 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
 /// The most any Markdown or config file ralph reads may hold.
-pub const MAX_TEXT: u64 = 1024 * 1024;
+pub(crate) const MAX_TEXT: u64 = 1024 * 1024;
 
 /// What a path holds when it is not a regular file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Directory,
     Fifo,
     Socket,
@@ -55,7 +55,7 @@ impl std::fmt::Display for Kind {
 
 /// Why a file could not be read as text.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     #[error("{}: no such file", .0.display())]
     Missing(PathBuf),
     #[error("{}: is {kind}, not a regular file", .path.display())]
@@ -78,14 +78,14 @@ pub enum ReadError {
 
 impl ReadError {
     /// Whether the file is simply not there (deleted or renamed).
-    pub fn is_missing(&self) -> bool {
+    pub(crate) fn is_missing(&self) -> bool {
         matches!(self, ReadError::Missing(_))
     }
 }
 
 /// Open a regular file (or a symlink to one inside its repository) for reading. A FIFO, a
 /// socket, a device or a directory is refused at once; the open never blocks.
-pub fn open_read(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), ReadError> {
+pub(crate) fn open_read(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), ReadError> {
     let io = |source: std::io::Error| ReadError::Io {
         path: path.to_path_buf(),
         source,
@@ -124,7 +124,7 @@ pub fn open_read(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), Read
 
 /// Read a regular file (or a symlink to one) of at most `limit` bytes, opened by
 /// [`open_read`].
-pub fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+pub(crate) fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     let io = |source: std::io::Error| ReadError::Io {
         path: path.to_path_buf(),
         source,
@@ -151,7 +151,7 @@ pub fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
 }
 
 /// [`read_bytes`] as UTF-8 text, with [`MAX_TEXT`] as the limit.
-pub fn read_text(path: &Path) -> Result<String, ReadError> {
+pub(crate) fn read_text(path: &Path) -> Result<String, ReadError> {
     let bytes = read_bytes(path, MAX_TEXT)?;
     String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
@@ -164,7 +164,7 @@ pub fn read_text(path: &Path) -> Result<String, ReadError> {
 }
 
 /// [`read_text`], with a missing file as `None`.
-pub fn read_text_if_exists(path: &Path) -> Result<Option<String>, ReadError> {
+pub(crate) fn read_text_if_exists(path: &Path) -> Result<Option<String>, ReadError> {
     match read_text(path) {
         Ok(t) => Ok(Some(t)),
         Err(ReadError::Missing(_)) => Ok(None),
@@ -192,7 +192,7 @@ fn kind_of_type(ft: std::fs::FileType) -> Kind {
 
 /// Whether `path` is there as a regular file (following symlinks inside its repository), without
 /// reading it.
-pub fn is_regular(path: &Path) -> bool {
+pub(crate) fn is_regular(path: &Path) -> bool {
     confine::open(path, OFlag::O_PATH, Mode::empty())
         .and_then(|f| f.metadata())
         .is_ok_and(|m| m.is_file())

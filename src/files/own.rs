@@ -20,7 +20,7 @@ use super::confine;
 /// is moved aside to `NAME.displaced-PID` and the file created afresh, so ralph's own records go
 /// on. `append`: add to the end; else start empty. The file's parent must be a real directory
 /// ([`own_dir`]).
-pub fn open_own(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
+pub(crate) fn open_own(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
     let open = || {
         let mut flags = OFlag::O_CREAT | OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
         if append {
@@ -59,7 +59,7 @@ pub fn open_own(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
 }
 
 /// Write one of ralph's own files whole, through [`open_own`].
-pub fn write_own(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_own(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     open_own(path, false)?.write_all(bytes)
 }
@@ -69,7 +69,7 @@ pub fn write_own(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// planted is replaced by a directory (the link removed, what it points to left alone); a
 /// component that is a file is an error. Directories above `.ralph` are the repository's and
 /// are created as they are, inside the repository (`confine::create_dir_all`).
-pub fn own_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn own_dir(dir: &Path) -> std::io::Result<()> {
     let owned: Vec<&Path> = {
         let chain: Vec<&Path> = dir.ancestors().collect();
         match chain

@@ -27,13 +27,13 @@ type Rules = std::convert::Infallible;
 
 /// A Landlock ruleset: writes only beneath the repository's directories.
 #[derive(Debug, Clone)]
-pub struct Beneath {
+pub(crate) struct Beneath {
     ruleset: Arc<Rules>,
 }
 
 impl Beneath {
     /// The ruleset for writes beneath `dirs`; `None` where this kernel's Landlock cannot make it.
-    pub fn new(dirs: &[&Path]) -> Option<Beneath> {
+    pub(crate) fn new(dirs: &[&Path]) -> Option<Beneath> {
         #[cfg(target_os = "linux")]
         {
             ruleset(dirs).map(|r| Beneath {
@@ -48,7 +48,7 @@ impl Beneath {
     }
 
     /// `cmd` restricts itself before it runs the program (and so does all it starts).
-    pub fn command(&self, cmd: &mut std::process::Command) {
+    pub(crate) fn command(&self, cmd: &mut std::process::Command) {
         use std::os::unix::process::CommandExt;
         let ruleset = Arc::clone(&self.ruleset);
         // SAFETY: between fork and exec the closure duplicates the ruleset's descriptor, makes
@@ -64,7 +64,7 @@ impl Beneath {
 
     /// `f` on a thread of its own that is restricted first (Landlock restricts a thread and what
     /// it starts; ralph's other threads stay as they are).
-    pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> std::io::Result<R> {
+    pub(crate) fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> std::io::Result<R> {
         let ruleset = &self.ruleset;
         std::thread::scope(|s| {
             s.spawn(move || restrict(ruleset).map(|()| f()))

@@ -27,7 +27,7 @@ fn crc_update(crc: u32, byte: u8) -> u32 {
 }
 
 /// What POSIX `cksum` prints for `bytes`, without the trailing newline: `"{crc} {len}"`.
-pub fn cksum(bytes: &[u8]) -> String {
+pub(crate) fn cksum(bytes: &[u8]) -> String {
     let mut crc = bytes.iter().fold(0u32, |crc, &b| crc_update(crc, b));
     let mut len = bytes.len() as u64;
     while len != 0 {

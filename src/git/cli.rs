@@ -23,19 +23,19 @@ use super::index::Stamp;
 /// ralph as git's file-system monitor (`core.fsmonitor`): the hook command git runs, and what
 /// must happen before each git command so the hook answers with everything that changed.
 #[derive(Clone)]
-pub struct Monitor {
+pub(crate) struct Monitor {
     /// The `core.fsmonitor` value: `'ralph' __fsmonitor 'file'`, run by git through the shell.
-    pub hook: String,
+    pub(crate) hook: String,
     /// Called before each git command: wait for the watcher to see every change made so far,
     /// then write the hook's answers; returns the journal position of the token the hook hands
     /// out to that command.
-    pub prepare: Arc<dyn Fn() -> std::io::Result<u64> + Send + Sync>,
+    pub(crate) prepare: Arc<dyn Fn() -> std::io::Result<u64> + Send + Sync>,
     /// How many paths git, holding the token of a position, would now be answered with;
     /// `None` for "everything".
-    pub changed_since: Arc<dyn Fn(u64) -> Option<usize> + Send + Sync>,
+    pub(crate) changed_since: Arc<dyn Fn(u64) -> Option<usize> + Send + Sync>,
     /// Trust no token handed out so far, whoever presents it: the next answer is
     /// "everything" under a new nonce.
-    pub distrust: Arc<dyn Fn() + Send + Sync>,
+    pub(crate) distrust: Arc<dyn Fn() + Send + Sync>,
 }
 
 impl std::fmt::Debug for Monitor {
@@ -46,21 +46,21 @@ impl std::fmt::Debug for Monitor {
 
 /// The git CLI for one repository.
 #[derive(Debug, Clone)]
-pub struct GitCli {
+pub(crate) struct GitCli {
     git_dir: PathBuf,
     work_tree: PathBuf,
-    pub monitor: Option<Monitor>,
+    pub(crate) monitor: Option<Monitor>,
     /// Under `--sandbox`: the common git directory, pinned. ralph's commands then also do not
     /// look inside submodules (whose configuration the agent can write), and ignore a
     /// `commondir` the agent may have added (see ARCHITECTURE.md, "The sandbox"). Every command
     /// runs no hook and no file-system monitor but ralph's, sandboxed or not.
-    pub sandboxed: Option<PathBuf>,
+    pub(crate) sandboxed: Option<PathBuf>,
     /// Under `--sandbox`: every command writes only beneath the repository (`beneath.rs`).
-    pub beneath: Option<super::Beneath>,
+    pub(crate) beneath: Option<super::Beneath>,
     /// Under `--sandbox`: ralph's own binary where the agent cannot write it, run as the
     /// monitor's hook. A git confined by [`Self::beneath`] cannot execute `/proc/PID/exe` of
     /// an unconfined ralph (Landlock refuses it the access a ptrace would need).
-    pub hook_program: Option<PathBuf>,
+    pub(crate) hook_program: Option<PathBuf>,
     /// The index file as ralph's own git commands last left it (shared by the clones).
     index: Arc<IndexTrust>,
 }
@@ -95,7 +95,7 @@ struct Run {
 }
 
 impl GitCli {
-    pub fn new(git_dir: &Path, work_tree: &Path) -> GitCli {
+    pub(crate) fn new(git_dir: &Path, work_tree: &Path) -> GitCli {
         GitCli {
             git_dir: git_dir.to_path_buf(),
             work_tree: work_tree.to_path_buf(),
@@ -114,13 +114,13 @@ impl GitCli {
 
     /// Whether the index was written by another process since ralph's last git command (or
     /// was there before ralph's first): its caches are not trusted by the next command.
-    pub fn index_foreign(&self) -> bool {
+    pub(crate) fn index_foreign(&self) -> bool {
         *self.index.seen() != self.index.now()
     }
 
     /// Trust no monitor token handed out so far (the configuration git compares with
     /// changed): the next command is answered "everything".
-    pub fn distrust(&self) {
+    pub(crate) fn distrust(&self) {
         if let Some(m) = &self.monitor {
             (m.distrust)();
         }
@@ -218,13 +218,13 @@ impl GitCli {
 
     /// Run `git ARGS` (with `stdin` fed to it), returning its stdout; a non-zero exit is an
     /// error carrying its stderr.
-    pub fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<Vec<u8>, GitError> {
+    pub(crate) fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<Vec<u8>, GitError> {
         self.run_handed(args, stdin).map(|(out, _)| out)
     }
 
     /// [`Self::run`], with the journal position of the token ralph's monitor handed out to
     /// the command (`None` without a monitor).
-    pub fn run_handed(
+    pub(crate) fn run_handed(
         &self,
         args: &[&str],
         stdin: Option<&[u8]>,
@@ -240,7 +240,7 @@ impl GitCli {
     }
 
     /// Run `git ARGS` and return whatever it did.
-    pub fn output(
+    pub(crate) fn output(
         &self,
         args: &[&str],
         stdin: Option<&[u8]>,
@@ -442,17 +442,6 @@ impl Watchdog {
     fn fired(self) -> bool {
         self.thread.join().unwrap_or(false)
     }
-}
-
-/// Whether a `git` program can be run at all.
-pub fn available() -> bool {
-    Command::new("git")
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 #[cfg(test)]

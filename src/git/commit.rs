@@ -11,7 +11,7 @@ use super::{
 
 impl Repo {
     /// Stage like `git add -A` (less what `exclude` keeps out) and commit with the hooks.
-    pub fn commit_with(
+    pub(crate) fn commit_with(
         &mut self,
         message: &str,
         exclude: &dyn Fn(&str, &Path) -> Option<String>,
@@ -32,7 +32,7 @@ impl Repo {
     /// Commit the index as it is on disk, when its tree differs from HEAD's (the first commit
     /// on an unborn branch when it holds anything): the hooks run first (they see the staged
     /// index and may refuse, or rewrite the message, or stage more).
-    pub fn commit_staged(
+    pub(crate) fn commit_staged(
         &mut self,
         message: &str,
         hooks: Option<&HookRunner>,
@@ -42,7 +42,8 @@ impl Repo {
     }
 
     /// `git add -A && git commit` as `identity`, without hooks or guard.
-    pub fn commit_all_as(
+    #[cfg(test)]
+    pub(crate) fn commit_all_as(
         &mut self,
         message: &str,
         identity: &Identity,

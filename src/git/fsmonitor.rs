@@ -16,24 +16,24 @@ use std::path::Path;
 const MAGIC: &str = "ralph-fsmonitor 1";
 
 /// The subcommand git runs as the hook.
-pub const HOOK_COMMAND: &str = "__fsmonitor";
+pub(crate) const HOOK_COMMAND: &str = "__fsmonitor";
 
 /// What the journal says now, written for the hook.
-pub struct Answers<'a> {
-    pub nonce: &'a str,
+pub(crate) struct Answers<'a> {
+    pub(crate) nonce: &'a str,
     /// Tokens below this position may have missed changes: they get `/`.
-    pub floor: u64,
+    pub(crate) floor: u64,
     /// The current position: the token the hook hands out.
-    pub position: u64,
+    pub(crate) position: u64,
     /// `(position, path)` of every change recorded from the floor on; directories end in `/`.
-    pub changes: &'a [(u64, Vec<u8>)],
+    pub(crate) changes: &'a [(u64, Vec<u8>)],
     /// Paths answered in every answer (gitlinks: their commits happen in git directories the
     /// watcher does not see).
-    pub always: &'a [Vec<u8>],
+    pub(crate) always: &'a [Vec<u8>],
 }
 
 /// Write the answers file atomically (temp file and rename in the same directory).
-pub fn write_answers(path: &Path, a: &Answers<'_>) -> std::io::Result<()> {
+pub(crate) fn write_answers(path: &Path, a: &Answers<'_>) -> std::io::Result<()> {
     let mut bytes = format!("{MAGIC}\n{}\n{}\n{}\n", a.nonce, a.floor, a.position).into_bytes();
     for (pos, p) in a.changes {
         bytes.extend_from_slice(pos.to_string().as_bytes());
@@ -56,7 +56,7 @@ pub fn write_answers(path: &Path, a: &Answers<'_>) -> std::io::Result<()> {
 }
 
 /// The hook's answer to git for `version` and `token`, from the answers file's bytes.
-pub fn answer(file: &[u8], version: &str, token: &str) -> Vec<u8> {
+pub(crate) fn answer(file: &[u8], version: &str, token: &str) -> Vec<u8> {
     let everything = |current: &str| {
         let mut out = Vec::new();
         if version == "2" {
@@ -178,7 +178,7 @@ fn asked_by_owner(answers: &Path) -> bool {
 
 /// `ralph __fsmonitor FILE VERSION TOKEN`: print the answer for git; never fails (a problem
 /// answers `/`).
-pub fn hook_main(args: &[std::ffi::OsString]) -> i32 {
+pub(crate) fn hook_main(args: &[std::ffi::OsString]) -> i32 {
     let arg = |i: usize| {
         args.get(i)
             .map(|a| a.to_string_lossy().into_owned())

@@ -23,7 +23,7 @@ impl Repo {
     /// The paths a full walk finds in another state than the monitored status says, sorted
     /// (a new directory git lists as one entry is one path, `dir/`); empty without a monitor,
     /// whose statuses walk in full already.
-    pub fn missed_by_monitor(&self) -> Result<Vec<String>, GitError> {
+    pub(crate) fn missed_by_monitor(&self) -> Result<Vec<String>, GitError> {
         if self.git.monitor.is_none() {
             return Ok(Vec::new());
         }

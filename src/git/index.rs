@@ -85,7 +85,7 @@ impl Repo {
     /// HEAD whose tree was not made of an index in this process) and once more than
     /// [`MAX_UNSAVED`] paths went through the first way, so that cache, which `git status`
     /// and `git diff-index` use too, stays mostly valid.
-    pub fn index_tree(&self) -> Result<Oid, GitError> {
+    pub(crate) fn index_tree(&self) -> Result<Oid, GitError> {
         let path = self.repo.path().join("index");
         let before = Stamp::of(&path);
         if let (Some(now), Some((then, tree))) = (before, self.memo().tree)
@@ -189,7 +189,7 @@ impl Repo {
     /// paths: their commits change in git directories no watcher sees. Read from the index's
     /// tree, so an intent-to-add gitlink (`git add -N`), which has no tree yet, is not among
     /// them.
-    pub fn gitlinks(&self) -> Result<Vec<Vec<u8>>, GitError> {
+    pub(crate) fn gitlinks(&self) -> Result<Vec<Vec<u8>>, GitError> {
         let tree = self.index_tree()?;
         let mut fresh = HashMap::new();
         let links = self.links_under(tree, &mut fresh)?;

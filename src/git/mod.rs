@@ -14,14 +14,14 @@
 
 mod beneath;
 mod cksum;
-pub mod cli;
+pub(crate) mod cli;
 mod commit;
-pub mod fsmonitor;
+pub(crate) mod fsmonitor;
 mod full_walk;
 mod index;
 mod stage;
 mod tree;
-pub mod watch;
+pub(crate) mod watch;
 
 use std::path::{Component, Path, PathBuf};
 use std::thread;
@@ -29,20 +29,21 @@ use std::time::{Duration, Instant};
 
 use git2::{DiffOptions, ErrorCode, Oid, Repository, RepositoryState};
 
-pub use beneath::Beneath;
-pub use cksum::cksum;
+pub(crate) use beneath::Beneath;
+pub(crate) use cksum::cksum;
 use cli::{GitCli, Monitor};
 
 /// Message of the error returned when no repository encloses the directory.
-pub const NOT_A_REPO_MESSAGE: &str = "Git required. Run git init first.";
+#[cfg(test)]
+pub(crate) const NOT_A_REPO_MESSAGE: &str = "Git required. Run git init first.";
 
 /// Identity used when neither the environment nor the configuration names one.
-pub const FALLBACK_NAME: &str = "ralph";
+pub(crate) const FALLBACK_NAME: &str = "ralph";
 /// E-mail used when neither the environment nor the configuration names one.
-pub const FALLBACK_EMAIL: &str = "ralph@localhost";
+pub(crate) const FALLBACK_EMAIL: &str = "ralph@localhost";
 
 /// How long `commit_all` waits for someone else's `index.lock` by default.
-pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 const LOCK_POLL: Duration = Duration::from_millis(25);
 
@@ -102,25 +103,25 @@ pub struct Staged {
     pub tree: Oid,
     /// Repo-relative paths whose content or presence differs from HEAD's tree
     /// (every path when the branch is unborn), sorted.
-    pub changed: Vec<String>,
+    pub(crate) changed: Vec<String>,
     /// Paths left out, with the reason: the commit guard's, and paths git refuses (a FIFO, a
     /// socket, a nested repository without a commit).
-    pub left_out: Vec<(String, String)>,
+    pub(crate) left_out: Vec<(String, String)>,
 }
 
 /// Runs the hooks before a commit: given the work tree and the message, the message to use or
 /// why the commit is refused.
-pub type HookRunner = dyn Fn(&Path, &str) -> Result<String, String>;
+pub(crate) type HookRunner = dyn Fn(&Path, &str) -> Result<String, String>;
 
 /// What [`Repo::commit_with`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommitReport {
+pub(crate) struct CommitReport {
     /// The commit, when one was made.
-    pub outcome: Option<CommitOutcome>,
+    pub(crate) outcome: Option<CommitOutcome>,
     /// Paths the guard kept out of the commit, with the reason.
-    pub left_out: Vec<(String, String)>,
+    pub(crate) left_out: Vec<(String, String)>,
     /// A hook refused the commit: what it said.
-    pub hook_failure: Option<String>,
+    pub(crate) hook_failure: Option<String>,
 }
 
 /// A commit made by [`Repo::commit_all`].
@@ -134,23 +135,23 @@ pub struct CommitOutcome {
 
 /// Author and committer resolved from the environment, configuration or fallback.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// Author name.
-    pub author_name: String,
+    pub(crate) author_name: String,
     /// Author e-mail.
-    pub author_email: String,
+    pub(crate) author_email: String,
     /// Committer name.
-    pub committer_name: String,
+    pub(crate) committer_name: String,
     /// Committer e-mail.
-    pub committer_email: String,
+    pub(crate) committer_email: String,
     /// True when any field fell back to `ralph <ralph@localhost>`.
-    pub used_fallback: bool,
+    pub(crate) used_fallback: bool,
 }
 
 impl Identity {
     /// Resolve the identity like git: `GIT_{AUTHOR,COMMITTER}_{NAME,EMAIL}` from `env`,
     /// then `author.*`/`committer.*`, then `user.*` from `config`, then the fallback.
-    pub fn resolve(
+    pub(crate) fn resolve(
         config: &dyn Fn(&str) -> Option<String>,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Identity {
@@ -245,28 +246,29 @@ impl Repo {
     }
 
     /// Work tree root.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// The underlying git2 repository.
-    pub fn git2(&self) -> &Repository {
+    pub(crate) fn git2(&self) -> &Repository {
         &self.repo
     }
 
     /// Set how long `commit_all` waits for another process's `index.lock` (default 2 s).
-    pub fn set_lock_wait(&mut self, wait: Duration) {
+    #[cfg(test)]
+    pub(crate) fn set_lock_wait(&mut self, wait: Duration) {
         self.lock_wait = wait;
     }
 
     /// Path of the index lock file.
-    pub fn index_lock_path(&self) -> PathBuf {
+    pub(crate) fn index_lock_path(&self) -> PathBuf {
         self.repo.path().join("index.lock")
     }
 
     /// Refuse when an operation is in progress or the index has conflicts, and wait up to
     /// `lock_wait` for someone else's `index.lock` to go away (it is never deleted).
-    pub fn check_ready(&self, lock_wait: Duration) -> Result<(), GitError> {
+    pub(crate) fn check_ready(&self, lock_wait: Duration) -> Result<(), GitError> {
         self.check_refusals()?;
         self.wait_for_lock(lock_wait)
     }
@@ -308,7 +310,7 @@ impl Repo {
         }
     }
 
-    pub fn head(&self) -> Result<Option<CommitInfo>, GitError> {
+    pub(crate) fn head(&self) -> Result<Option<CommitInfo>, GitError> {
         Ok(self.head_commit()?.map(|c| commit_info(&c)))
     }
 
@@ -318,7 +320,7 @@ impl Repo {
 
     /// A configuration value as git sees it (trimmed; `None` when unset or empty), as git
     /// read it at ralph's last status (or now, the first time).
-    pub fn config_value(&self, key: &str) -> Option<String> {
+    pub(crate) fn config_value(&self, key: &str) -> Option<String> {
         self.config()
             .get(&key.to_ascii_lowercase())
             .map(|v| v.trim().to_string())
@@ -353,12 +355,12 @@ impl Repo {
 
     /// The identity git would commit with (the environment, then the configuration), else
     /// `ralph <ralph@localhost>`.
-    pub fn identity(&self) -> Identity {
+    pub(crate) fn identity(&self) -> Identity {
         Identity::resolve(&|k| self.config_value(k), &|var| std::env::var(var).ok())
     }
 
     /// Use ralph's watcher as the git CLI's file-system monitor from now on.
-    pub fn set_monitor(&mut self, monitor: Option<Monitor>) {
+    pub(crate) fn set_monitor(&mut self, monitor: Option<Monitor>) {
         self.git.monitor = monitor;
         self.memo().refreshed = None;
     }
@@ -403,7 +405,7 @@ impl Repo {
     /// confine the writes.
     /// `own_binary`: ralph's binary where the agent cannot write it (the sandbox's), for the
     /// file-system monitor's hook.
-    pub fn sandbox_git(&mut self, common_dir: &Path, own_binary: &Path) -> bool {
+    pub(crate) fn sandbox_git(&mut self, common_dir: &Path, own_binary: &Path) -> bool {
         self.git.sandboxed = Some(common_dir.to_path_buf());
         self.git.hook_program = Some(own_binary.to_path_buf());
         self.confine_writes()
@@ -413,7 +415,7 @@ impl Repo {
     /// refs and reflogs — only beneath its work tree, git directory and common git directory,
     /// never through a link the agent planted there to elsewhere (`beneath.rs`). `false` when
     /// this kernel cannot (Landlock before ABI 2, or none).
-    pub fn confine_writes(&mut self) -> bool {
+    pub(crate) fn confine_writes(&mut self) -> bool {
         let dirs = [self.root.as_path(), self.repo.path(), self.repo.commondir()];
         self.git.beneath = Beneath::new(&dirs);
         self.git.beneath.is_some()
@@ -436,7 +438,7 @@ impl Repo {
     }
 
     /// Bytes `git status --porcelain` (v1) prints, with the user's configuration.
-    pub fn porcelain(&self) -> Result<Vec<u8>, GitError> {
+    pub(crate) fn porcelain(&self) -> Result<Vec<u8>, GitError> {
         self.status(&["--porcelain"])
     }
 
@@ -450,7 +452,7 @@ impl Repo {
     /// that was worth it, written back what it would (see [`Self::status`]). Where nothing
     /// staged this iteration (`--no-commit`), [`Self::fingerprint`] is the iteration's status.
     /// The output is the same.
-    pub fn fingerprint_after_staging(&self) -> Result<String, GitError> {
+    pub(crate) fn fingerprint_after_staging(&self) -> Result<String, GitError> {
         let out = self
             .git
             .run(&["--no-optional-locks", "status", "--porcelain"], None)?;
@@ -458,18 +460,12 @@ impl Repo {
     }
 
     /// The git CLI on this repository.
-    pub fn cli(&self) -> &GitCli {
+    pub(crate) fn cli(&self) -> &GitCli {
         &self.git
     }
 
-    /// True when tracked files differ from HEAD (staged or not); untracked files do not count.
-    pub fn is_dirty_tracked(&self) -> Result<bool, GitError> {
-        let out = self.status(&["--porcelain", "--untracked-files=no"])?;
-        Ok(!out.is_empty())
-    }
-
     /// True when `git status --porcelain` would print anything.
-    pub fn is_dirty(&self) -> Result<bool, GitError> {
+    pub(crate) fn is_dirty(&self) -> Result<bool, GitError> {
         Ok(!self.porcelain()?.is_empty())
     }
 
@@ -500,7 +496,7 @@ impl Repo {
         Ok(paths)
     }
 
-    pub fn head_file(&self, path: &str) -> Result<Option<Vec<u8>>, GitError> {
+    pub(crate) fn head_file(&self, path: &str) -> Result<Option<Vec<u8>>, GitError> {
         let Some(commit) = self.head_commit()? else {
             return Ok(None);
         };

@@ -24,10 +24,10 @@ const MAX_PATHSPECS: usize = 20_000;
 /// One line of `git status --porcelain=v1 -z --no-renames`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Entry {
-    pub x: u8,
-    pub y: u8,
+    pub(crate) x: u8,
+    pub(crate) y: u8,
     /// The path as git printed it (not always UTF-8).
-    pub path: Vec<u8>,
+    pub(crate) path: Vec<u8>,
 }
 
 impl Entry {

@@ -22,8 +22,8 @@ type Relative<'a> = (&'a [u8], Entry);
 /// when the index no longer has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Change {
-    pub path: Vec<u8>,
-    pub new: Entry,
+    pub(crate) path: Vec<u8>,
+    pub(crate) new: Entry,
 }
 
 /// Parse the output of `git diff-index --cached --raw -z --no-renames`: records

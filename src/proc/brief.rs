@@ -9,15 +9,15 @@ use std::time::{Duration, Instant};
 
 /// How a brief command ended.
 #[derive(Debug)]
-pub struct Brief {
+pub(crate) struct Brief {
     /// `None` when it ran past the deadline and was killed.
-    pub status: Option<ExitStatus>,
+    pub(crate) status: Option<ExitStatus>,
     /// stdout, then stderr.
-    pub output: String,
+    pub(crate) output: String,
 }
 
 /// Run `cmd` with stdin closed, collecting its output, killing it after `deadline`.
-pub fn run(cmd: &mut Command, deadline: Duration) -> std::io::Result<Brief> {
+pub(crate) fn run(cmd: &mut Command, deadline: Duration) -> std::io::Result<Brief> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -74,7 +74,7 @@ fn collect(rx: mpsc::Receiver<String>) -> String {
 /// As [`run`], for a command the repository gave (a git hook, which the agent could have
 /// written): under ralph's guard, so nothing it starts outlives it (see `guarded.rs`); at
 /// the deadline its whole tree is killed.
-pub fn run_guarded(cmd: &Command, deadline: Duration) -> std::io::Result<Brief> {
+pub(crate) fn run_guarded(cmd: &Command, deadline: Duration) -> std::io::Result<Brief> {
     use super::guarded::BlockingGuarded;
     let args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
     let cwd = cmd

@@ -51,11 +51,11 @@ fn parse_report(line: &str) -> Option<Report> {
 
 /// How long after SIGKILL was ordered ralph waits for the guard to carry it out before it kills
 /// the guard itself.
-pub const LAST_RESORT: Duration = Duration::from_secs(2);
+pub(crate) const LAST_RESORT: Duration = Duration::from_secs(2);
 
 /// How ralph stops a guarded command: orders to its guard.
 #[derive(Debug)]
-pub struct Orders {
+pub(crate) struct Orders {
     control: Option<std::fs::File>,
     /// The command's process group: signalled directly if the guard is gone.
     group: Option<Pid>,
@@ -63,17 +63,17 @@ pub struct Orders {
     /// command can stop it (`kill -STOP $PPID`); every order continues it first.
     guard: Option<Pid>,
     /// SIGKILL was ordered.
-    pub kill_sent: bool,
+    pub(crate) kill_sent: bool,
 }
 
 impl Orders {
     /// SIGTERM to the command's group and everything it started.
-    pub fn terminate(&mut self) {
+    pub(crate) fn terminate(&mut self) {
         self.send(TERMINATE, Signal::TERM);
     }
 
     /// SIGKILL to all of it.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         self.kill_sent = true;
         self.send(KILL, Signal::KILL);
     }
@@ -82,14 +82,14 @@ impl Orders {
     /// what it guards): SIGKILL to the guard itself. The command dies with it (its parent-death
     /// signal); what the guard had adopted is left to init — better than a supervisor that
     /// never stops.
-    pub fn kill_guard(&mut self) {
+    pub(crate) fn kill_guard(&mut self) {
         if let Some(guard) = self.guard {
             let _ = rustix::process::kill_process(guard, Signal::KILL);
         }
     }
 
     /// Continue a guard the command stopped.
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         if let Some(guard) = self.guard {
             let _ = rustix::process::kill_process(guard, Signal::CONT);
         }
@@ -110,18 +110,18 @@ impl Orders {
 }
 
 /// A command running under its guard.
-pub struct Guarded {
+pub(crate) struct Guarded {
     /// The guard process; its stdout and stderr are the command's.
-    pub guard: tokio::process::Child,
-    pub orders: Orders,
-    pub reports: Reports,
+    pub(crate) guard: tokio::process::Child,
+    pub(crate) orders: Orders,
+    pub(crate) reports: Reports,
     /// The grace the guard gives between SIGTERM and SIGKILL when it finishes.
     grace: Duration,
 }
 
 /// What the guard says, as it says it.
 #[derive(Debug)]
-pub struct Reports {
+pub(crate) struct Reports {
     rx: mpsc::UnboundedReceiver<Report>,
     swept: usize,
 }
@@ -129,7 +129,7 @@ pub struct Reports {
 impl Reports {
     /// Wait for the command to end. If the guard died without saying (killed from inside the
     /// tree), its own status stands in.
-    pub async fn ended(
+    pub(crate) async fn ended(
         &mut self,
         guard: &mut tokio::process::Child,
     ) -> std::io::Result<ExitStatus> {
@@ -235,7 +235,7 @@ impl Guarded {
     /// Start `program args` in `cwd` under a guard that gives it `grace` between SIGTERM and
     /// SIGKILL when it finishes. `configure` sets up the guard's command (stdio, environment),
     /// which the command inherits.
-    pub async fn spawn(
+    pub(crate) async fn spawn(
         program: &std::ffi::OsStr,
         args: &[std::ffi::OsString],
         cwd: &Path,
@@ -272,7 +272,7 @@ impl Guarded {
 
     /// Let the guard finish: everything the command left running gets SIGTERM, and SIGKILL
     /// after the grace; returns how many processes besides the command were still running.
-    pub async fn finish(mut self) -> usize {
+    pub(crate) async fn finish(mut self) -> usize {
         self.orders.wake();
         drop(self.orders.control.take());
         // The sweep takes the grace at most; a guard stopped again by what it guards gets
@@ -297,15 +297,15 @@ impl Guarded {
 
 /// A command under its guard, for blocking code (git hooks): the same guard, read without a
 /// runtime.
-pub struct BlockingGuarded {
-    pub guard: std::process::Child,
-    pub orders: Orders,
+pub(crate) struct BlockingGuarded {
+    pub(crate) guard: std::process::Child,
+    pub(crate) orders: Orders,
     reports: std::io::BufReader<std::io::PipeReader>,
 }
 
 impl BlockingGuarded {
     /// As [`Guarded::spawn`]: `configure` sets up stdio and the environment.
-    pub fn spawn(
+    pub(crate) fn spawn(
         program: &std::ffi::OsStr,
         args: &[std::ffi::OsString],
         cwd: &Path,
@@ -326,7 +326,7 @@ impl BlockingGuarded {
     }
 
     /// Wait until the command ends or `deadline` passes (`None`: it still runs).
-    pub fn ended_by(&mut self, deadline: std::time::Instant) -> Option<ExitStatus> {
+    pub(crate) fn ended_by(&mut self, deadline: std::time::Instant) -> Option<ExitStatus> {
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
@@ -343,7 +343,7 @@ impl BlockingGuarded {
     }
 
     /// As [`Guarded::finish`].
-    pub fn finish(mut self) -> usize {
+    pub(crate) fn finish(mut self) -> usize {
         self.orders.wake();
         drop(self.orders.control.take());
         let mut swept = 0;

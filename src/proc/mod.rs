@@ -7,28 +7,28 @@
 //!
 //! Below `agent/`, `sandbox/`, `hooks` and `config`: nothing here knows which program runs.
 
-pub mod brief;
-pub mod guarded;
-pub mod observe;
-pub mod reaper;
-pub mod relay;
+pub(crate) mod brief;
+pub(crate) mod guarded;
+pub(crate) mod observe;
+pub(crate) mod reaper;
+pub(crate) mod relay;
 mod supervise;
-pub mod tree;
+pub(crate) mod tree;
 
 use std::ffi::OsString;
 
 /// What to spawn: a program, its arguments, what goes to its stdin, its extra environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invocation {
-    pub program: String,
-    pub args: Vec<OsString>,
-    pub stdin: Option<Vec<u8>>,
-    pub env: Vec<(String, String)>,
+pub(crate) struct Invocation {
+    pub(crate) program: String,
+    pub(crate) args: Vec<OsString>,
+    pub(crate) stdin: Option<Vec<u8>>,
+    pub(crate) env: Vec<(String, String)>,
 }
 
 impl Invocation {
     /// The argv for display, with a long prompt abbreviated.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         let mut words = vec![self.program.clone()];
         for a in &self.args {
             let a = a.to_string_lossy();

@@ -69,7 +69,7 @@ impl<'a> Watchers<'a> {
 /// Where the output goes besides the transcript: a watcher that copies it to ralph's own
 /// terminal streams (`--stream`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Echo {
+pub(crate) enum Echo {
     None,
     /// Copy the agent's stdout to ralph's stdout, its stderr to ralph's stderr (`--stream`).
     Stdout,

@@ -32,11 +32,11 @@ use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, WaitOptions, waitid};
 use super::tree;
 
 /// The hidden subcommand the guard runs as.
-pub const GUARD_COMMAND: &str = "__guard";
+pub(crate) const GUARD_COMMAND: &str = "__guard";
 /// Control byte: SIGTERM to the command's group and every descendant.
-pub const TERMINATE: u8 = b'T';
+pub(crate) const TERMINATE: u8 = b'T';
 /// Control byte: SIGKILL to all of them.
-pub const KILL: u8 = b'K';
+pub(crate) const KILL: u8 = b'K';
 /// How long SIGKILLed processes may take to go before the guard stops waiting for them (a
 /// process in uninterruptible sleep dies only when its I/O returns).
 const KILL_WAIT: Duration = Duration::from_secs(5);
@@ -45,7 +45,7 @@ const KILL_WAIT: Duration = Duration::from_secs(5);
 const KILL_REPEAT: Duration = Duration::from_millis(10);
 
 /// The option that spares the command itself from SIGTERM (see [`Args::spare_leader`]).
-pub const SPARE_LEADER: &str = "spare-leader";
+pub(crate) const SPARE_LEADER: &str = "spare-leader";
 
 /// The guard's arguments: `CONTROL_FD REPORT_FD GRACE_MS [spare-leader] -- PROGRAM ARGS…`.
 struct Args {
@@ -83,7 +83,7 @@ fn parse(args: &[OsString]) -> Option<Args> {
 }
 
 /// The guard's body; returns its exit code.
-pub fn main(args: &[OsString]) -> i32 {
+pub(crate) fn main(args: &[OsString]) -> i32 {
     let Some(a) = parse(args) else {
         eprintln!(
             "ralph {GUARD_COMMAND}: CONTROL_FD REPORT_FD GRACE_MS [{SPARE_LEADER}] -- PROGRAM [ARGS...]"

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
@@ -27,15 +27,15 @@ pub(super) const READ: usize = 64 * 1024;
 
 /// Limits of one supervised run.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Limits {
-    pub timeout: Option<Duration>,
-    pub idle_timeout: Option<Duration>,
-    pub grace: Duration,
+pub(crate) struct Limits {
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) grace: Duration,
 }
 
 /// Why ralph stopped the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopCause {
+pub(crate) enum StopCause {
     Timeout,
     IdleTimeout,
     Interrupt,
@@ -43,26 +43,22 @@ pub enum StopCause {
 
 /// How a supervised process ended.
 #[derive(Debug, Clone)]
-pub struct Finished {
+pub(crate) struct Finished {
     /// The exit code, or 128 + signal number when a signal ended it.
-    pub exit_code: i32,
-    pub stopped: Option<StopCause>,
+    pub(crate) exit_code: i32,
+    pub(crate) stopped: Option<StopCause>,
     /// SIGKILL was needed (the grace ran out, a second interrupt, or leaked pipes).
-    pub killed: bool,
+    pub(crate) killed: bool,
     /// A descendant still held stdout/stderr after the process exited.
-    pub leaked_pipes: bool,
+    pub(crate) leaked_pipes: bool,
     /// How many processes it started were still running when it ended (ended by the guard).
-    pub left_running: usize,
-    /// Interrupts received while it ran (including the one that stopped it).
-    pub interrupts: u32,
-    pub duration: Duration,
+    pub(crate) left_running: usize,
     /// The last bytes of stdout (bounded).
-    pub stdout_tail: Vec<u8>,
-    pub output_bytes: u64,
+    pub(crate) stdout_tail: Vec<u8>,
 }
 
 impl Finished {
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.exit_code == 0 && self.stopped.is_none()
     }
 }
@@ -70,7 +66,7 @@ impl Finished {
 /// Which step of a supervised run failed, so the caller can say so: a program that cannot be
 /// started is not a full disk.
 #[derive(Debug, thiserror::Error)]
-pub enum RunError {
+pub(crate) enum RunError {
     /// The program could not be started (not found, not executable, out of processes).
     #[error("failed to spawn the process")]
     Spawn(#[source] std::io::Error),
@@ -94,7 +90,6 @@ pub(crate) async fn run(
     interrupts: &mut Interrupts,
     watchers: Watchers<'_>,
 ) -> Result<Finished, RunError> {
-    let started = Instant::now();
     // Before the first await: a signal that arrives while the command is being started is one
     // this run must act on, not one it has seen.
     let seen_interrupts = interrupts.count();
@@ -114,7 +109,6 @@ pub(crate) async fn run(
         write_error: None,
         tail: Vec::new(),
         stdout_bytes: 0,
-        output_bytes: 0,
     };
     relay.watchers.publish(&Observation::Started);
     let mut run = Supervision::new(limits, seen_interrupts);
@@ -135,10 +129,7 @@ pub(crate) async fn run(
         killed: run.killed,
         leaked_pipes: run.leaked,
         left_running,
-        interrupts: run.interrupts_now - seen_interrupts,
-        duration: started.elapsed(),
         stdout_tail: relay.tail,
-        output_bytes: relay.output_bytes,
     })
 }
 
@@ -168,7 +159,6 @@ pub(super) struct Relay<'t, 'w> {
     /// The last bytes of stdout, once it is over.
     pub(super) tail: Vec<u8>,
     stdout_bytes: u64,
-    output_bytes: u64,
 }
 
 impl Relay<'_, '_> {
@@ -185,7 +175,6 @@ impl Relay<'_, '_> {
             bytes: chunk,
             stderr: is_stderr,
         });
-        self.output_bytes += chunk.len() as u64;
         if !is_stderr {
             self.stdout_bytes += chunk.len() as u64;
         }

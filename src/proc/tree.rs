@@ -7,19 +7,19 @@
 
 /// One process as `/proc/PID/stat` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Proc {
-    pub pid: i32,
-    pub ppid: i32,
-    pub pgid: i32,
+pub(crate) struct Proc {
+    pub(crate) pid: i32,
+    pub(crate) ppid: i32,
+    pub(crate) pgid: i32,
     /// Clock ticks since boot at which it started: with the pid, its identity.
-    pub start: u64,
+    pub(crate) start: u64,
     /// Exited and not yet reaped.
-    pub zombie: bool,
+    pub(crate) zombie: bool,
 }
 
 /// Parse `/proc/PID/stat`. The command name (field 2) is parenthesised and may hold spaces and
 /// parentheses itself, so the fields are counted from its last `)`.
-pub fn parse_stat(stat: &str) -> Option<Proc> {
+pub(crate) fn parse_stat(stat: &str) -> Option<Proc> {
     let open = stat.find('(')?;
     let close = stat.rfind(')')?;
     let pid = stat[..open].trim().parse().ok()?;
@@ -44,7 +44,7 @@ mod imp {
     use super::{Proc, parse_stat};
 
     /// One process, read now; `None` once it is gone.
-    pub fn read(pid: i32) -> Option<Proc> {
+    pub(crate) fn read(pid: i32) -> Option<Proc> {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
             .as_deref()
@@ -62,7 +62,7 @@ mod imp {
     }
 
     /// Every descendant of `root` alive or unreaped now, parents before their children.
-    pub fn descendants(root: i32) -> Vec<Proc> {
+    pub(crate) fn descendants(root: i32) -> Vec<Proc> {
         let mut children: HashMap<i32, Vec<Proc>> = HashMap::new();
         for p in all() {
             children.entry(p.ppid).or_default().push(p);
@@ -80,7 +80,7 @@ mod imp {
 
     /// Send `sig` to `p` if it is still the process that was seen (same pid, same start time).
     /// Returns whether it was signalled.
-    pub fn signal(p: &Proc, sig: Signal) -> bool {
+    pub(crate) fn signal(p: &Proc, sig: Signal) -> bool {
         let Some(pid) = Pid::from_raw(p.pid) else {
             return false;
         };
@@ -102,23 +102,24 @@ mod imp {
 
     use super::Proc;
 
-    pub fn read(_pid: i32) -> Option<Proc> {
+    pub(crate) fn read(_pid: i32) -> Option<Proc> {
         None
     }
 
-    pub fn descendants(_root: i32) -> Vec<Proc> {
+    pub(crate) fn descendants(_root: i32) -> Vec<Proc> {
         Vec::new()
     }
 
-    pub fn signal(_p: &Proc, _sig: Signal) -> bool {
+    pub(crate) fn signal(_p: &Proc, _sig: Signal) -> bool {
         false
     }
 }
 
-pub use imp::{descendants, read, signal};
+pub(crate) use imp::{descendants, signal};
 
 #[cfg(test)]
 mod tests {
+    use super::imp::read;
     use super::*;
 
     #[test]

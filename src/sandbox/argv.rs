@@ -19,23 +19,10 @@ impl Sandbox {
     /// `inv` run inside the sandbox: `bwrap FLAGS -- ralph __confine -- program args…`, stdin
     /// kept, the environment less what the rule drops (`host.rs`). What the host has to cover
     /// (its sockets, ralph's environment) is looked at now, for this attempt.
-    pub fn wrap(&self, inv: Invocation) -> Invocation {
+    pub(crate) fn wrap(&self, inv: Invocation) -> Invocation {
         let layout = self.layout_now();
         let host = Host::now(&Layout::from(&layout), &inv.env, &self.env_keep);
         self.wrap_on(&host, inv)
-    }
-
-    /// A `std::process::Command` for `program ARGS` inside the sandbox (for git hooks).
-    pub fn command(&self, program: &Path, args: &[&std::ffi::OsStr]) -> std::process::Command {
-        let inv = self.wrap(Invocation {
-            program: program.to_string_lossy().into_owned(),
-            args: args.iter().map(|a| a.into()).collect(),
-            stdin: None,
-            env: Vec::new(),
-        });
-        let mut cmd = std::process::Command::new(inv.program);
-        cmd.args(inv.args);
-        cmd
     }
 
     fn layout_now(&self) -> OwnedLayout {

@@ -15,13 +15,13 @@
 use std::ffi::OsString;
 
 /// The hidden subcommand.
-pub const COMMAND: &str = "__confine";
+pub(crate) const COMMAND: &str = "__confine";
 
 /// Its flag: every scope is required.
-pub const SCOPED: &str = "--scoped";
+pub(crate) const SCOPED: &str = "--scoped";
 
 /// Its flag: a directory (the sandbox's private ones) where FIFOs may still be made.
-pub const FIFOS: &str = "--fifos";
+pub(crate) const FIFOS: &str = "--fifos";
 
 /// What `__confine` was told.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -57,7 +57,7 @@ fn parse(args: &[OsString]) -> Args<'_> {
 /// program could not be run (127 when it is not there, 126 otherwise, as a shell does), or the
 /// restriction failed (126). `--scoped`: the kernel has the scopes (ralph probed it outside), so
 /// anything less than all of them is a failure, not a degraded sandbox.
-pub fn main(args: &[OsString]) -> i32 {
+pub(crate) fn main(args: &[OsString]) -> i32 {
     let parsed = parse(args);
     let Some((program, rest)) = parsed.program else {
         eprintln!("ralph {COMMAND}: [{SCOPED}] [{FIFOS} DIR]... -- PROGRAM [ARGS...]");
@@ -143,12 +143,12 @@ fn restrict(_required: bool, _fifos: &[&OsString]) -> Result<(), std::io::Error>
 /// Whether this kernel has the scopes (the probe makes a ruleset and drops it: ralph itself is
 /// not restricted).
 #[cfg(target_os = "linux")]
-pub fn supported() -> bool {
+pub(crate) fn supported() -> bool {
     ruleset(landlock::CompatLevel::HardRequirement, &[]).is_ok()
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn supported() -> bool {
+pub(crate) fn supported() -> bool {
     false
 }
 

@@ -14,18 +14,18 @@ use super::paths::{normal, within};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Private {
     /// `/tmp`, `/run`, and `/var/run` where it is not a link to `/run`.
-    pub dirs: Vec<PathBuf>,
+    pub(crate) dirs: Vec<PathBuf>,
     /// Regular files bound back read-only: what `/etc`'s links lead to inside them
     /// (`/etc/resolv.conf` → `/run/systemd/resolve/stub-resolv.conf`: DNS keeps working).
-    pub files: Vec<PathBuf>,
+    pub(crate) files: Vec<PathBuf>,
     /// The links at the top of `/run`, made again (target, link): `/run/shm`, NixOS's
     /// `/run/current-system`.
-    pub links: Vec<(PathBuf, PathBuf)>,
+    pub(crate) links: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Private {
     /// The host's private directories as they are now.
-    pub fn of_host() -> Private {
+    pub(crate) fn of_host() -> Private {
         let mut dirs: Vec<PathBuf> = ["/tmp", "/run", "/var/run"]
             .iter()
             .filter_map(|d| Path::new(d).canonicalize().ok())
@@ -39,7 +39,7 @@ impl Private {
 
     /// Where ralph's binary is bound for the confinement step: in the private `/run` (else
     /// `/tmp`, which every host has).
-    pub fn confine_at(&self) -> PathBuf {
+    pub(crate) fn confine_at(&self) -> PathBuf {
         let base = if self.dirs.iter().any(|d| d == Path::new("/run")) {
             "/run"
         } else {
@@ -86,26 +86,26 @@ fn top_links(dir: &Path, private: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Host {
     /// Pathname sockets visible inside, to be covered with `/dev/null`.
-    pub sockets: Vec<PathBuf>,
+    pub(crate) sockets: Vec<PathBuf>,
     /// Environment variables to unset.
-    pub unset: Vec<OsString>,
+    pub(crate) unset: Vec<OsString>,
     /// Sockets a variable kept on purpose (`sandbox_env_keep`) names: bound in, reachable.
-    pub passed: Vec<PathBuf>,
+    pub(crate) passed: Vec<PathBuf>,
 }
 
 /// Where the sandbox's mounts put things, for deciding what of the host stays visible.
 pub(super) struct Layout<'a> {
-    pub private: &'a [PathBuf],
+    pub(crate) private: &'a [PathBuf],
     /// Host directories bound in (and so visible even inside a private directory).
-    pub bound: &'a [PathBuf],
-    pub hidden: &'a [PathBuf],
+    pub(crate) bound: &'a [PathBuf],
+    pub(crate) hidden: &'a [PathBuf],
 }
 
 impl Host {
     /// The host now: its bound sockets that `layout` leaves visible, and the variables of
     /// ralph's environment and `extra` (what ralph sets for the command) that the rule drops —
     /// but those `keep` names, which pass on with the socket they name (an ssh agent's).
-    pub fn now(layout: &Layout<'_>, extra: &[(String, String)], keep: &[String]) -> Host {
+    pub(crate) fn now(layout: &Layout<'_>, extra: &[(String, String)], keep: &[String]) -> Host {
         let vars: Vec<(OsString, OsString)> = std::env::vars_os()
             .chain(
                 extra

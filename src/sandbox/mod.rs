@@ -11,12 +11,12 @@
 
 mod argv;
 mod cli_state;
-pub mod confine;
+pub(crate) mod confine;
 mod host;
 mod paths;
 mod repo;
 
-pub use paths::Make;
+pub(crate) use paths::Make;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 
 /// The Debian/Ubuntu/Fedora/Arch package that ships `bwrap`.
-pub const PACKAGE: &str = "bubblewrap";
+pub(crate) const PACKAGE: &str = "bubblewrap";
 
 /// The network inside the sandbox.
 #[derive(
@@ -39,7 +39,7 @@ pub const PACKAGE: &str = "bubblewrap";
     serde::Serialize,
 )]
 #[serde(rename_all = "lowercase")]
-pub enum Net {
+pub(crate) enum Net {
     /// The host's network (the agent needs its model API).
     #[default]
     Host,
@@ -49,21 +49,21 @@ pub enum Net {
 
 /// The merged configuration of the sandbox (SPEC §10): present when it is on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Config {
-    pub net: Net,
+pub(crate) struct Config {
+    pub(crate) net: Net,
     /// `sandbox_writable`: absolute paths (with `~` expanded), from the user's own layers only.
-    pub writable: Vec<PathBuf>,
+    pub(crate) writable: Vec<PathBuf>,
     /// `sandbox_hidden`: absolute paths hidden besides the built-in secrets.
-    pub hidden: Vec<PathBuf>,
+    pub(crate) hidden: Vec<PathBuf>,
     /// `sandbox_env_keep`: variables the agent keeps although the rule drops them (the user's
     /// own layers only).
-    pub env_keep: Vec<String>,
+    pub(crate) env_keep: Vec<String>,
 }
 
 /// The sandbox as `state.json` records it for a resume (SPEC §2.3): on, with this network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Pinned {
-    pub net: Net,
+pub(crate) struct Pinned {
+    pub(crate) net: Net,
 }
 
 /// Hidden whatever the configuration says, when they exist (relative to `$HOME`).
@@ -71,17 +71,17 @@ const SECRETS: &[&str] = &[".ssh", ".aws", ".gnupg", ".config/gcloud", ".netrc"]
 
 /// The repository as the sandbox sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RepoPaths {
-    pub work_tree: PathBuf,
+pub(crate) struct RepoPaths {
+    pub(crate) work_tree: PathBuf,
     /// The git directory (`.git`, or `<common>/worktrees/<name>` for a linked worktree).
-    pub git_dir: PathBuf,
+    pub(crate) git_dir: PathBuf,
     /// The common git directory (the same as `git_dir` but for linked worktrees).
-    pub common_dir: PathBuf,
+    pub(crate) common_dir: PathBuf,
 }
 
 /// A sandbox resolved for one run: every path it binds, checked to exist.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sandbox {
+pub(crate) struct Sandbox {
     bwrap: PathBuf,
     net: Net,
     /// `/tmp`, `/run`, `/var/run` replaced, and what of them stays.
@@ -110,14 +110,14 @@ pub struct Sandbox {
     /// the sandbox's.
     userns: bool,
     /// The repository, for ralph's own git commands.
-    pub repo: RepoPaths,
+    pub(crate) repo: RepoPaths,
 }
 
 impl Sandbox {
     /// Resolve the sandbox for `agent` (a preset name, or `custom`) on `repo`. Creates (unless
     /// `make` is a dry run) the preset's missing state directory (mode 0700), and, empty, what a
     /// CLI or git would run or read that does not exist yet where the agent could write it.
-    pub fn new(
+    pub(crate) fn new(
         config: &Config,
         repo: RepoPaths,
         agent: &str,
@@ -170,12 +170,12 @@ impl Sandbox {
 
     /// ralph's own binary where the agent cannot write it: the installed one, or a private
     /// copy that lives as long as this sandbox.
-    pub fn own_binary(&self) -> &Path {
+    pub(crate) fn own_binary(&self) -> &Path {
         &self.own.path
     }
 
     /// What stays open on this machine that the sandbox would close elsewhere, to say once.
-    pub fn open_here(&self) -> Option<String> {
+    pub(crate) fn open_here(&self) -> Option<String> {
         let mut open = Vec::new();
         if !self.scoped && self.net == Net::Host {
             open.push("this kernel's Landlock has no scopes (Linux 6.12 or later has them): the host's abstract UNIX sockets (X11, some D-Bus buses) stay reachable from the sandbox; `--sandbox-net none` closes them");
@@ -297,7 +297,12 @@ fn split_hidden(paths: Vec<PathBuf>) -> (Vec<PathBuf>, Vec<PathBuf>) {
 }
 
 /// A `sandbox_writable` / `sandbox_hidden` entry: absolute, or `~/…` under `home`.
-pub fn parse_path(source: &str, key: &str, entry: &str, home: Option<&Path>) -> Result<PathBuf> {
+pub(crate) fn parse_path(
+    source: &str,
+    key: &str,
+    entry: &str,
+    home: Option<&Path>,
+) -> Result<PathBuf> {
     let bad = |why: &str| {
         Error::user(format!("{source}: `{key}` entry `{entry}` {why}"))
             .with_hint("write absolute paths, or paths under your home as `~/…`")

@@ -67,7 +67,7 @@ pub(super) fn pinnable(p: &Path, places: &[PathBuf]) -> Result<()> {
 /// Whether what the sandbox needs to exist is made, or only listed (`--dry-run`: the argv shows
 /// the binds, nothing is written).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Make {
+pub(crate) enum Make {
     Create,
     DryRun,
 }

@@ -13,15 +13,15 @@ use crate::error::{Error, Result};
 pub(super) struct RepoBinds {
     /// Bound onto themselves, outer ones first: the work tree, `.ralph`, the git directories
     /// (writable), and the places of the other loops ([`Self::sealed`]).
-    pub pinned: Vec<PathBuf>,
+    pub(crate) pinned: Vec<PathBuf>,
     /// Those of [`Self::pinned`] bound read-only: where git and ralph keep the worktrees of
     /// every loop (`$GIT_COMMON_DIR/worktrees`, `$GIT_COMMON_DIR/ralph/worktrees`), which lie in
     /// the common git directory this loop writes. This loop's own, deeper, is bound writable
     /// after them; another loop's work tree, task file and git directory stay as they are.
-    pub sealed: Vec<PathBuf>,
+    pub(crate) sealed: Vec<PathBuf>,
     /// Bound read-only: git's configuration files in the agent's reach, `.git` files,
     /// `commondir`, `gitdir`, `.ralph/config.toml`.
-    pub read_only: Vec<PathBuf>,
+    pub(crate) read_only: Vec<PathBuf>,
 }
 
 /// The binds for `repo`, where `writable` are the other places the agent can write (the CLI's

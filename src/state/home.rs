@@ -26,14 +26,14 @@ const IDENTITY: &str = "identity";
 
 /// ralph's state directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateHome {
+pub(crate) struct StateHome {
     base: PathBuf,
 }
 
 impl StateHome {
     /// `$XDG_STATE_HOME/ralph` when that is an absolute path, else `$HOME/.local/state/ralph`;
     /// `None` when neither is set.
-    pub fn locate() -> Option<StateHome> {
+    pub(crate) fn locate() -> Option<StateHome> {
         let absolute = |v: std::ffi::OsString| {
             let p = PathBuf::from(v);
             p.is_absolute().then_some(p)
@@ -51,45 +51,50 @@ impl StateHome {
     }
 
     /// A state home at `base` (tests).
-    pub fn at(base: &Path) -> StateHome {
+    #[cfg(test)]
+    pub(crate) fn at(base: &Path) -> StateHome {
         StateHome {
             base: base.to_path_buf(),
         }
     }
 
     /// The state directory itself.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.base
     }
 
     /// The records of one work tree, whose git directory is `git_dir`: created (mode 0700)
     /// when missing, and started afresh when they were made for another git directory at the
     /// same place.
-    pub fn tree(&self, work_tree: &Path, git_dir: &Path) -> std::io::Result<Keyed> {
+    pub(crate) fn tree(&self, work_tree: &Path, git_dir: &Path) -> std::io::Result<Keyed> {
         Keyed::open(&self.base.join("trees"), work_tree, git_dir)
     }
 
     /// The records of one work tree when they exist for its git directory now: nothing is
     /// created or set aside (a reader that writes nothing).
-    pub fn find_tree(&self, work_tree: &Path, git_dir: &Path) -> Option<Keyed> {
+    pub(crate) fn find_tree(&self, work_tree: &Path, git_dir: &Path) -> Option<Keyed> {
         Keyed::find(&self.base.join("trees"), work_tree, git_dir)
     }
 
     /// The records of one repository (its loops), keyed by its common git directory.
-    pub fn repo(&self, common_dir: &Path) -> std::io::Result<Keyed> {
+    pub(crate) fn repo(&self, common_dir: &Path) -> std::io::Result<Keyed> {
         Keyed::open(&self.base.join("repos"), common_dir, common_dir)
     }
 
     /// The records of one repository when they exist for its common git directory now:
     /// nothing is created or set aside.
-    pub fn find_repo(&self, common_dir: &Path) -> Option<Keyed> {
+    pub(crate) fn find_repo(&self, common_dir: &Path) -> Option<Keyed> {
         Keyed::find(&self.base.join("repos"), common_dir, common_dir)
     }
 
     /// The records of the work tree at `work_tree`, found from its path: opened (`create`, a
     /// run) or only found (a reader). `Ok(None)` when no repository has its root there, or,
     /// not creating, when there are no records yet.
-    pub fn records_of(&self, work_tree: &Path, create: bool) -> std::io::Result<Option<Keyed>> {
+    pub(crate) fn records_of(
+        &self,
+        work_tree: &Path,
+        create: bool,
+    ) -> std::io::Result<Option<Keyed>> {
         let Some(git_dir) = git_dir_of(work_tree) else {
             return Ok(None);
         };
@@ -98,15 +103,6 @@ impl StateHome {
         } else {
             Ok(self.find_tree(work_tree, &git_dir))
         }
-    }
-}
-
-/// [`StateHome::records_of`] in the state home of this process's environment; `Ok(None)`
-/// without one.
-pub fn records_of(work_tree: &Path, create: bool) -> std::io::Result<Option<Keyed>> {
-    match StateHome::locate() {
-        Some(home) => home.records_of(work_tree, create),
-        None => Ok(None),
     }
 }
 
@@ -134,7 +130,7 @@ fn git_dir_of(work_tree: &Path) -> Option<PathBuf> {
 
 /// One keyed directory of the state home.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Keyed {
+pub(crate) struct Keyed {
     dir: PathBuf,
 }
 
@@ -175,12 +171,13 @@ impl Keyed {
     }
 
     /// The directory.
-    pub fn path(&self) -> &Path {
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &Path {
         &self.dir
     }
 
     /// A file or directory in it.
-    pub fn join(&self, name: &str) -> PathBuf {
+    pub(crate) fn join(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
 }

@@ -21,23 +21,23 @@ const OWN: &str = "lock";
 const PROBE_WAIT: Duration = Duration::from_millis(100);
 
 /// Where the lock of the work tree whose git directory is `git_dir` lives in that directory.
-pub fn lock_path(git_dir: &Path) -> PathBuf {
+pub(crate) fn lock_path(git_dir: &Path) -> PathBuf {
     git_dir.join("ralph.lock")
 }
 
 /// The locks of one work tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TreeLocks {
+pub(crate) struct TreeLocks {
     /// ralph's own, in its state home: the lock that decides. `None` when there is no state
     /// home, or (found by a reader) no records of this work tree yet.
-    pub own: Option<PathBuf>,
+    pub(crate) own: Option<PathBuf>,
     /// The one in the git directory.
-    pub git: PathBuf,
+    pub(crate) git: PathBuf,
 }
 
 impl TreeLocks {
     /// The locks of the work tree at `work_tree` as a reader finds them: nothing is created.
-    pub fn find(work_tree: &Path, git_dir: &Path) -> TreeLocks {
+    pub(crate) fn find(work_tree: &Path, git_dir: &Path) -> TreeLocks {
         let own = StateHome::locate()
             .and_then(|h| h.find_tree(work_tree, git_dir))
             .map(|k| k.join(OWN));
@@ -49,7 +49,7 @@ impl TreeLocks {
 
     /// The pid of the supervisor holding a lock of the work tree now (`Some(None)` when the
     /// holder did not say), ralph's own lock first; `None` when nobody holds either.
-    pub fn holder(&self) -> Option<Option<u32>> {
+    pub(crate) fn holder(&self) -> Option<Option<u32>> {
         self.own
             .iter()
             .chain([&self.git])
@@ -60,7 +60,7 @@ impl TreeLocks {
 
 /// The advisory locks held by a running supervisor (std's `File::try_lock`): the kernel
 /// releases them when the holder dies, so a crash never leaves a stale lock.
-pub struct Lock {
+pub(crate) struct Lock {
     _files: Vec<File>,
 }
 
@@ -69,7 +69,7 @@ impl Lock {
     /// directory's. Held by another process, either is an error naming its pid. Without a state
     /// home, or when it cannot be written, the git directory's lock is the only one taken — but
     /// ralph's own, held by another, still refuses — and the returned warning says so.
-    pub fn acquire_tree(work_tree: &Path, git_dir: &Path) -> Result<(Lock, Option<String>)> {
+    pub(crate) fn acquire_tree(work_tree: &Path, git_dir: &Path) -> Result<(Lock, Option<String>)> {
         let mut files = Vec::new();
         let mut warning = None;
         match StateHome::locate() {
@@ -96,7 +96,8 @@ impl Lock {
     }
 
     /// Take the lock at `path` alone.
-    pub fn acquire(path: &Path) -> Result<Lock> {
+    #[cfg(test)]
+    pub(crate) fn acquire(path: &Path) -> Result<Lock> {
         Ok(Lock {
             _files: vec![take(path)?],
         })
@@ -105,7 +106,7 @@ impl Lock {
     /// Whether some process holds the lock now (without taking it for long).
     /// The file is opened as any the agent can touch: a FIFO the agent put in place of
     /// `$GIT_DIR/ralph.lock` is refused, never waited on (`ralph status` hung on one).
-    pub fn is_held(path: &Path) -> bool {
+    pub(crate) fn is_held(path: &Path) -> bool {
         let Ok((file, _)) = crate::files::open_read(path) else {
             return false;
         };

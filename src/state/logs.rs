@@ -8,14 +8,14 @@ use std::path::Path;
 use crate::error::{Error, Result};
 
 /// The most of one log line a tail read returns; a longer line is cut, its end kept.
-pub const MAX_SHOWN_LINE: usize = 2048;
+pub(crate) const MAX_SHOWN_LINE: usize = 2048;
 /// The most a tail read looks at, from the end of the file.
 const TAIL_WINDOW_MAX: u64 = 256 * 1024;
 
 /// Append one line to a log in one write, so a crash never leaves half a record in the middle.
 /// A log whose last line was torn (a crash mid-write left no newline) gets the newline first, so
 /// the new record starts on its own line.
-pub fn append_line(path: &Path, line: &str) -> Result<()> {
+pub(crate) fn append_line(path: &Path, line: &str) -> Result<()> {
     let mut f = crate::files::open_own(path, true).map_err(|e| Error::file("open", path, e))?;
     let len = f
         .metadata()
@@ -42,7 +42,7 @@ pub fn append_line(path: &Path, line: &str) -> Result<()> {
 /// The log is opened as any file an agent can touch (`files::open_read`): a FIFO is refused, never
 /// waited on, and a link out of the repository is never followed (a transcript linked to
 /// `~/.ssh/id_rsa` would hand its last lines to the next prompt).
-pub fn tail_lines(path: &Path, n: usize) -> Result<Vec<String>> {
+pub(crate) fn tail_lines(path: &Path, n: usize) -> Result<Vec<String>> {
     let (mut f, meta) = match crate::files::open_read(path) {
         Ok(opened) => opened,
         Err(e) if e.is_missing() => return Ok(Vec::new()),

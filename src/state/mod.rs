@@ -15,17 +15,15 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-pub use home::{Keyed, StateHome, records_of};
-pub use lock::{Lock, TreeLocks, lock_path};
-pub use logs::{MAX_SHOWN_LINE, append_line, tail_lines};
-pub use run_state::{
-    HaltReason, Limits, Mode, Pinned, Recorded, RunState, SCHEMA_VERSION, valid_run_id,
-};
+pub(crate) use home::{Keyed, StateHome};
+pub(crate) use lock::{Lock, TreeLocks};
+pub(crate) use logs::{append_line, tail_lines};
+pub(crate) use run_state::{HaltReason, Limits, Mode, Pinned, Recorded, RunState, SCHEMA_VERSION};
 
-pub const DIR: &str = ".ralph";
+pub(crate) const DIR: &str = ".ralph";
 
 /// What `.ralph/.gitignore` keeps out of git: the runtime files.
-pub const GITIGNORE: &str = "\
+pub(crate) const GITIGNORE: &str = "\
 # Written by ralph: runtime files stay out of git.
 # progress.md and guardrails.md are the agent's memory across fresh contexts: commit them.
 activity.log
@@ -39,7 +37,7 @@ lock
 .tmp-*
 ";
 
-pub const GUARDRAILS: &str = "\
+pub(crate) const GUARDRAILS: &str = "\
 # RALPH Guardrails
 
 Rules and lessons learned across iterations. Each \"Sign\" prevents repeating mistakes.
@@ -56,38 +54,38 @@ Rules and lessons learned across iterations. Each \"Sign\" prevents repeating mi
 
 /// Paths inside `.ralph/`.
 #[derive(Debug, Clone)]
-pub struct RalphDir {
-    pub path: PathBuf,
+pub(crate) struct RalphDir {
+    pub(crate) path: PathBuf,
 }
 
 impl RalphDir {
-    pub fn new(root: &Path) -> RalphDir {
+    pub(crate) fn new(root: &Path) -> RalphDir {
         RalphDir {
             path: root.join(DIR),
         }
     }
-    pub fn progress(&self) -> PathBuf {
+    pub(crate) fn progress(&self) -> PathBuf {
         self.path.join("progress.md")
     }
-    pub fn guardrails(&self) -> PathBuf {
+    pub(crate) fn guardrails(&self) -> PathBuf {
         self.path.join("guardrails.md")
     }
-    pub fn activity_log(&self) -> PathBuf {
+    pub(crate) fn activity_log(&self) -> PathBuf {
         self.path.join("activity.log")
     }
-    pub fn iterations_log(&self) -> PathBuf {
+    pub(crate) fn iterations_log(&self) -> PathBuf {
         self.path.join("iterations.log")
     }
-    pub fn state_file(&self) -> PathBuf {
+    pub(crate) fn state_file(&self) -> PathBuf {
         self.path.join("state.json")
     }
-    pub fn run_dir(&self, run_id: &str) -> PathBuf {
+    pub(crate) fn run_dir(&self, run_id: &str) -> PathBuf {
         self.path.join("runs").join(run_id)
     }
 
     /// Make sure ralph's runtime files can be written and stay ignored, even if the agent
     /// deleted `.ralph/` (the logs start again; nothing else is recreated).
-    pub fn ensure_runtime(&self) -> Result<()> {
+    pub(crate) fn ensure_runtime(&self) -> Result<()> {
         create_private_dir(&self.path)?;
         let ignore = self.path.join(".gitignore");
         if !ignore.exists() {
@@ -99,7 +97,7 @@ impl RalphDir {
 
     /// Create `.ralph/` (mode 0700) and every file that is missing; existing files are kept.
     /// Returns the files it created.
-    pub fn scaffold(
+    pub(crate) fn scaffold(
         &self,
         task_name: &str,
         total: usize,
@@ -135,15 +133,15 @@ impl RalphDir {
 }
 
 /// `mkdir -p` with mode 0700 for the last component (transcripts can hold secrets).
-pub fn create_private_dir(path: &Path) -> Result<()> {
+pub(crate) fn create_private_dir(path: &Path) -> Result<()> {
     crate::files::own_dir(path).map_err(|e| Error::file("create directory", path, e))
 }
 
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     chrono::Local::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, false)
 }
 
-pub fn initial_progress(total: usize) -> String {
+pub(crate) fn initial_progress(total: usize) -> String {
     format!(
         "# RALPH Progress\n\n{}\n## Iteration Log\n<!-- Each iteration appends here -->\n",
         crate::task::status_block::status_block(0, 0, total, "Not started")
@@ -151,7 +149,7 @@ pub fn initial_progress(total: usize) -> String {
 }
 
 /// Write a file atomically: temp file in the same directory, fsync, rename (`files::write_atomic`).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     if dir.file_name().is_some_and(|n| n == DIR) {
         // `.ralph` itself may have become the agent's symlink since ralph last looked.

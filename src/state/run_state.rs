@@ -13,11 +13,11 @@ use crate::iter_record::IterKey;
 
 /// The version of `state.json` this ralph writes. Version 1 files are read too (every field
 /// added since has a default); a newer version is refused so no field it knows is lost.
-pub const SCHEMA_VERSION: u32 = 2;
+pub(crate) const SCHEMA_VERSION: u32 = 2;
 
 /// How a run works its task (SPEC §2.2), as `status` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Mode {
+pub(crate) enum Mode {
     #[serde(rename = "checklist")]
     Checklist,
     #[serde(rename = "table")]
@@ -29,7 +29,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Mode::Checklist => "checklist",
             Mode::Table => "table",
@@ -39,7 +39,7 @@ impl Mode {
     }
 
     /// What the figures of this mode count, for display.
-    pub fn unit(self) -> &'static str {
+    pub(crate) fn unit(self) -> &'static str {
         match self {
             Mode::Checklist => "criteria",
             Mode::Table => "tasks",
@@ -57,7 +57,7 @@ impl std::fmt::Display for Mode {
 /// Why a run halted: the `halt_reason` of `ralph status --json` (SPEC §2.4), with its exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum HaltReason {
+pub(crate) enum HaltReason {
     Complete,
     MaxIterations,
     Stalled,
@@ -72,7 +72,7 @@ pub enum HaltReason {
 }
 
 impl HaltReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             HaltReason::Complete => "complete",
             HaltReason::MaxIterations => "max_iterations",
@@ -89,7 +89,7 @@ impl HaltReason {
     }
 
     /// The exit code of a run that halts for this reason (SPEC §6).
-    pub fn exit_code(self) -> i32 {
+    pub(crate) fn exit_code(self) -> i32 {
         match self {
             HaltReason::Complete => exit::COMPLETE,
             HaltReason::MaxIterations => exit::MAX_ITERATIONS,
@@ -113,7 +113,7 @@ impl std::fmt::Display for HaltReason {
 }
 
 /// A run id is a plain name (SPEC §7): it names a directory under `.ralph/runs/`.
-pub fn valid_run_id(id: &str) -> bool {
+pub(crate) fn valid_run_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 64
         && id
@@ -123,89 +123,89 @@ pub fn valid_run_id(id: &str) -> bool {
 
 /// `state.json`: what `status` reports and what a resume restores.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunState {
-    pub schema_version: u32,
-    pub run_id: String,
-    pub task: String,
-    pub task_file: String,
-    pub mode: Mode,
+pub(crate) struct RunState {
+    pub(crate) schema_version: u32,
+    pub(crate) run_id: String,
+    pub(crate) task: String,
+    pub(crate) task_file: String,
+    pub(crate) mode: Mode,
     /// The resolved targets (CPM epics or spec; the table's PRD and progress files), so a
     /// resume works on the same ones.
     #[serde(default)]
-    pub targets: Vec<String>,
-    pub pid: u32,
-    pub running: bool,
-    pub started_at: String,
-    pub updated_at: String,
-    pub iteration: u32,
-    pub max_iterations: u32,
-    pub done: usize,
-    pub total: usize,
-    pub best_done: usize,
-    pub no_progress_streak: u32,
+    pub(crate) targets: Vec<String>,
+    pub(crate) pid: u32,
+    pub(crate) running: bool,
+    pub(crate) started_at: String,
+    pub(crate) updated_at: String,
+    pub(crate) iteration: u32,
+    pub(crate) max_iterations: u32,
+    pub(crate) done: usize,
+    pub(crate) total: usize,
+    pub(crate) best_done: usize,
+    pub(crate) no_progress_streak: u32,
     /// The criteria unchecked at the start of the run (normalised): each must stay.
-    pub baseline: Vec<String>,
+    pub(crate) baseline: Vec<String>,
     /// The criteria already checked at the start (normalised), so twins stay distinct.
     #[serde(default)]
-    pub baseline_checked: Vec<String>,
+    pub(crate) baseline_checked: Vec<String>,
     /// Unchecked task items outside the criteria section at the start (normalised).
     #[serde(default)]
-    pub baseline_outside: Vec<String>,
-    pub last_keys: Vec<IterKey>,
+    pub(crate) baseline_outside: Vec<String>,
+    pub(crate) last_keys: Vec<IterKey>,
     #[serde(default)]
-    pub verdict_failures: u32,
+    pub(crate) verdict_failures: u32,
     /// Fingerprints of the verdict figures this run has seen (progress means unseen figures).
     #[serde(default)]
-    pub seen_figures: Vec<String>,
-    pub halt_reason: Option<HaltReason>,
-    pub exit_code: Option<i32>,
-    pub cost_usd: f64,
+    pub(crate) seen_figures: Vec<String>,
+    pub(crate) halt_reason: Option<HaltReason>,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) cost_usd: f64,
     #[serde(default)]
-    pub input_tokens: u64,
+    pub(crate) input_tokens: u64,
     #[serde(default)]
-    pub output_tokens: u64,
+    pub(crate) output_tokens: u64,
     /// Seconds spent waiting for agents' usage limits to lift.
     #[serde(default)]
-    pub waited_s: f64,
+    pub(crate) waited_s: f64,
     /// Where the ITER records go when not `.ralph/iterations.log` (CPM mode), repo-relative.
     #[serde(default)]
-    pub iterations_log: Option<String>,
+    pub(crate) iterations_log: Option<String>,
     /// What the last iteration's checks said (failing tests, a refused commit), for the next
     /// prompt; bounded.
     #[serde(default)]
-    pub feedback: Option<String>,
+    pub(crate) feedback: Option<String>,
     /// Criteria the agent annotated when it checked them (`baseline → as written`), for review.
     #[serde(default)]
-    pub annotations: Vec<String>,
+    pub(crate) annotations: Vec<String>,
     /// What the run was started with that a resume keeps (SPEC §2.3: the same run), unless a
     /// flag of the resume says otherwise. `None` in a state from an older ralph.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pinned: Option<Pinned>,
+    pub(crate) pinned: Option<Pinned>,
 }
 
 /// The agent and the checks a run was started with. A resume takes them from here, not from
 /// today's files: a task file the agent edited (`test_command: "true"`) or a flag not repeated
 /// (`--test-command`, `--agent-cmd`) must not change what judges the run it continues.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Pinned {
+pub(crate) struct Pinned {
     /// A preset's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// A custom command template (`--agent-cmd`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_cmd: Option<String>,
+    pub(crate) agent_cmd: Option<String>,
     /// Whatever its source, a command kept here runs as the repository's on resume (the agent
     /// can write `state.json`): in the sandbox under `--sandbox`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub test_command: Option<String>,
+    pub(crate) test_command: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verdict_command: Option<String>,
+    pub(crate) verdict_command: Option<String>,
     /// The run's sandbox (`--sandbox`): a resume runs in it too, whatever its flags say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<crate::sandbox::Pinned>,
+    pub(crate) sandbox: Option<crate::sandbox::Pinned>,
     /// The run's budgets and limits: a resume keeps them unless its own flags give one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limits: Option<Limits>,
+    pub(crate) limits: Option<Limits>,
 }
 
 /// What bounds a run and its agent (SPEC §6) and guards its commits, as it was started. The task file and
@@ -213,40 +213,40 @@ pub struct Pinned {
 /// `max_cost` (or timeout, stuck threshold, or dropped the completion promise) must not have
 /// the run it continues spend, wait or trust more. Durations in milliseconds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Limits {
+pub(crate) struct Limits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_cost: Option<f64>,
-    pub max_wait_ms: u64,
+    pub(crate) max_cost: Option<f64>,
+    pub(crate) max_wait_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
+    pub(crate) timeout_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub idle_timeout_ms: Option<u64>,
-    pub check_timeout_ms: u64,
-    pub stuck_threshold: u32,
+    pub(crate) idle_timeout_ms: Option<u64>,
+    pub(crate) check_timeout_ms: u64,
+    pub(crate) stuck_threshold: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completion_promise: Option<String>,
+    pub(crate) completion_promise: Option<String>,
     /// The guards of the commits: the repository's hooks skipped, no commits, the commit
     /// guard's size limit (`.ralph/config.toml` sets them, and the agent can create that file).
     #[serde(default)]
-    pub no_verify: bool,
+    pub(crate) no_verify: bool,
     #[serde(default)]
-    pub no_commit: bool,
+    pub(crate) no_commit: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_file_size: Option<u64>,
+    pub(crate) max_file_size: Option<u64>,
 }
 
 /// What is recorded of a work tree's run (SPEC §11): ralph's own record when it has one, and
 /// why `.ralph/state.json` was not taken as it is, when it was not.
 #[derive(Debug)]
-pub struct Recorded {
-    pub state: Option<RunState>,
-    pub warning: Option<String>,
+pub(crate) struct Recorded {
+    pub(crate) state: Option<RunState>,
+    pub(crate) warning: Option<String>,
 }
 
 impl RunState {
     /// The run recorded for the work tree whose `state.json` is `path` ([`RunState::recorded`]),
     /// the warning logged.
-    pub fn load(path: &Path) -> Result<Option<RunState>> {
+    pub(crate) fn load(path: &Path) -> Result<Option<RunState>> {
         let r = Self::recorded(path)?;
         if let Some(w) = &r.warning {
             tracing::warn!("{w}");
@@ -260,7 +260,7 @@ impl RunState {
     /// record (no state directory; a repository moved; a run an older ralph started)
     /// `state.json` is all there is. Either file, when unreadable, from a newer ralph or
     /// naming its run otherwise than plainly, is an error naming it (and left as it is).
-    pub fn recorded(path: &Path) -> Result<Recorded> {
+    pub(crate) fn recorded(path: &Path) -> Result<Recorded> {
         Self::recorded_in(StateHome::locate().as_ref(), path)
     }
 
@@ -298,7 +298,7 @@ impl RunState {
     /// Write the state: ralph's own record first (so a kill between the two writes leaves the
     /// record the newer), then `state.json`. Without a state directory `state.json` is the
     /// only record; when the record cannot be written (said once) the last one written stays.
-    pub fn save(&mut self, path: &Path) -> Result<()> {
+    pub(crate) fn save(&mut self, path: &Path) -> Result<()> {
         self.save_in(StateHome::locate().as_ref(), path)
     }
 

@@ -19,14 +19,14 @@ use crate::ui::human_duration;
 /// How the agent phase of an iteration ended.
 pub(super) struct Attempted {
     /// The last attempt.
-    pub finished: Finished,
+    pub(crate) finished: Finished,
     /// Cost and tokens of every attempt of this iteration, limited ones included.
-    pub usage: Usage,
+    pub(crate) usage: Usage,
     /// The agent's final message (for the completion promise and the reviewer).
-    pub final_message: Option<String>,
-    pub ended_at: String,
+    pub(crate) final_message: Option<String>,
+    pub(crate) ended_at: String,
     /// Set when the iteration ends here instead of being judged.
-    pub stop: Option<Halt>,
+    pub(crate) stop: Option<Halt>,
 }
 
 impl Loop {
@@ -390,10 +390,7 @@ impl Attempted {
                 killed: true,
                 leaked_pipes: false,
                 left_running: 0,
-                interrupts: 0,
-                duration: std::time::Duration::ZERO,
                 stdout_tail: Vec::new(),
-                output_bytes: 0,
             },
             usage,
             final_message: None,

@@ -19,7 +19,7 @@ const FEEDBACK_LINES: usize = 40;
 const FEEDBACK_BYTES: usize = 8 * 1024;
 
 /// `sh -c CMD` for the user's own commands.
-pub fn shell(cmd: &str) -> Invocation {
+pub(crate) fn shell(cmd: &str) -> Invocation {
     Invocation {
         program: "sh".into(),
         args: vec!["-c".into(), cmd.into()],
@@ -34,12 +34,12 @@ fn header(what: &str) -> String {
 }
 
 /// One supervised process an iteration runs besides the agent.
-pub struct Check {
+pub(crate) struct Check {
     /// What it is, for the transcript and messages (`test command: make test`).
-    pub what: String,
-    pub inv: Invocation,
-    pub echo: Echo,
-    pub limits: Limits,
+    pub(crate) what: String,
+    pub(crate) inv: Invocation,
+    pub(crate) echo: Echo,
+    pub(crate) limits: Limits,
 }
 
 impl Loop {
@@ -118,7 +118,7 @@ pub(super) fn run_failed(e: RunError, what: impl std::fmt::Display) -> Error {
 /// "description"`): its prompt saved as `{dir}/{name}.prompt.md`, its output in
 /// `{dir}/{name}.log` (returned), under the run's limits and its own signal handling.
 /// `Ok(None)` when an interrupt stopped it.
-pub async fn run_agent_once(
+pub(crate) async fn run_agent_once(
     root: &Path,
     dir: &Path,
     name: &str,
@@ -159,7 +159,7 @@ pub async fn run_agent_once(
 
 /// What the next prompt is told about a failed check: a first line naming it, then the last
 /// lines of its output from the transcript (bounded).
-pub fn feedback(first: &str, transcript: &Path) -> String {
+pub(crate) fn feedback(first: &str, transcript: &Path) -> String {
     let mut lines: Vec<String> =
         crate::state::tail_lines(transcript, FEEDBACK_LINES).unwrap_or_default();
     // Only the check's own output: what follows its header.
@@ -175,7 +175,7 @@ pub fn feedback(first: &str, transcript: &Path) -> String {
 }
 
 /// At most [`FEEDBACK_BYTES`], keeping the start (the line naming the check) and the end.
-pub fn bounded(mut text: String) -> String {
+pub(crate) fn bounded(mut text: String) -> String {
     if text.len() > FEEDBACK_BYTES {
         let mut cut = FEEDBACK_BYTES;
         while !text.is_char_boundary(cut) {

@@ -13,24 +13,24 @@ use crate::state::{self, RalphDir};
 use crate::task::status_block;
 use crate::ui::Ui;
 
-pub const FALLBACK_IDENTITY_WARNING: &str =
+pub(crate) const FALLBACK_IDENTITY_WARNING: &str =
     "no git identity configured (user.name/user.email): committing as `ralph <ralph@localhost>`";
 
 static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// What a guarded commit came to.
 #[derive(Debug, Default)]
-pub struct Guarded {
+pub(crate) struct Guarded {
     /// The commit made, if any (none when nothing was staged or a hook refused).
-    pub outcome: Option<CommitOutcome>,
+    pub(crate) outcome: Option<CommitOutcome>,
     /// What the refusing hook said: the changes stay staged.
-    pub refused: Option<String>,
+    pub(crate) refused: Option<String>,
 }
 
 /// Commit like `git add -A && git commit`, through the commit guard and (unless `no_verify`)
 /// the repository's hooks. What the guard left out, or a hook's refusal, is logged to the
 /// activity log and shown; a refused commit leaves the changes staged and the loop goes on.
-pub fn guarded_commit(
+pub(crate) fn guarded_commit(
     repo: &mut Repo,
     settings: &Settings,
     ui: Ui,
@@ -94,18 +94,18 @@ fn tell(ui: Ui, rd: &RalphDir, left_out: &[(String, String)], refused: Option<&s
 }
 
 /// `subject`, a blank line, and the trailers.
-pub fn commit_message(subject: &str, n: u32, run_id: &str) -> String {
+pub(crate) fn commit_message(subject: &str, n: u32, run_id: &str) -> String {
     format!("{subject}\n\nRalph-Iteration: {n}\nRalph-Run: {run_id}\n")
 }
 
 /// What committing an iteration came to.
 pub(super) struct IterationCommit {
     /// The subject of the commit holding the iteration's work (ralph's, or the agent's own).
-    pub subject: Option<String>,
+    pub(crate) subject: Option<String>,
     /// Short HEAD afterwards, or `no-commit`.
-    pub head: String,
+    pub(crate) head: String,
     /// A hook refused the commit: what it said.
-    pub refused: Option<String>,
+    pub(crate) refused: Option<String>,
 }
 
 /// How the iteration's commit is named.
@@ -121,10 +121,10 @@ pub(super) enum Subject {
 /// What committing an iteration needs, and nothing more: the work tree, the settings, where to
 /// tell what happened, and the run's id for the trailers.
 pub(super) struct Committer<'a> {
-    pub tree: &'a mut Tree,
-    pub settings: &'a Settings,
-    pub ui: Ui,
-    pub run_id: &'a str,
+    pub(crate) tree: &'a mut Tree,
+    pub(crate) settings: &'a Settings,
+    pub(crate) ui: Ui,
+    pub(crate) run_id: &'a str,
 }
 
 impl Committer<'_> {

@@ -11,26 +11,26 @@ const SEEN_FIGURES_KEPT: usize = 1000;
 
 /// The counters the decision depends on, carried from iteration to iteration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Counters {
+pub(crate) struct Counters {
     /// The iteration that just finished (1-based).
-    pub iteration: u32,
-    pub max_iterations: u32,
-    pub stuck_threshold: u32,
+    pub(crate) iteration: u32,
+    pub(crate) max_iterations: u32,
+    pub(crate) stuck_threshold: u32,
     /// Iterations in a row without progress, this one included.
-    pub no_progress_streak: u32,
+    pub(crate) no_progress_streak: u32,
     /// The highest done count seen in this run: progress means passing it.
-    pub best_done: usize,
+    pub(crate) best_done: usize,
     /// The last (up to three) ITER records, this one last.
-    pub last_keys: Vec<IterKey>,
+    pub(crate) last_keys: Vec<IterKey>,
     /// Verdict runs in a row that could not run (exit other than 0/3/4/5).
-    pub verdict_failures: u32,
+    pub(crate) verdict_failures: u32,
     /// Fingerprints of the verdict figures seen in this run ([`figures_fingerprint`]).
-    pub seen_figures: Vec<String>,
+    pub(crate) seen_figures: Vec<String>,
 }
 
 impl Counters {
     /// The counters a run resumes with: what `state.json` recorded, under today's limits.
-    pub fn restore(state: &RunState, max_iterations: u32, stuck_threshold: u32) -> Counters {
+    pub(crate) fn restore(state: &RunState, max_iterations: u32, stuck_threshold: u32) -> Counters {
         Counters {
             iteration: state.iteration,
             max_iterations,
@@ -44,7 +44,7 @@ impl Counters {
     }
 
     /// Write the counters `state.json` keeps (the inverse of `restore`).
-    pub fn save_into(&self, state: &mut RunState) {
+    pub(crate) fn save_into(&self, state: &mut RunState) {
         state.best_done = self.best_done;
         state.verdict_failures = self.verdict_failures;
         state.no_progress_streak = self.no_progress_streak;
@@ -55,7 +55,7 @@ impl Counters {
 
 /// A stable fingerprint of verdict figures (FNV-1a, 64 bits, hex): the same across versions, so
 /// a resumed run knows what it saw.
-pub fn figures_fingerprint(figures: &str) -> String {
+pub(crate) fn figures_fingerprint(figures: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in figures.as_bytes() {
         h ^= u64::from(*b);
@@ -67,21 +67,25 @@ pub fn figures_fingerprint(figures: &str) -> String {
 /// What completion rests on (SPEC §5.3): the one rule, for an iteration's outcome, the status
 /// block its close writes, and CPM's roll-up before the first iteration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     /// All criteria checked, every task DONE (the task source's own verdict).
-    pub source_complete: bool,
+    pub(crate) source_complete: bool,
     /// The verdict command's judgement, when there is one: it then decides, not the source.
-    pub verdict: Option<VerdictClass>,
+    pub(crate) verdict: Option<VerdictClass>,
     /// The test command passed, or there is none.
-    pub tests_ok: bool,
+    pub(crate) tests_ok: bool,
     /// `--completion-promise` is satisfied, or not required.
-    pub promise_ok: bool,
+    pub(crate) promise_ok: bool,
 }
 
 impl Evidence {
     /// The evidence checked now, before any agent ran ("already complete", SPEC §5.3): no
     /// final message holds a promise yet, so none is asked for.
-    pub fn now(source_complete: bool, verdict: Option<VerdictClass>, tests_ok: bool) -> Evidence {
+    pub(crate) fn now(
+        source_complete: bool,
+        verdict: Option<VerdictClass>,
+        tests_ok: bool,
+    ) -> Evidence {
         Evidence {
             source_complete,
             verdict,
@@ -92,7 +96,7 @@ impl Evidence {
 
     /// The work is done: the verdict verifies every row (or, without a verdict command, the
     /// source says so), the tests pass and the promise is kept.
-    pub fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         let done = match &self.verdict {
             Some(v) => *v == VerdictClass::Verified,
             None => self.source_complete,
@@ -103,32 +107,32 @@ impl Evidence {
 
 /// What an iteration produced, as the task source and the commands judged it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    pub done: usize,
-    pub total: usize,
+pub(crate) struct Outcome {
+    pub(crate) done: usize,
+    pub(crate) total: usize,
     /// The source's own progress measure when it counts the verdict's records itself (CPM:
     /// verified rows plus traced requirements): progress is then this passing `best_done`,
     /// and unseen verdict figures are not progress by themselves.
-    pub progress: Option<usize>,
+    pub(crate) progress: Option<usize>,
     /// What completion rests on.
-    pub evidence: Evidence,
+    pub(crate) evidence: Evidence,
     /// A hook refused the iteration's commit: its work is not done (SPEC §5.3).
-    pub commit_refused: bool,
+    pub(crate) commit_refused: bool,
     /// Baseline criteria that disappeared while unchecked.
-    pub tampered: Vec<String>,
+    pub(crate) tampered: Vec<String>,
     /// The run's total cost reached `--max-cost`.
-    pub over_budget: bool,
+    pub(crate) over_budget: bool,
     /// A halt the task source itself calls for (e.g. a table that ended PARTIAL).
-    pub source_halt: Option<Halt>,
+    pub(crate) source_halt: Option<Halt>,
     /// An ending decided before any judging (interrupted, a login failure, the waiting budget,
     /// an unreadable source): the iteration is recorded, then the run halts with it.
-    pub forced: Option<Halt>,
-    pub key: IterKey,
+    pub(crate) forced: Option<Halt>,
+    pub(crate) key: IterKey,
 }
 
 impl Outcome {
     /// The outcome of an iteration that ended before it could be judged: the counts stay.
-    pub fn forced(halt: Halt, done: usize, total: usize, key: IterKey) -> Outcome {
+    pub(crate) fn forced(halt: Halt, done: usize, total: usize, key: IterKey) -> Outcome {
         Outcome {
             done,
             total,
@@ -146,7 +150,7 @@ impl Outcome {
 
 /// Why the run halts, with what the summary needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Halt {
+pub(crate) enum Halt {
     Complete,
     MaxIterations,
     Stalled {
@@ -174,12 +178,12 @@ pub enum Halt {
 }
 
 impl Halt {
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         self.reason().exit_code()
     }
 
     /// The `halt_reason` of `ralph status --json`.
-    pub fn reason(&self) -> HaltReason {
+    pub(crate) fn reason(&self) -> HaltReason {
         match self {
             Halt::Complete => HaltReason::Complete,
             Halt::MaxIterations => HaltReason::MaxIterations,
@@ -197,7 +201,7 @@ impl Halt {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Go on; `stuck_alert` puts the STUCK ALERT into the next prompt, `newly_stuck` logs it.
     Continue {
         stuck_alert: bool,
@@ -210,7 +214,7 @@ pub enum Decision {
 
 /// Fold one outcome into the counters and decide. `prev` holds the counters before this
 /// iteration with `iteration` already set to this iteration's number.
-pub fn decide(prev: &Counters, outcome: &Outcome) -> (Counters, Decision) {
+pub(crate) fn decide(prev: &Counters, outcome: &Outcome) -> (Counters, Decision) {
     let next = fold(prev, outcome);
     let verdict = outcome.evidence.verdict.as_ref();
     let decision = if let Some(h) = &outcome.forced {

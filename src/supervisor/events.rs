@@ -17,7 +17,7 @@ const HOOK_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// An event whose hook has yet to run, with the very line `--json` printed.
 #[derive(Debug, Clone)]
-pub struct Pending {
+pub(crate) struct Pending {
     name: &'static str,
     hook: Command,
     line: String,

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 const HINT: &str = "remove what stopped it (see the message), then continue with `ralph resume`: it commits the work left and goes on at the next iteration";
 
 /// An error and its causes on one line: `failed to open `x`: Is a directory (os error 21)`.
-pub fn chain(e: &Error) -> String {
+pub(crate) fn chain(e: &Error) -> String {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
@@ -41,7 +41,7 @@ pub(super) struct Faults(Vec<String>);
 
 impl Faults {
     /// `r`'s value; or, noting its error under `what`, `fallback`.
-    pub fn or<T>(&mut self, r: Result<T>, what: impl Display, fallback: T) -> T {
+    pub(crate) fn or<T>(&mut self, r: Result<T>, what: impl Display, fallback: T) -> T {
         r.unwrap_or_else(|e| {
             self.note(what, &e);
             fallback
@@ -49,18 +49,18 @@ impl Faults {
     }
 
     /// Note that `what` did not happen, because of `e`.
-    pub fn note(&mut self, what: impl Display, e: &Error) {
+    pub(crate) fn note(&mut self, what: impl Display, e: &Error) {
         self.0.push(format!("{what}: {}", chain(e)));
     }
 
     /// The error the iteration ends with when its close failed: the ending's own error first
     /// (when it is one), then what the close could not do. `None`: the ending stands.
-    pub fn into_halt(self, ending: Option<&Halt>) -> Option<Halt> {
+    pub(crate) fn into_halt(self, ending: Option<&Halt>) -> Option<Halt> {
         (!self.0.is_empty()).then(|| self.halt_with(ending))
     }
 
     /// [`Faults::into_halt`], whether or not anything failed.
-    pub fn halt_with(self, ending: Option<&Halt>) -> Halt {
+    pub(crate) fn halt_with(self, ending: Option<&Halt>) -> Halt {
         let faults = self.0.join("; ");
         match ending {
             Some(Halt::Error { message, hint }) => Halt::Error {

@@ -11,20 +11,20 @@
 //! number without its record.
 
 mod attempt;
-pub mod checks;
+pub(crate) mod checks;
 pub(crate) mod close;
 mod commit;
 mod conclude;
-pub mod decide;
+pub(crate) mod decide;
 mod events;
 mod faults;
 mod final_walk;
 mod judge;
-pub mod preflight;
+pub(crate) mod preflight;
 mod prepare;
-pub mod prompt;
+pub(crate) mod prompt;
 mod record;
-pub mod source;
+pub(crate) mod source;
 mod summary;
 mod verify;
 
@@ -33,8 +33,7 @@ use std::time::Instant;
 
 use tracing::{Instrument, info_span};
 
-pub use commit::{FALLBACK_IDENTITY_WARNING, commit_message, guarded_commit};
-pub use verify::promise_in_final_message;
+pub(crate) use commit::{commit_message, guarded_commit};
 
 use crate::agent::Agent;
 use crate::config::Settings;
@@ -52,47 +51,47 @@ use record::Ending;
 use source::Source;
 
 /// Everything the loop needs, resolved by `ralph run`.
-pub struct Loop {
+pub(crate) struct Loop {
     /// What the run is and how it runs: fixed from its start to its halt.
-    pub setup: Setup,
+    pub(crate) setup: Setup,
     /// The work tree the loop commits in.
-    pub tree: Tree,
-    pub source: Source,
+    pub(crate) tree: Tree,
+    pub(crate) source: Source,
     /// The run's record, saved as `state.json`.
-    pub state: RunState,
+    pub(crate) state: RunState,
     /// What the decision carries from one iteration to the next.
-    pub counters: Counters,
-    pub interrupts: Interrupts,
+    pub(crate) counters: Counters,
+    pub(crate) interrupts: Interrupts,
     /// Events whose hooks have yet to run.
-    pub pending_events: Vec<events::Pending>,
+    pub(crate) pending_events: Vec<events::Pending>,
 }
 
 /// What a run is and how it runs, as `ralph run` resolved it; no phase changes it.
-pub struct Setup {
-    pub settings: Settings,
-    pub agent: Agent,
-    pub task_name: String,
-    pub ui: Ui,
-    pub started: Instant,
+pub(crate) struct Setup {
+    pub(crate) settings: Settings,
+    pub(crate) agent: Agent,
+    pub(crate) task_name: String,
+    pub(crate) ui: Ui,
+    pub(crate) started: Instant,
     /// `--stream`: the agent's output echoed as it comes.
-    pub stream: bool,
+    pub(crate) stream: bool,
     /// Never ask (`--yes`, or stdin is not a terminal).
-    pub unattended: bool,
+    pub(crate) unattended: bool,
 }
 
 /// The work tree a run commits in: the repository, its `.ralph/`, and the watcher of its files.
-pub struct Tree {
-    pub repo: Repo,
-    pub rd: RalphDir,
+pub(crate) struct Tree {
+    pub(crate) repo: Repo,
+    pub(crate) rd: RalphDir,
     /// The file watcher that makes git's status and staging cost what changed (Linux).
-    pub watch: Option<std::sync::Arc<crate::git::watch::Watch>>,
+    pub(crate) watch: Option<std::sync::Arc<crate::git::watch::Watch>>,
 }
 
 /// Watch the work tree for the rest of the run and make the watcher git's file-system monitor
 /// (SPEC §12), before ralph's first git status, so that status already leaves git the monitor's
 /// token and its untracked cache; without inotify (or with `RALPH_NO_WATCH` set) git walks the
 /// tree.
-pub fn start_watching(
+pub(crate) fn start_watching(
     ui: Ui,
     repo: &mut Repo,
     rd: &RalphDir,
@@ -117,7 +116,7 @@ pub fn start_watching(
 
 /// Append a stamped line to `.ralph/activity.log`. The log is for people: a failed append never
 /// stops an iteration or a run — the first failure is shown as a warning, later ones are not.
-pub fn log_activity(ui: Ui, rd: &RalphDir, line: &str) {
+pub(crate) fn log_activity(ui: Ui, rd: &RalphDir, line: &str) {
     static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let stamped = format!("[{}] {line}", state::now_rfc3339());
     if let Err(e) = state::append_line(&rd.activity_log(), &stamped)
@@ -133,7 +132,7 @@ pub fn log_activity(ui: Ui, rd: &RalphDir, line: &str) {
 impl Loop {
     /// The pre-flight checks, then iterations until a halt rule fires; returns the exit code.
     /// Every ending, the pre-flight's errors too, goes through the run's close.
-    pub async fn run(mut self) -> i32 {
+    pub(crate) async fn run(mut self) -> i32 {
         let code = self.iterate().await;
         self.run_hooks().await;
         code
@@ -271,6 +270,6 @@ impl Loop {
 }
 
 /// Whether questions may be asked (stdin and stderr are terminals and `--yes` was not given).
-pub fn is_interactive(yes: bool) -> bool {
+pub(crate) fn is_interactive(yes: bool) -> bool {
     !yes && std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
 }

@@ -21,16 +21,16 @@ use crate::ui::Ui;
 
 /// What the checks say now about a task whose source claims it is done.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     /// Every configured check passed.
-    pub complete: bool,
+    pub(crate) complete: bool,
     /// What the failed check said, for the first prompt.
-    pub feedback: Option<String>,
+    pub(crate) feedback: Option<String>,
 }
 
 /// Run the test command, then the verdict command, as an iteration would; their output goes to
 /// `transcript_path`. `None` when an interrupt stopped them.
-pub async fn fresh_evidence(
+pub(crate) async fn fresh_evidence(
     root: &Path,
     settings: &Settings,
     transcript_path: &Path,

@@ -14,16 +14,16 @@ use crate::state;
 
 /// An iteration ready to run its agent.
 pub(super) struct Prepared {
-    pub n: u32,
-    pub started_at: String,
-    pub t0: Instant,
-    pub prompt: String,
-    pub transcript: std::fs::File,
-    pub transcript_path: PathBuf,
-    pub inv: Invocation,
-    pub head_before: Option<String>,
+    pub(crate) n: u32,
+    pub(crate) started_at: String,
+    pub(crate) t0: Instant,
+    pub(crate) prompt: String,
+    pub(crate) transcript: std::fs::File,
+    pub(crate) transcript_path: PathBuf,
+    pub(crate) inv: Invocation,
+    pub(crate) head_before: Option<String>,
     /// Lines for the report block, gathered by every phase.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 impl Loop {

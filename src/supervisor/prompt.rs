@@ -5,25 +5,25 @@ use std::fmt::Write;
 
 /// Everything a checklist prompt is built from.
 #[derive(Debug, Clone)]
-pub struct PromptInput<'a> {
-    pub iteration: u32,
-    pub max_iterations: u32,
+pub(crate) struct PromptInput<'a> {
+    pub(crate) iteration: u32,
+    pub(crate) max_iterations: u32,
     /// The task file as the agent should open it (relative to the repository root).
-    pub task_file: &'a str,
-    pub next_criterion: Option<&'a str>,
-    pub done: usize,
-    pub total: usize,
-    pub test_command: Option<&'a str>,
-    pub stuck_alert: bool,
-    pub stuck_streak: u32,
-    pub completion_promise: Option<&'a str>,
+    pub(crate) task_file: &'a str,
+    pub(crate) next_criterion: Option<&'a str>,
+    pub(crate) done: usize,
+    pub(crate) total: usize,
+    pub(crate) test_command: Option<&'a str>,
+    pub(crate) stuck_alert: bool,
+    pub(crate) stuck_streak: u32,
+    pub(crate) completion_promise: Option<&'a str>,
     /// What the last iteration's checks said (failing tests, a refused commit).
-    pub feedback: Option<&'a str>,
+    pub(crate) feedback: Option<&'a str>,
 }
 
-pub const STUCK_ALERT: &str = "STUCK ALERT";
+pub(crate) const STUCK_ALERT: &str = "STUCK ALERT";
 
-pub fn checklist_prompt(p: &PromptInput<'_>) -> String {
+pub(crate) fn checklist_prompt(p: &PromptInput<'_>) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,

@@ -19,17 +19,17 @@ pub(super) type Ending = std::result::Result<Verified, Halt>;
 
 /// What the close wrote.
 pub(super) struct Recorded {
-    pub commit: IterationCommit,
+    pub(crate) commit: IterationCommit,
     /// The ITER record's identity (figures, commit, fingerprint).
-    pub key: IterKey,
+    pub(crate) key: IterKey,
     /// The ITER record's exit: the verdict's when there is one, else the agent's; `error` when
     /// the iteration ended in an error (its ending's, or its close's).
-    pub exit: IterExit,
-    pub done: usize,
-    pub total: usize,
+    pub(crate) exit: IterExit,
+    pub(crate) done: usize,
+    pub(crate) total: usize,
     /// The close could not do all it should (git refused, a write failed): the error the
     /// iteration ends with instead of its ending (which it names first when it was an error).
-    pub failure: Option<Halt>,
+    pub(crate) failure: Option<Halt>,
 }
 
 impl Loop {

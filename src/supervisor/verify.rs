@@ -15,20 +15,20 @@ use crate::task::verdict::{Verdict, VerdictClass};
 
 /// The judgement with its evidence.
 pub(super) struct Verified {
-    pub judged: Judged,
+    pub(crate) judged: Judged,
     /// The test command passed, or there is none.
-    pub tests_ok: bool,
-    pub verdict: Option<Verdict>,
+    pub(crate) tests_ok: bool,
+    pub(crate) verdict: Option<Verdict>,
     /// A halt the verdict calls for (spec mode's phase rule).
-    pub verdict_halt: Option<Halt>,
-    pub promise_ok: bool,
+    pub(crate) verdict_halt: Option<Halt>,
+    pub(crate) promise_ok: bool,
     /// What the failed checks said, for the next prompt.
-    pub feedback: Option<String>,
+    pub(crate) feedback: Option<String>,
 }
 
 impl Verified {
     /// What completion rests on, as the one rule (`Evidence::complete`) reads it.
-    pub fn evidence(&self) -> Evidence {
+    pub(crate) fn evidence(&self) -> Evidence {
         Evidence {
             source_complete: self.judged.source_complete,
             verdict: self.verdict.as_ref().map(|v| v.class.clone()),
@@ -198,7 +198,7 @@ impl Loop {
 
 /// `<promise>WORD</promise>` in the agent's final message: after the last echo of the prompt,
 /// compared after whitespace normalisation.
-pub fn promise_in_final_message(stdout_tail: &[u8], word: &str, prompt: &str) -> bool {
+pub(crate) fn promise_in_final_message(stdout_tail: &[u8], word: &str, prompt: &str) -> bool {
     let text = String::from_utf8_lossy(stdout_tail);
     // An agent that echoes its prompt must not satisfy the promise by the echo.
     let last_prompt_line = prompt

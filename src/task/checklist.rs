@@ -13,27 +13,27 @@ use crate::markdown;
 
 /// One success criterion: a task-list item.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Criterion {
+pub(crate) struct Criterion {
     /// The item's own inline text, markup flattened, whitespace collapsed, trimmed.
-    pub text: String,
+    pub(crate) text: String,
     /// `[x]` / `[X]`.
-    pub checked: bool,
+    pub(crate) checked: bool,
     /// 1-based line in the task file (frontmatter lines included).
-    pub line: usize,
+    pub(crate) line: usize,
 }
 
 /// A criteria heading.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Section {
+pub(crate) struct Section {
     /// The heading's text (flattened, whitespace collapsed).
-    pub heading: String,
+    pub(crate) heading: String,
     /// 1-based file line of the heading.
-    pub line: usize,
+    pub(crate) line: usize,
 }
 
 /// Where the criteria were taken from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     /// The sections under these criteria headings (e.g. `## Success Criteria` of each phase), in
     /// document order.
     Sections(Vec<Section>),
@@ -44,30 +44,30 @@ pub enum Scope {
 
 /// The criteria of a task document, in document order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Checklist {
+pub(crate) struct Checklist {
     /// All criteria, checked or not, in document order.
-    pub criteria: Vec<Criterion>,
+    pub(crate) criteria: Vec<Criterion>,
     /// Which part of the document they came from.
-    pub scope: Scope,
+    pub(crate) scope: Scope,
     /// The unchecked task items outside the criteria sections (none for
     /// [`Scope::WholeDocument`]), normalised: a criterion moved out of the sections (its heading
     /// renamed, a new criteria heading with checked copies) is still there, unchecked.
-    pub unchecked_outside: Vec<String>,
+    pub(crate) unchecked_outside: Vec<String>,
 }
 
 impl Checklist {
     /// Number of checked criteria.
-    pub fn done(&self) -> usize {
+    pub(crate) fn done(&self) -> usize {
         self.criteria.iter().filter(|c| c.checked).count()
     }
 
     /// Number of criteria.
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.criteria.len()
     }
 
     /// Unchecked criteria, in document order.
-    pub fn remaining(&self) -> impl Iterator<Item = &Criterion> {
+    pub(crate) fn remaining(&self) -> impl Iterator<Item = &Criterion> {
         self.criteria.iter().filter(|c| !c.checked)
     }
 }
@@ -111,13 +111,14 @@ pub(super) struct Scan {
 /// heading containing "Acceptance Criteria", "Criteria" or "Definition of Done"; a section ends
 /// at the next heading of the same or a higher level. When there is no such heading, or the
 /// sections hold no criterion, every task-list item counts ([`Scope::WholeDocument`]).
-pub fn parse_checklist(body: &str, first_line: usize) -> Checklist {
+#[cfg(test)]
+pub(crate) fn parse_checklist(body: &str, first_line: usize) -> Checklist {
     scan(body, first_line).checklist
 }
 
 /// Normalised criterion text used for integrity comparisons: Unicode NFC (so `café` typed as
 /// `e` + U+0301 is the same criterion), whitespace collapsed, trimmed.
-pub fn normalize(text: &str) -> String {
+pub(crate) fn normalize(text: &str) -> String {
     use unicode_normalization::UnicodeNormalization;
     let nfc: String = text.nfc().collect();
     let mut out = String::with_capacity(nfc.len());

@@ -15,18 +15,18 @@ use super::checklist::{Checklist, normalize};
 
 /// The criteria at the start of a run, normalised.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Baseline {
+pub(crate) struct Baseline {
     /// Unchecked at the start: removing or rewording one is tampering.
-    pub unchecked: Vec<String>,
+    pub(crate) unchecked: Vec<String>,
     /// Already checked at the start: they may go (they are done), but they still take their
     /// own match, so a twin of an unchecked criterion cannot stand in for it.
-    pub checked: Vec<String>,
+    pub(crate) checked: Vec<String>,
     /// Unchecked task items outside the criteria sections at the start.
-    pub unchecked_outside: Vec<String>,
+    pub(crate) unchecked_outside: Vec<String>,
 }
 
 impl Baseline {
-    pub fn of(list: &Checklist) -> Baseline {
+    pub(crate) fn of(list: &Checklist) -> Baseline {
         let mut b = Baseline::default();
         for c in &list.criteria {
             let t = normalize(&c.text);
@@ -43,28 +43,28 @@ impl Baseline {
 
 /// A baseline criterion found with text appended to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Annotation {
+pub(crate) struct Annotation {
     /// The baseline text.
-    pub criterion: String,
+    pub(crate) criterion: String,
     /// The criterion as the agent left it.
-    pub written: String,
-    pub checked: bool,
+    pub(crate) written: String,
+    pub(crate) checked: bool,
 }
 
 /// The baseline held against the current criteria.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Review {
+pub(crate) struct Review {
     /// Unchecked baseline criteria that are gone (removed or reworded), in baseline order.
-    pub tampered: Vec<String>,
+    pub(crate) tampered: Vec<String>,
     /// Baseline criteria kept with an annotation after their text.
-    pub annotated: Vec<Annotation>,
+    pub(crate) annotated: Vec<Annotation>,
 }
 
 /// Match every baseline criterion to a distinct current one: first by equal text, then by a
 /// current text that starts with the baseline text and goes on after a word boundary (an
 /// annotation). Checked baseline criteria are matched first, so an ambiguity leaves an
 /// unchecked one unmatched.
-pub fn review(baseline: &Baseline, current: &Checklist) -> Review {
+pub(crate) fn review(baseline: &Baseline, current: &Checklist) -> Review {
     let texts: Vec<String> = current
         .criteria
         .iter()
@@ -178,7 +178,7 @@ fn annotates(written: &str, criterion: &str) -> bool {
 }
 
 /// Criteria checked before this iteration and present but unchecked now.
-pub fn regressions(before: &Checklist, after: &Checklist) -> Vec<String> {
+pub(crate) fn regressions(before: &Checklist, after: &Checklist) -> Vec<String> {
     let mut was_checked = counts(before, true);
     let still = counts(after, true);
     let mut out = Vec::new();
@@ -195,7 +195,7 @@ pub fn regressions(before: &Checklist, after: &Checklist) -> Vec<String> {
 }
 
 /// Criteria checked now that were not checked before (new ones included), in file order.
-pub fn newly_checked(before: &Checklist, after: &Checklist) -> Vec<String> {
+pub(crate) fn newly_checked(before: &Checklist, after: &Checklist) -> Vec<String> {
     let mut was_checked = counts(before, true);
     let mut out = Vec::new();
     for c in after.criteria.iter().filter(|c| c.checked) {

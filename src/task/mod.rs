@@ -3,13 +3,13 @@
 //! specs, and verdict commands; and the Current Status block ralph keeps in `.ralph/progress.md`. Every Markdown document is read with the one reader,
 //! [`crate::markdown`].
 
-pub mod checklist;
-pub mod cpm;
-pub mod document;
-pub mod integrity;
-pub mod status_block;
-pub mod table;
-pub mod verdict;
+pub(crate) mod checklist;
+pub(crate) mod cpm;
+pub(crate) mod document;
+pub(crate) mod integrity;
+pub(crate) mod status_block;
+pub(crate) mod table;
+pub(crate) mod verdict;
 
 /// The default task file name.
-pub const TASK_FILE: &str = "RALPH_TASK.md";
+pub(crate) const TASK_FILE: &str = "RALPH_TASK.md";

@@ -2,7 +2,7 @@
 //! agent's): written by ralph, replaced in place, never mixed with what the agent wrote.
 
 /// The Current Status block ralph maintains in `.ralph/progress.md`.
-pub fn status_block(iteration: u32, done: usize, total: usize, status: &str) -> String {
+pub(crate) fn status_block(iteration: u32, done: usize, total: usize, status: &str) -> String {
     format!(
         "## Current Status\n- Iteration: {iteration}\n- Criteria completed: {done}/{total}\n- Status: {status}\n"
     )
@@ -41,7 +41,7 @@ fn title_end(text: &str) -> Option<usize> {
 }
 
 /// Replace (or insert after the title) the Current Status block.
-pub fn with_status_block(text: &str, block: &str) -> String {
+pub(crate) fn with_status_block(text: &str, block: &str) -> String {
     let mut block = block.to_string();
     match split_status(text) {
         Some((s, e)) => {
@@ -61,7 +61,7 @@ pub fn with_status_block(text: &str, block: &str) -> String {
 }
 
 /// The progress file without its Current Status block: what the agent wrote.
-pub fn without_status_block(text: &str) -> String {
+pub(crate) fn without_status_block(text: &str) -> String {
     match split_status(text) {
         Some((s, e)) => format!("{}{}", &text[..s], &text[e..]),
         None => text.to_string(),

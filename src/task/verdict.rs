@@ -3,7 +3,7 @@
 
 /// What a verdict command's exit code means.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VerdictClass {
+pub(crate) enum VerdictClass {
     /// 0: every row verified.
     Verified,
     /// 3: rows unverified: keep working.
@@ -18,19 +18,19 @@ pub enum VerdictClass {
 
 /// One run of the verdict command.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
-    pub exit_code: i32,
-    pub class: VerdictClass,
+pub(crate) struct Verdict {
+    pub(crate) exit_code: i32,
+    pub(crate) class: VerdictClass,
     /// The figures: the `SUMMARY` line, else the last non-empty stdout line, verbatim
     /// (trimmed); in CPM mode the figures ralph counted from the roll-up's records.
-    pub summary: Option<String>,
+    pub(crate) summary: Option<String>,
     /// What explains the verdict, one line each: the rows still unverified (exit 3), or what
     /// the command said on stderr when it could not run. Empty when there is nothing to add.
-    pub details: Vec<String>,
+    pub(crate) details: Vec<String>,
 }
 
 impl Verdict {
-    pub fn from_output(exit_code: i32, stdout: &str) -> Verdict {
+    pub(crate) fn from_output(exit_code: i32, stdout: &str) -> Verdict {
         let class = match exit_code {
             0 => VerdictClass::Verified,
             3 => VerdictClass::Unverified,
@@ -47,7 +47,7 @@ impl Verdict {
     }
 
     /// The details as one clause: at most `max` of them joined by `; `, then how many more.
-    pub fn details_listed(&self, max: usize) -> String {
+    pub(crate) fn details_listed(&self, max: usize) -> String {
         let mut s = self
             .details
             .iter()
@@ -62,7 +62,7 @@ impl Verdict {
     }
 
     /// The ITER figures: the summary verbatim, or a placeholder naming the exit code.
-    pub fn figures(&self) -> String {
+    pub(crate) fn figures(&self) -> String {
         self.summary
             .clone()
             .unwrap_or_else(|| format!("verdict exit {} (no output)", self.exit_code))
@@ -71,7 +71,7 @@ impl Verdict {
 
 /// The verdict's summary: the last line starting with `SUMMARY` (verbatim, trimmed), else the
 /// last non-empty line.
-pub fn summary_line(stdout: &str) -> Option<String> {
+pub(crate) fn summary_line(stdout: &str) -> Option<String> {
     let is_summary = |l: &str| {
         l.strip_prefix("SUMMARY")
             .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', ':']))
@@ -90,7 +90,7 @@ pub fn summary_line(stdout: &str) -> Option<String> {
 
 /// The labels of target-only rows a verdict exit 5 printed: lines starting with `TARGET-ONLY`
 /// or `TARGET` (one per row), else every non-summary line.
-pub fn target_only_rows(stdout: &str) -> Vec<String> {
+pub(crate) fn target_only_rows(stdout: &str) -> Vec<String> {
     let lines: Vec<&str> = stdout
         .lines()
         .map(str::trim)

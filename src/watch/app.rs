@@ -8,7 +8,7 @@ use super::view::{LoopState, Row, Screen};
 use crate::git::Repo;
 use crate::loops::{self, Entry};
 
-pub struct App {
+pub(crate) struct App {
     repo: Repo,
     entries: Vec<Entry>,
     /// The latest activity of each entry (same order).
@@ -19,7 +19,7 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(repo: Repo, color: bool) -> App {
+    pub(crate) fn new(repo: Repo, color: bool) -> App {
         App {
             repo,
             entries: Vec::new(),
@@ -31,7 +31,7 @@ impl App {
     }
 
     /// Read every loop again. A failure keeps the last good rows and shows the error.
-    pub fn reload(&mut self) {
+    pub(crate) fn reload(&mut self) {
         match loops::all(&self.repo) {
             Ok(entries) => {
                 self.activities = read_activities(&entries);
@@ -44,16 +44,16 @@ impl App {
     }
 
     /// Read the latest activities again (the loops as they were).
-    pub fn reload_activities(&mut self) {
+    pub(crate) fn reload_activities(&mut self) {
         self.activities = read_activities(&self.entries);
     }
 
-    pub fn entries(&self) -> &[Entry] {
+    pub(crate) fn entries(&self) -> &[Entry] {
         &self.entries
     }
 
     /// The git directory shared by every work tree of the repository.
-    pub fn common_dir(&self) -> PathBuf {
+    pub(crate) fn common_dir(&self) -> PathBuf {
         self.repo.git2().commondir().to_path_buf()
     }
 
@@ -62,12 +62,12 @@ impl App {
     }
 
     /// Whether a loop is running (its clock needs the tick).
-    pub fn any_running(&self) -> bool {
+    pub(crate) fn any_running(&self) -> bool {
         self.entries.iter().any(|e| e.status.running)
     }
 
     /// The screen as of `now`.
-    pub fn screen(&self, now: Instant) -> Screen {
+    pub(crate) fn screen(&self, now: Instant) -> Screen {
         let since = now.saturating_duration_since(self.read_at);
         Screen {
             title: self.root().display().to_string(),
@@ -84,7 +84,7 @@ impl App {
 }
 
 /// One loop's row; `since` is the time since it was read (a running loop's clock goes on).
-pub fn row(e: &Entry, activity: Option<&str>, since: Duration) -> Row {
+pub(crate) fn row(e: &Entry, activity: Option<&str>, since: Duration) -> Row {
     let s = &e.status;
     let st = s.st.as_ref();
     let state = match st {

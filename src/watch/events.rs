@@ -23,7 +23,7 @@ use crate::state::RunState;
 
 /// A message to the dashboard's loop.
 #[derive(Debug)]
-pub enum Msg {
+pub(crate) enum Msg {
     /// A key, a resize, … from the terminal.
     Input(crossterm::event::Event),
     /// The terminal cannot be read.
@@ -36,7 +36,7 @@ pub enum Msg {
 
 /// What changed, the least first: what `Activity` asks is part of what `Loops` asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Change {
+pub(crate) enum Change {
     /// Only `.ralph/activity.now` files (the frequent case: read those again).
     Activity,
     /// Anything else (read every loop again).
@@ -45,7 +45,7 @@ pub enum Change {
 
 /// The names wanted in a watched directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Names {
+pub(crate) enum Names {
     Any,
     Some(Vec<OsString>),
 }
@@ -69,7 +69,7 @@ impl Names {
 }
 
 /// Directory → the names wanted in it.
-pub type Interest = HashMap<PathBuf, Names>;
+pub(crate) type Interest = HashMap<PathBuf, Names>;
 
 fn want(map: &mut Interest, path: &Path) {
     if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
@@ -81,7 +81,7 @@ fn want(map: &mut Interest, path: &Path) {
 
 /// What to watch for the loops `entries` of the repository whose common git directory is
 /// `common`.
-pub fn interest(common: &Path, entries: &[Entry]) -> Interest {
+pub(crate) fn interest(common: &Path, entries: &[Entry]) -> Interest {
     let mut map = Interest::new();
     want(&mut map, &common.join("worktrees"));
     map.insert(common.join("worktrees"), Names::Any);
@@ -114,7 +114,7 @@ fn files_of(st: &RunState) -> impl Iterator<Item = &String> {
 
 /// What `ev` changed of what is wanted, if anything. Opening or reading a file is no change;
 /// closing a file written to is (a dead supervisor's lock).
-pub fn relevant(interest: &Interest, ev: &notify::Event) -> Option<Change> {
+pub(crate) fn relevant(interest: &Interest, ev: &notify::Event) -> Option<Change> {
     match ev.kind {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
         EventKind::Access(_) => return None,
@@ -142,7 +142,7 @@ pub fn relevant(interest: &Interest, ev: &notify::Event) -> Option<Change> {
 }
 
 /// The file watches, kept in step with the loops.
-pub struct Watches {
+pub(crate) struct Watches {
     watcher: notify::RecommendedWatcher,
     interest: Arc<Mutex<Interest>>,
     /// Watched directory → its identity (device, inode) when the watch was added.
@@ -151,7 +151,7 @@ pub struct Watches {
 
 impl Watches {
     /// A watcher that sends [`Msg::Changed`] to `tx` on every relevant event.
-    pub fn new(tx: Sender<Msg>) -> notify::Result<Watches> {
+    pub(crate) fn new(tx: Sender<Msg>) -> notify::Result<Watches> {
         let interest: Arc<Mutex<Interest>> = Arc::default();
         let wanted = Arc::clone(&interest);
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
@@ -173,7 +173,7 @@ impl Watches {
 
     /// Watch what `wanted` names, and nothing else. True when a directory was newly watched:
     /// what changed there before the watch was missed, so read again.
-    pub fn update(&mut self, wanted: Interest) -> bool {
+    pub(crate) fn update(&mut self, wanted: Interest) -> bool {
         let mut added = false;
         let gone: Vec<PathBuf> = self
             .watched
@@ -207,7 +207,7 @@ impl Watches {
     }
 
     #[cfg(test)]
-    pub fn watched(&self) -> Vec<PathBuf> {
+    pub(crate) fn watched(&self) -> Vec<PathBuf> {
         self.watched.keys().cloned().collect()
     }
 }
@@ -223,7 +223,7 @@ fn identity(dir: &Path) -> Option<(u64, u64)> {
 
 /// Read the terminal on a thread of its own, sending what it reads to `tx`. The thread blocks
 /// in the kernel between events and ends when the dashboard is gone.
-pub fn spawn_input(tx: Sender<Msg>) -> std::io::Result<()> {
+pub(crate) fn spawn_input(tx: Sender<Msg>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("ralph-watch-input".into())
         .spawn(move || {
@@ -245,7 +245,7 @@ pub fn spawn_input(tx: Sender<Msg>) -> std::io::Result<()> {
 
 /// Forward the first SIGINT, SIGTERM or SIGHUP to `tx` (a thread of its own driving the
 /// signal handlers of `signals.rs`), so a `kill` still leaves the terminal restored.
-pub fn spawn_signals(tx: Sender<Msg>) -> std::io::Result<()> {
+pub(crate) fn spawn_signals(tx: Sender<Msg>) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -10,7 +10,7 @@
 
 mod app;
 mod events;
-pub mod view;
+pub(crate) mod view;
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -23,13 +23,13 @@ use app::App;
 use events::{Change, Msg, Watches};
 
 /// How long file events are gathered before the loops are read again.
-pub const DEBOUNCE: Duration = Duration::from_millis(50);
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(50);
 /// How often a running loop's clock is redrawn.
-pub const TICK: Duration = Duration::from_secs(1);
+pub(crate) const TICK: Duration = Duration::from_secs(1);
 
 /// Show the dashboard of `repo`'s loops on the terminal until the user quits (exit 0) or a
 /// signal ends it (exit 130).
-pub fn run(repo: Repo, color: bool) -> Result<i32> {
+pub(crate) fn run(repo: Repo, color: bool) -> Result<i32> {
     let (tx, rx) = std::sync::mpsc::channel();
     let mut watches = Watches::new(tx.clone())
         .map_err(|e| Error::user(format!("failed to watch the loops' files: {e}")))?;

@@ -14,36 +14,36 @@ use crate::state::HaltReason;
 
 /// What the dashboard shows, for one draw.
 #[derive(Debug, Clone, Default)]
-pub struct Screen {
+pub(crate) struct Screen {
     /// The repository the loops belong to.
-    pub title: String,
-    pub rows: Vec<Row>,
+    pub(crate) title: String,
+    pub(crate) rows: Vec<Row>,
     /// Why the last read failed (the rows are the last good ones).
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Draw in colour (not under `NO_COLOR` or `--color never`).
-    pub color: bool,
+    pub(crate) color: bool,
 }
 
 /// One loop.
 #[derive(Debug, Clone)]
-pub struct Row {
-    pub name: String,
+pub(crate) struct Row {
+    pub(crate) name: String,
     /// `None`: a detached HEAD.
-    pub branch: Option<String>,
-    pub state: LoopState,
+    pub(crate) branch: Option<String>,
+    pub(crate) state: LoopState,
     /// Iteration n of max.
-    pub iteration: Option<(u32, u32)>,
+    pub(crate) iteration: Option<(u32, u32)>,
     /// Done, total and what they count (`criteria`, `tasks`, `rows`).
-    pub progress: (usize, usize, &'static str),
-    pub elapsed: Option<Duration>,
-    pub cost_usd: f64,
+    pub(crate) progress: (usize, usize, &'static str),
+    pub(crate) elapsed: Option<Duration>,
+    pub(crate) cost_usd: f64,
     /// The agent's latest activity while running; the last `ITER` record once halted.
-    pub activity: String,
+    pub(crate) activity: String,
 }
 
 /// Where a loop is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LoopState {
+pub(crate) enum LoopState {
     NoRun,
     Running,
     Halted {
@@ -214,7 +214,7 @@ fn columns(rows: &[Row], total: u16) -> Vec<(Col, u16)> {
 }
 
 /// Draw `screen` into the whole frame.
-pub fn render(frame: &mut Frame, screen: &Screen) {
+pub(crate) fn render(frame: &mut Frame, screen: &Screen) {
     let [top, body, bottom] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(0),

@@ -14,7 +14,7 @@ use crate::ui::Ui;
 
 /// Merge loop `name` back into the branch it started from. Exit 0 when merged, 11 when it could
 /// not be (conflicts named, the base work tree not clean, the loop's worktree off its branch).
-pub fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
+pub(crate) fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
     let records = Records::open(repo)?;
     let wt = super::open(repo, &records, name)?;
     let mut loop_repo = Repo::discover(&wt.path)?;

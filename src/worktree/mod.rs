@@ -24,24 +24,24 @@ use crate::loops::Retired;
 use crate::state::{HaltReason, RalphDir, RunState};
 use crate::ui::Ui;
 
-pub use merge::merge;
-pub use records::{Kept, Records};
+pub(crate) use merge::merge;
+pub(crate) use records::Records;
 
 /// A loop's worktree.
 #[derive(Debug, Clone)]
-pub struct Worktree {
-    pub name: String,
-    pub path: PathBuf,
-    pub branch: String,
+pub(crate) struct Worktree {
+    pub(crate) name: String,
+    pub(crate) path: PathBuf,
+    pub(crate) branch: String,
     /// The branch it started from and merges into, as ralph recorded it (`None`: started on a
     /// detached HEAD, or a worktree ralph has no record of).
-    pub base: Option<String>,
+    pub(crate) base: Option<String>,
 }
 
 /// A worktree name is one plain path component: letters, digits, `.`, `_`, `-`, starting with
 /// a letter or digit, and a name git takes for a branch (`ralph/NAME`: no `..`, not ending in
 /// `.` or `.lock`).
-pub fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && !name.starts_with(['.', '-', '_'])
@@ -63,7 +63,7 @@ pub fn check_name(name: &str) -> Result<()> {
 /// (or never ran); else — it finished, merged or not, or is gone and left its branch — a new
 /// one, on a new `ralph/NAME` from the current HEAD, the finished loop retired (its logs kept)
 /// and its branch kept as `ralph/NAME-<date>`.
-pub fn for_run(repo: &Repo, name: &str, ui: Ui) -> Result<Worktree> {
+pub(crate) fn for_run(repo: &Repo, name: &str, ui: Ui) -> Result<Worktree> {
     check_name(name)?;
     let records = Records::open(repo)?;
     // `git worktree add` reads every other worktree's files (is the branch checked out there?)
@@ -81,7 +81,7 @@ pub fn for_run(repo: &Repo, name: &str, ui: Ui) -> Result<Worktree> {
 }
 
 /// Loop `name`'s worktree, which must exist (`ralph resume --worktree`, `ralph merge`).
-pub fn open(repo: &Repo, records: &Records, name: &str) -> Result<Worktree> {
+pub(crate) fn open(repo: &Repo, records: &Records, name: &str) -> Result<Worktree> {
     check_name(name)?;
     find(repo, records, name)?.ok_or_else(|| {
         Error::user(format!("no loop worktree named `{name}`"))
@@ -90,13 +90,13 @@ pub fn open(repo: &Repo, records: &Records, name: &str) -> Result<Worktree> {
 }
 
 /// [`open`], with ralph's records of the repository.
-pub fn open_for_resume(repo: &Repo, name: &str) -> Result<Worktree> {
+pub(crate) fn open_for_resume(repo: &Repo, name: &str) -> Result<Worktree> {
     open(repo, &Records::open(repo)?, name)
 }
 
 /// The run recorded in the worktree at `path`, when it is not finished and no supervisor runs
 /// it now: halted short of complete, or killed while running.
-pub fn unfinished(path: &Path) -> Result<Option<RunState>> {
+pub(crate) fn unfinished(path: &Path) -> Result<Option<RunState>> {
     let status = crate::loops::report(&Repo::discover(path)?)?;
     Ok(status
         .st
@@ -104,7 +104,7 @@ pub fn unfinished(path: &Path) -> Result<Option<RunState>> {
 }
 
 /// Every loop of the repository ralph retired, the earliest first.
-pub fn retired(repo: &Repo) -> Vec<Retired> {
+pub(crate) fn retired(repo: &Repo) -> Vec<Retired> {
     let Some(records) = Records::find(repo) else {
         return Vec::new();
     };
@@ -117,7 +117,7 @@ pub fn retired(repo: &Repo) -> Vec<Retired> {
 
 /// Whether the loop at `path` completed its run (merged or not): its name is free for a new
 /// task.
-pub fn finished(path: &Path) -> Result<bool> {
+pub(crate) fn finished(path: &Path) -> Result<bool> {
     let st = RunState::load(&RalphDir::new(path).state_file())?;
     Ok(st.is_some_and(|s| !s.running && s.halt_reason == Some(HaltReason::Complete)))
 }
@@ -138,7 +138,7 @@ fn find(repo: &Repo, records: &Records, name: &str) -> Result<Option<Worktree>> 
 }
 
 /// The path of loop `name`'s worktree when git has one registered there (reading only).
-pub fn existing(repo: &Repo, name: &str) -> Result<Option<PathBuf>> {
+pub(crate) fn existing(repo: &Repo, name: &str) -> Result<Option<PathBuf>> {
     check_name(name)?;
     let want = place::check(repo.git2().commondir(), name, false)?;
     let main =
@@ -216,7 +216,12 @@ fn current_branch(repo: &Repo) -> Option<String> {
 /// Copy the task files a run needs from the work tree it was started in into the worktree, where
 /// HEAD may not have them yet (an uncommitted task file); the run's "state before run" commit
 /// then records them on the loop's branch. Returns the targets as the worktree names them.
-pub fn carry_targets(from_root: &Path, cwd: &Path, to: &Path, targets: &[String]) -> Result<()> {
+pub(crate) fn carry_targets(
+    from_root: &Path,
+    cwd: &Path,
+    to: &Path,
+    targets: &[String],
+) -> Result<()> {
     let mut files: Vec<PathBuf> = Vec::new();
     for t in targets {
         let p = cwd.join(t);

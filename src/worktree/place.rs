@@ -25,7 +25,7 @@ const STEPS: [&str; 2] = ["ralph", "worktrees"];
 /// The path of loop `name`'s worktree below the common git directory `common`, each step of
 /// which is a real directory or not there yet (`make`: `ralph/worktrees` is created). A link or
 /// anything but a directory on the way is an error naming it.
-pub fn check(common: &Path, name: &str, make: bool) -> Result<PathBuf> {
+pub(crate) fn check(common: &Path, name: &str, make: bool) -> Result<PathBuf> {
     let path = common.join(STEPS[0]).join(STEPS[1]).join(name);
     let io = |at: &Path, e: Errno| Error::file("open", at, e.into());
     let mut dir = nix::fcntl::open(

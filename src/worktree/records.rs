@@ -26,33 +26,33 @@ const MAX_RECORD: u64 = 1024 * 1024;
 
 /// A live loop, as ralph made its worktree.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LoopRecord {
+pub(crate) struct LoopRecord {
     /// The branch it started from and merges into (`None`: started on a detached HEAD).
-    pub base: Option<String>,
+    pub(crate) base: Option<String>,
     /// The base's commit once the loop merged (its worktree may have stayed: ignored files).
     #[serde(default)]
-    pub merged_at: Option<String>,
+    pub(crate) merged_at: Option<String>,
 }
 
 /// A loop ralph retired: its worktree removed, this record and its logs kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Kept {
-    pub name: String,
+pub(crate) struct Kept {
+    pub(crate) name: String,
     /// Its branch, as it is called now (`ralph/NAME-<date>` once a new loop took the name).
-    pub branch: String,
-    pub base: Option<String>,
+    pub(crate) branch: String,
+    pub(crate) base: Option<String>,
     /// Where its worktree was.
-    pub worktree: PathBuf,
+    pub(crate) worktree: PathBuf,
     /// The base branch's commit once the loop was merged into it; `None`: never merged.
-    pub merged_at: Option<String>,
+    pub(crate) merged_at: Option<String>,
     /// When ralph retired it (RFC 3339).
-    pub kept_at: String,
+    pub(crate) kept_at: String,
     /// Its run as ralph last recorded it.
-    pub state: Option<RunState>,
+    pub(crate) state: Option<RunState>,
 }
 
 /// The records of one repository.
-pub struct Records {
+pub(crate) struct Records {
     dir: Keyed,
 }
 
@@ -67,7 +67,7 @@ fn no_state_home() -> Error {
 impl Records {
     /// The records of `repo`'s repository, created when missing; an error without a state
     /// directory (`--worktree` and `ralph merge` need one).
-    pub fn open(repo: &Repo) -> Result<Records> {
+    pub(crate) fn open(repo: &Repo) -> Result<Records> {
         let home = StateHome::locate().ok_or_else(no_state_home)?;
         let common = repo.git2().commondir();
         let dir = home
@@ -77,14 +77,14 @@ impl Records {
     }
 
     /// The records of `repo`'s repository when there are any (nothing is created).
-    pub fn find(repo: &Repo) -> Option<Records> {
+    pub(crate) fn find(repo: &Repo) -> Option<Records> {
         let dir = StateHome::locate()?.find_repo(repo.git2().commondir())?;
         Some(Records { dir })
     }
 
     /// One merge, worktree creation or removal at a time across loops, waited for up to
     /// [`LOCK_WAIT`] (held by an open file, so a killed holder releases it).
-    pub fn lock(&self) -> Result<std::fs::File> {
+    pub(crate) fn lock(&self) -> Result<std::fs::File> {
         let path = self.dir.join("worktrees.lock");
         let f = OpenOptions::new()
             .create(true)
@@ -117,17 +117,17 @@ impl Records {
     }
 
     /// Loop `name`'s record, if ralph made its worktree.
-    pub fn loop_record(&self, name: &str) -> Result<Option<LoopRecord>> {
+    pub(crate) fn loop_record(&self, name: &str) -> Result<Option<LoopRecord>> {
         read_json(&self.loop_file(name))
     }
 
     /// Record loop `name` (its worktree just made, or merged).
-    pub fn set_loop(&self, name: &str, record: &LoopRecord) -> Result<()> {
+    pub(crate) fn set_loop(&self, name: &str, record: &LoopRecord) -> Result<()> {
         write_json(&self.loop_file(name), record)
     }
 
     /// Loop `name` is retired: its live record goes.
-    pub fn forget_loop(&self, name: &str) -> Result<()> {
+    pub(crate) fn forget_loop(&self, name: &str) -> Result<()> {
         let file = self.loop_file(name);
         match std::fs::remove_file(&file) {
             Ok(()) => Ok(()),
@@ -137,7 +137,7 @@ impl Records {
     }
 
     /// A new directory for a retired loop's record and logs: `kept/NAME-RUN`.
-    pub fn new_kept_dir(&self, name: &str, run: &str) -> Result<PathBuf> {
+    pub(crate) fn new_kept_dir(&self, name: &str, run: &str) -> Result<PathBuf> {
         use std::os::unix::fs::DirBuilderExt;
         let parent = self.dir.join("kept");
         let mut b = std::fs::DirBuilder::new();
@@ -163,13 +163,13 @@ impl Records {
     }
 
     /// Write a retired loop's record into its directory.
-    pub fn set_kept(&self, dir: &Path, kept: &Kept) -> Result<()> {
+    pub(crate) fn set_kept(&self, dir: &Path, kept: &Kept) -> Result<()> {
         write_json(&dir.join("loop.json"), kept)
     }
 
     /// Every retired loop, the earliest first, each with its directory. A record that cannot
     /// be read is skipped (it names nothing ralph decides on).
-    pub fn kept(&self) -> Vec<(PathBuf, Kept)> {
+    pub(crate) fn kept(&self) -> Vec<(PathBuf, Kept)> {
         let Ok(entries) = std::fs::read_dir(self.dir.join("kept")) else {
             return Vec::new();
         };
@@ -185,7 +185,7 @@ impl Records {
     }
 
     /// A branch was renamed: the retired loops that name it follow.
-    pub fn rename_branch(&self, from: &str, to: &str) -> Result<()> {
+    pub(crate) fn rename_branch(&self, from: &str, to: &str) -> Result<()> {
         for (dir, mut kept) in self.kept() {
             if kept.branch == from {
                 kept.branch = to.to_string();

@@ -24,7 +24,7 @@ const LOGS: [&str; 3] = ["activity.log", "iterations.log", "runs"];
 
 /// What the worktree holds besides the branch's commits and ralph's runtime files: changes,
 /// untracked and ignored files (as `git status` names them, without looking inside submodules).
-pub fn foreign_files(loop_repo: &Repo) -> Result<Vec<String>> {
+pub(crate) fn foreign_files(loop_repo: &Repo) -> Result<Vec<String>> {
     let out = loop_repo.cli().run(
         &[
             "status",
@@ -45,7 +45,7 @@ pub fn foreign_files(loop_repo: &Repo) -> Result<Vec<String>> {
 }
 
 /// A short list of paths for a message.
-pub fn some_of(paths: &[String]) -> String {
+pub(crate) fn some_of(paths: &[String]) -> String {
     let mut s = paths.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
     if paths.len() > 3 {
         s.push_str(", …");
@@ -57,7 +57,7 @@ pub fn some_of(paths: &[String]) -> String {
 /// record kept, its live record forgotten, its worktree removed. `Ok(false)` when git would not
 /// remove the worktree (a submodule, a lock: it says why): the worktree stays as it was, logs
 /// included.
-pub fn retire(
+pub(crate) fn retire(
     repo: &Repo,
     records: &Records,
     wt: &Worktree,
@@ -211,7 +211,7 @@ fn copy(from: &OwnedFd, name: &str, to: &OwnedFd, depth: u32) -> std::io::Result
 /// A new loop takes the name of one whose branch `ralph/NAME` is still there (merged, or
 /// finished and retired): that branch is kept as `ralph/NAME-<date>` (`-2`, `-3`… when taken),
 /// and said so.
-pub fn set_branch_aside(repo: &Repo, records: &Records, name: &str, ui: Ui) -> Result<()> {
+pub(crate) fn set_branch_aside(repo: &Repo, records: &Records, name: &str, ui: Ui) -> Result<()> {
     let branch = format!("ralph/{name}");
     let exists = |b: &str| repo.git2().find_branch(b, git2::BranchType::Local).is_ok();
     if !exists(&branch) {

@@ -10,7 +10,7 @@ use crate::common::*;
 
 /// Write a stand-in CLI named `name` into a bin dir: it records its argv (NUL-separated) and
 /// stdin, answers `--help` with `help`, and delegates the work to the fake agent.
-pub fn stand_in(env: &TestEnv, name: &str, help: &str) -> PathBuf {
+pub(crate) fn stand_in(env: &TestEnv, name: &str, help: &str) -> PathBuf {
     let bin = env.home.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let script = format!(

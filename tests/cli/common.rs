@@ -4,16 +4,16 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
-pub struct TestEnv {
+pub(crate) struct TestEnv {
     _dir: tempfile::TempDir,
-    pub home: PathBuf,
-    pub repo: PathBuf,
+    pub(crate) home: PathBuf,
+    pub(crate) repo: PathBuf,
     /// Where the fake agent records prompts, argv, env and pids.
-    pub log: PathBuf,
+    pub(crate) log: PathBuf,
 }
 
 /// The path of the fake agent built from `testing/fake_agent.rs` (an example target).
-pub fn fake_agent() -> PathBuf {
+pub(crate) fn fake_agent() -> PathBuf {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_ralph"));
     let p = bin
         .parent()
@@ -29,18 +29,18 @@ pub fn fake_agent() -> PathBuf {
 }
 
 impl TestEnv {
-    pub fn new() -> TestEnv {
+    pub(crate) fn new() -> TestEnv {
         Self::in_dir(tempfile::tempdir().expect("tempdir"))
     }
 
     /// A test environment outside `/tmp` (under the target directory): for tests of
     /// `--sandbox`, whose private `/tmp` would hide a HOME or repository there anyway.
-    pub fn outside_tmp() -> TestEnv {
+    pub(crate) fn outside_tmp() -> TestEnv {
         Self::in_dir(tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir"))
     }
 
     /// The directory holding `home`, `repo` and the agent log.
-    pub fn dir(&self) -> &std::path::Path {
+    pub(crate) fn dir(&self) -> &std::path::Path {
         self._dir.path()
     }
 
@@ -63,7 +63,7 @@ impl TestEnv {
     }
 
     /// A directory that is not a git repository.
-    pub fn plain_dir(&self) -> PathBuf {
+    pub(crate) fn plain_dir(&self) -> PathBuf {
         let p = self.home.join("plain");
         std::fs::create_dir_all(&p).unwrap();
         p
@@ -80,13 +80,13 @@ impl TestEnv {
     }
 
     /// A command with the isolated environment of this test.
-    pub fn command(&self, program: &str) -> std::process::Command {
+    pub(crate) fn command(&self, program: &str) -> std::process::Command {
         let mut cmd = std::process::Command::new(program);
         self.isolate(&mut cmd);
         cmd
     }
 
-    pub fn git(&self, args: &[&str]) -> String {
+    pub(crate) fn git(&self, args: &[&str]) -> String {
         let mut cmd = std::process::Command::new("git");
         self.isolate(&mut cmd);
         let out = cmd
@@ -103,7 +103,7 @@ impl TestEnv {
     }
 
     /// What `git status --porcelain | cksum` prints in the repository, without the newline.
-    pub fn porcelain_cksum(&self) -> String {
+    pub(crate) fn porcelain_cksum(&self) -> String {
         let mut cmd = std::process::Command::new("sh");
         self.isolate(&mut cmd);
         let out = cmd
@@ -114,7 +114,7 @@ impl TestEnv {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
-    pub fn write(&self, rel: &str, text: &str) {
+    pub(crate) fn write(&self, rel: &str, text: &str) {
         let p = self.repo.join(rel);
         if let Some(parent) = p.parent() {
             std::fs::create_dir_all(parent).unwrap();
@@ -122,12 +122,12 @@ impl TestEnv {
         std::fs::write(p, text).unwrap();
     }
 
-    pub fn read(&self, rel: &str) -> String {
+    pub(crate) fn read(&self, rel: &str) -> String {
         std::fs::read_to_string(self.repo.join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
     }
 
     /// A task file with the given criteria and optional extra frontmatter lines.
-    pub fn write_task(&self, criteria: &[&str], frontmatter: &str) {
+    pub(crate) fn write_task(&self, criteria: &[&str], frontmatter: &str) {
         let mut s = format!(
             "---\ntask: Test task\n{frontmatter}---\n# Task: Test task\n\nDo it.\n\n## Success Criteria\n"
         );
@@ -138,12 +138,12 @@ impl TestEnv {
     }
 
     /// Commit everything as the user would before a run.
-    pub fn commit_all(&self, msg: &str) {
+    pub(crate) fn commit_all(&self, msg: &str) {
         self.git(&["add", "-A"]);
         self.git(&["commit", "-q", "-m", msg]);
     }
 
-    pub fn ralph_cmd(&self) -> std::process::Command {
+    pub(crate) fn ralph_cmd(&self) -> std::process::Command {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ralph"));
         self.isolate(&mut cmd);
         cmd.current_dir(&self.repo);
@@ -151,7 +151,7 @@ impl TestEnv {
     }
 
     /// Run ralph with args; kill it if it runs longer than `limit`.
-    pub fn ralph_with_limit(
+    pub(crate) fn ralph_with_limit(
         &self,
         args: &[&str],
         extra_env: &[(&str, &str)],
@@ -168,7 +168,7 @@ impl TestEnv {
     /// Run ralph (bounded) with a file-size limit of `bytes` (`prlimit --fsize`) and SIGXFSZ
     /// ignored: a write past the limit fails with "File too large", as a full disk makes a write
     /// fail, without one. A file made exactly `bytes` long beforehand can no longer grow.
-    pub fn ralph_with_fsize_limit(
+    pub(crate) fn ralph_with_fsize_limit(
         &self,
         args: &[&str],
         extra_env: &[(&str, &str)],
@@ -188,12 +188,12 @@ impl TestEnv {
         run_with_limit(cmd, Duration::from_secs(60))
     }
 
-    pub fn ralph(&self, args: &[&str]) -> Output {
+    pub(crate) fn ralph(&self, args: &[&str]) -> Output {
         self.ralph_with_limit(args, &[], Duration::from_secs(60))
     }
 
     /// `ralph run` with the fake agent following `script`, unattended.
-    pub fn run_fake(&self, script: &str, extra: &[&str]) -> Output {
+    pub(crate) fn run_fake(&self, script: &str, extra: &[&str]) -> Output {
         let agent = format!("'{}'", fake_agent().display());
         let mut args = vec!["run", "--agent-cmd", &agent, "--yes"];
         if !extra.contains(&"--grace") {
@@ -207,18 +207,18 @@ impl TestEnv {
         )
     }
 
-    pub fn commits(&self) -> Vec<String> {
+    pub(crate) fn commits(&self) -> Vec<String> {
         self.git(&["log", "--format=%s"])
             .lines()
             .map(str::to_string)
             .collect()
     }
 
-    pub fn activity(&self) -> String {
+    pub(crate) fn activity(&self) -> String {
         self.read(".ralph/activity.log")
     }
 
-    pub fn iter_records(&self) -> Vec<String> {
+    pub(crate) fn iter_records(&self) -> Vec<String> {
         std::fs::read_to_string(self.repo.join(".ralph/iterations.log"))
             .unwrap_or_default()
             .lines()
@@ -226,17 +226,17 @@ impl TestEnv {
             .collect()
     }
 
-    pub fn agent_prompt(&self, n: usize) -> String {
+    pub(crate) fn agent_prompt(&self, n: usize) -> String {
         std::fs::read_to_string(self.log.join(format!("prompt-{n}.txt"))).unwrap_or_default()
     }
 
-    pub fn agent_ran(&self, n: usize) -> bool {
+    pub(crate) fn agent_ran(&self, n: usize) -> bool {
         self.log.join(format!("prompt-{n}.txt")).exists()
     }
 }
 
 /// Run a command, killing it after `limit` so a hang fails the test instead of blocking CI.
-pub fn run_with_limit(mut cmd: std::process::Command, limit: Duration) -> Output {
+pub(crate) fn run_with_limit(mut cmd: std::process::Command, limit: Duration) -> Output {
     use std::io::Read;
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -274,7 +274,7 @@ pub fn run_with_limit(mut cmd: std::process::Command, limit: Duration) -> Output
 }
 
 /// `--json` output: every stdout line parsed (a line that is not JSON fails the test).
-pub fn json_events(o: &Output) -> Vec<serde_json::Value> {
+pub(crate) fn json_events(o: &Output) -> Vec<serde_json::Value> {
     stdout(o)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
@@ -282,24 +282,24 @@ pub fn json_events(o: &Output) -> Vec<serde_json::Value> {
 }
 
 /// The events named `name`.
-pub fn events_named(o: &Output, name: &str) -> Vec<serde_json::Value> {
+pub(crate) fn events_named(o: &Output, name: &str) -> Vec<serde_json::Value> {
     json_events(o)
         .into_iter()
         .filter(|e| e["event"] == name)
         .collect()
 }
 
-pub fn stdout(o: &Output) -> String {
+pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-pub fn stderr(o: &Output) -> String {
+pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// Exit code with both streams in the panic message when it is not the expected one.
 #[track_caller]
-pub fn assert_exit(o: &Output, code: i32) {
+pub(crate) fn assert_exit(o: &Output, code: i32) {
     assert_eq!(
         o.status.code(),
         Some(code),
@@ -311,18 +311,18 @@ pub fn assert_exit(o: &Output, code: i32) {
 }
 
 /// A ralph running in the background, its output going to files.
-pub struct Background {
-    pub child: std::process::Child,
-    pub out: PathBuf,
-    pub err: PathBuf,
+pub(crate) struct Background {
+    pub(crate) child: std::process::Child,
+    pub(crate) out: PathBuf,
+    pub(crate) err: PathBuf,
 }
 
 impl Background {
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.id() as i32
     }
 
-    pub fn signal(&self, sig: i32) {
+    pub(crate) fn signal(&self, sig: i32) {
         // SAFETY: sending a signal to our own child.
         unsafe {
             libc::kill(self.pid(), sig);
@@ -330,7 +330,7 @@ impl Background {
     }
 
     /// Wait for exit (killing it after `limit`) and return the status code.
-    pub fn wait(mut self, limit: Duration) -> (Option<i32>, String, String) {
+    pub(crate) fn wait(mut self, limit: Duration) -> (Option<i32>, String, String) {
         let start = std::time::Instant::now();
         let status = loop {
             if let Some(s) = self.child.try_wait().unwrap() {
@@ -357,7 +357,7 @@ impl Background {
 
 impl TestEnv {
     /// Start `ralph run` with the fake agent in the background.
-    pub fn spawn_fake(&self, script: &str, extra: &[&str]) -> Background {
+    pub(crate) fn spawn_fake(&self, script: &str, extra: &[&str]) -> Background {
         let agent = format!("'{}'", fake_agent().display());
         let mut cmd = self.ralph_cmd();
         cmd.args(["run", "--agent-cmd", &agent, "--yes"])
@@ -366,7 +366,7 @@ impl TestEnv {
         self.spawn(cmd)
     }
 
-    pub fn spawn(&self, mut cmd: std::process::Command) -> Background {
+    pub(crate) fn spawn(&self, mut cmd: std::process::Command) -> Background {
         let n = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -384,7 +384,7 @@ impl TestEnv {
     }
 
     /// The pids the fake agent recorded for iteration `n` (itself first, then its children).
-    pub fn agent_pids(&self, n: usize) -> Vec<i32> {
+    pub(crate) fn agent_pids(&self, n: usize) -> Vec<i32> {
         std::fs::read_to_string(self.log.join(format!("pids-{n}.txt")))
             .unwrap_or_default()
             .lines()
@@ -393,7 +393,7 @@ impl TestEnv {
     }
 
     /// Wait until the fake agent of iteration `n` has recorded `count` pids.
-    pub fn wait_for_pids(&self, n: usize, count: usize) -> Vec<i32> {
+    pub(crate) fn wait_for_pids(&self, n: usize, count: usize) -> Vec<i32> {
         assert!(
             wait_until(Duration::from_secs(20), || self.agent_pids(n).len()
                 >= count),
@@ -404,7 +404,7 @@ impl TestEnv {
 }
 
 /// Poll `cond` every few milliseconds until it holds or `limit` passes.
-pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = std::time::Instant::now();
     while start.elapsed() < limit {
         if cond() {
@@ -416,7 +416,7 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// Whether a process is alive (a zombie waiting to be reaped counts as dead).
-pub fn pid_alive(pid: i32) -> bool {
+pub(crate) fn pid_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             // The state follows the parenthesised command name.
@@ -433,7 +433,7 @@ pub fn pid_alive(pid: i32) -> bool {
 
 /// Assert every pid dies within `limit` (polling, no fixed sleep).
 #[track_caller]
-pub fn assert_all_dead(pids: &[i32], limit: Duration) {
+pub(crate) fn assert_all_dead(pids: &[i32], limit: Duration) {
     let ok = wait_until(limit, || pids.iter().all(|p| !pid_alive(*p)));
     let alive: Vec<_> = pids.iter().filter(|p| pid_alive(**p)).collect();
     assert!(
@@ -446,7 +446,7 @@ pub fn assert_all_dead(pids: &[i32], limit: Duration) {
 
 /// Write a shell script for the fake agent's `sh:FILE` action into the test's home (outside the
 /// repository) and return the action (`sh:/abs/path`). The script runs in the repository root.
-pub fn agent_sh(env: &TestEnv, name: &str, body: &str) -> String {
+pub(crate) fn agent_sh(env: &TestEnv, name: &str, body: &str) -> String {
     let path = env.home.join(format!("{name}.sh"));
     std::fs::write(&path, format!("set -e\n{body}\n")).unwrap();
     format!("sh:{}", path.display())
@@ -454,7 +454,7 @@ pub fn agent_sh(env: &TestEnv, name: &str, body: &str) -> String {
 
 /// `ralph status --json`, parsed (exit 0 asserted).
 #[track_caller]
-pub fn status_json(env: &TestEnv) -> serde_json::Value {
+pub(crate) fn status_json(env: &TestEnv) -> serde_json::Value {
     let out = env.ralph_with_limit(&["status", "--json"], &[], Duration::from_secs(20));
     assert_exit(&out, 0);
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -467,7 +467,7 @@ pub fn status_json(env: &TestEnv) -> serde_json::Value {
 
 /// Put a stand-in `claude` on PATH that runs the fake agent (the `claude` preset's stream-json
 /// is then parsed); returns the PATH value.
-pub fn claude_stand_in_path(env: &TestEnv) -> String {
+pub(crate) fn claude_stand_in_path(env: &TestEnv) -> String {
     use std::os::unix::fs::PermissionsExt;
     let bin = env.home.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -486,7 +486,7 @@ pub fn claude_stand_in_path(env: &TestEnv) -> String {
 }
 
 /// `ralph <args> --agent claude --yes --grace 1s` with the stand-in `claude` following `script`.
-pub fn run_claude_fake(
+pub(crate) fn run_claude_fake(
     env: &TestEnv,
     command: &str,
     script: &str,
@@ -505,7 +505,7 @@ pub fn run_claude_fake(
 
 /// Run ralph with `args` under `ulimit -v KIB` (address space), killed after `limit`: a ralph
 /// that reads without bound dies of it quickly instead of eating the machine's memory.
-pub fn ralph_with_memory_limit(
+pub(crate) fn ralph_with_memory_limit(
     env: &TestEnv,
     kib: u64,
     args: &[&str],
@@ -525,7 +525,7 @@ pub fn ralph_with_memory_limit(
 }
 
 /// The fake agent as `--agent-cmd` (quoted for the template splitter).
-pub fn fake_agent_cmd() -> String {
+pub(crate) fn fake_agent_cmd() -> String {
     format!("'{}'", fake_agent().display())
 }
 
@@ -533,7 +533,7 @@ pub fn fake_agent_cmd() -> String {
 
 /// `git args` in `dir` (any repository: ralph's or its twin) with the test's isolated
 /// environment; the output whatever the exit status.
-pub fn git_output_in(env: &TestEnv, dir: &std::path::Path, args: &[&str]) -> Output {
+pub(crate) fn git_output_in(env: &TestEnv, dir: &std::path::Path, args: &[&str]) -> Output {
     env.command("git")
         .args(args)
         .current_dir(dir)
@@ -543,7 +543,7 @@ pub fn git_output_in(env: &TestEnv, dir: &std::path::Path, args: &[&str]) -> Out
 
 /// `git args` in `dir`, success asserted; its stdout.
 #[track_caller]
-pub fn git_in(env: &TestEnv, dir: &std::path::Path, args: &[&str]) -> String {
+pub(crate) fn git_in(env: &TestEnv, dir: &std::path::Path, args: &[&str]) -> String {
     let out = git_output_in(env, dir, args);
     assert!(
         out.status.success(),
@@ -557,7 +557,7 @@ pub fn git_in(env: &TestEnv, dir: &std::path::Path, args: &[&str]) -> String {
 /// `sh FILE` in `dir` with the test's isolated environment (as the fake agent's `sh:FILE`
 /// action runs it), success asserted.
 #[track_caller]
-pub fn sh_file_in(env: &TestEnv, dir: &std::path::Path, file: &std::path::Path) -> Output {
+pub(crate) fn sh_file_in(env: &TestEnv, dir: &std::path::Path, file: &std::path::Path) -> Output {
     let out = env
         .command("sh")
         .arg(file)
@@ -575,7 +575,7 @@ pub fn sh_file_in(env: &TestEnv, dir: &std::path::Path, file: &std::path::Path) 
 }
 
 /// What `git status --porcelain | cksum` prints in `dir`, without the newline.
-pub fn porcelain_cksum_in(env: &TestEnv, dir: &std::path::Path) -> String {
+pub(crate) fn porcelain_cksum_in(env: &TestEnv, dir: &std::path::Path) -> String {
     let out = env
         .command("sh")
         .args(["-c", "git status --porcelain | cksum"])
@@ -586,7 +586,7 @@ pub fn porcelain_cksum_in(env: &TestEnv, dir: &std::path::Path) -> String {
 }
 
 /// `git status --porcelain` in `dir`, for failure messages.
-pub fn porcelain_in(env: &TestEnv, dir: &std::path::Path) -> String {
+pub(crate) fn porcelain_in(env: &TestEnv, dir: &std::path::Path) -> String {
     String::from_utf8_lossy(&git_output_in(env, dir, &["status", "--porcelain"]).stdout)
         .into_owned()
 }
@@ -594,7 +594,7 @@ pub fn porcelain_in(env: &TestEnv, dir: &std::path::Path) -> String {
 /// Every entry of a tree, recursively, as `git ls-tree -r` prints it (mode, type, id, path;
 /// paths unquoted), leaving out the paths for which `skip` holds. Git trees hold no empty
 /// directories, so this listing determines the tree exactly.
-pub fn tree_entries(
+pub(crate) fn tree_entries(
     env: &TestEnv,
     dir: &std::path::Path,
     treeish: &str,
@@ -617,7 +617,7 @@ pub fn tree_entries(
 
 /// The entries only in `ours` and only in `theirs`, one per line (`{:?}`, so odd names show),
 /// or an empty string when both hold the same entries.
-pub fn entries_diff(ours: &[String], theirs: &[String]) -> String {
+pub(crate) fn entries_diff(ours: &[String], theirs: &[String]) -> String {
     let mut s = String::new();
     for e in ours.iter().filter(|e| !theirs.contains(e)) {
         s.push_str(&format!("  only in ralph's: {e:?}\n"));
@@ -629,7 +629,7 @@ pub fn entries_diff(ours: &[String], theirs: &[String]) -> String {
 }
 
 /// The last field of ralph's last `ITER` record: the fingerprint it wrote.
-pub fn last_fingerprint(env: &TestEnv) -> String {
+pub(crate) fn last_fingerprint(env: &TestEnv) -> String {
     env.iter_records()
         .last()
         .and_then(|r| r.rsplit(" | ").next().map(str::to_string))
@@ -638,7 +638,7 @@ pub fn last_fingerprint(env: &TestEnv) -> String {
 
 /// `cp -a` ralph's repository into a twin beside it (same files, modes, links and git dir)
 /// and return the twin's path.
-pub fn make_twin(env: &TestEnv) -> PathBuf {
+pub(crate) fn make_twin(env: &TestEnv) -> PathBuf {
     let twin = env.repo.with_file_name("twin");
     let out = env
         .command("cp")
@@ -659,7 +659,7 @@ pub fn make_twin(env: &TestEnv) -> PathBuf {
 /// developer's machine it says so and skips; in CI (`CI` set to anything but `false` or `0`)
 /// it fails, so a green CI run never hides a missing install step.
 #[track_caller]
-pub fn skip_or_fail(why: &str) {
+pub(crate) fn skip_or_fail(why: &str) {
     let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
     if ci {
         panic!("CI is set, and this test cannot run: {why} (.ci/run must install it)");
@@ -671,7 +671,7 @@ pub fn skip_or_fail(why: &str) {
 /// and fails in CI. A build under `/tmp` cannot run its fake agent in the sandbox, whose `/tmp`
 /// is a private one.
 #[track_caller]
-pub fn bwrap_works() -> bool {
+pub(crate) fn bwrap_works() -> bool {
     if std::path::Path::new(env!("CARGO_BIN_EXE_ralph")).starts_with("/tmp") {
         skip_or_fail(
             "this build is under /tmp, which --sandbox replaces with a private /tmp (the test agents would not be there)",
@@ -689,7 +689,7 @@ pub fn bwrap_works() -> bool {
 }
 
 /// A task file with frontmatter `task: t` and these criteria under `## Success Criteria`.
-pub fn task(criteria: &[&str]) -> String {
+pub(crate) fn task(criteria: &[&str]) -> String {
     let mut s = String::from("---\ntask: t\n---\n## Success Criteria\n");
     for c in criteria {
         s.push_str(&format!("- [ ] {c}\n"));
@@ -698,7 +698,13 @@ pub fn task(criteria: &[&str]) -> String {
 }
 
 /// `ralph run --worktree NAME TASK --agent-cmd AGENT --yes --grace 1s EXTRA…`, bounded.
-pub fn run_loop(env: &TestEnv, name: &str, task_file: &str, agent: &str, extra: &[&str]) -> Output {
+pub(crate) fn run_loop(
+    env: &TestEnv,
+    name: &str,
+    task_file: &str,
+    agent: &str,
+    extra: &[&str],
+) -> Output {
     let mut args = vec![
         "run",
         "--worktree",
@@ -723,7 +729,7 @@ pub fn run_loop(env: &TestEnv, name: &str, task_file: &str, agent: &str, extra: 
 /// RFC 3339 times as `[time]`, the durations ralph prints as `[duration]`, pids as `[pid]`, the
 /// hash of a path in ralph's state directory as `[hash]`, the live view's spinner as `[spinner]`.
 /// Everything else is left as ralph printed it.
-pub fn normalize(env: &TestEnv, text: &str) -> String {
+pub(crate) fn normalize(env: &TestEnv, text: &str) -> String {
     let mut s = text.to_string();
     // The longest first: the test's directory and the fake agent lie under the source tree.
     let paths = [
@@ -808,7 +814,7 @@ fn name_commits(env: &TestEnv, text: &str) -> String {
 
 /// `text` without the note ralph prints for the `claude` preset when it runs as root (that it
 /// sets `IS_SANDBOX=1`), which says who runs the tests, not what ralph did.
-pub fn without_root_note(text: &str) -> String {
+pub(crate) fn without_root_note(text: &str) -> String {
     text.replace(
         "note: running as root: setting IS_SANDBOX=1 so claude accepts --dangerously-skip-permissions\n",
         "",
@@ -817,12 +823,12 @@ pub fn without_root_note(text: &str) -> String {
 
 /// A command's whole screen as a snapshot shows it ([`normalize`]d): its stdout, then its
 /// stderr under a rule (when it wrote any), then its exit status.
-pub fn screen(env: &TestEnv, o: &Output) -> String {
+pub(crate) fn screen(env: &TestEnv, o: &Output) -> String {
     screen_of(env, &stdout(o), &stderr(o), o.status.code())
 }
 
 /// [`screen`] from the parts (a background run's files).
-pub fn screen_of(env: &TestEnv, out: &str, err: &str, code: Option<i32>) -> String {
+pub(crate) fn screen_of(env: &TestEnv, out: &str, err: &str, code: Option<i32>) -> String {
     let mut s = normalize(env, out);
     if !err.is_empty() {
         s.push_str("----- stderr -----\n");
@@ -839,7 +845,7 @@ pub fn screen_of(env: &TestEnv, out: &str, err: &str, code: Option<i32>) -> Stri
 /// object fails the test), the values of `volatile` keys — numbers that time or the machine
 /// decide (`elapsed_s`, `pid`) — written `"[key]"` wherever they are not null, pretty-printed
 /// and [`normalize`]d.
-pub fn json_screen(env: &TestEnv, text: &str, volatile: &[&str]) -> String {
+pub(crate) fn json_screen(env: &TestEnv, text: &str, volatile: &[&str]) -> String {
     let mut v: serde_json::Value =
         serde_json::from_str(text).unwrap_or_else(|e| panic!("not one JSON document: {e}\n{text}"));
     blank_keys(&mut v, volatile);
@@ -848,7 +854,7 @@ pub fn json_screen(env: &TestEnv, text: &str, volatile: &[&str]) -> String {
 
 /// JSON Lines (`--json` events) as a snapshot shows them: one event a line, each parsed (a line
 /// that is not JSON fails the test), `volatile` keys blanked as in [`json_screen`], normalised.
-pub fn json_lines_screen(env: &TestEnv, text: &str, volatile: &[&str]) -> String {
+pub(crate) fn json_lines_screen(env: &TestEnv, text: &str, volatile: &[&str]) -> String {
     let mut s = String::new();
     for line in text.lines() {
         let mut v: serde_json::Value =

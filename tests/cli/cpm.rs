@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::common::*;
 
 /// The project's stand-in for CPM's `coverage-rollup.sh` (cpm 3.11.0's records and exit codes).
-pub fn rollup_path() -> String {
+pub(crate) fn rollup_path() -> String {
     concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/testing/cpm/coverage-rollup.sh"
@@ -13,14 +13,14 @@ pub fn rollup_path() -> String {
     .to_string()
 }
 
-pub fn setup() -> (TestEnv, String) {
+pub(crate) fn setup() -> (TestEnv, String) {
     let env = TestEnv::new();
     env.write("README.md", "project\n");
     (env, rollup_path())
 }
 
 /// An epic doc as `/cpm:epics` writes one, `[plan]` tags included.
-pub fn epic(status: &str, spec: Option<&str>) -> String {
+pub(crate) fn epic(status: &str, spec: Option<&str>) -> String {
     let source = spec.map_or(String::new(), |s| format!("**Source spec**: {s}\n"));
     format!(
         "# Epic: Accounts\n\n**Status**: {status}\n{source}\n## Story 1: Login [plan]\n\n**Story**: 1\n\n### Task 1.1: Form [plan]\n\n## Story 2: Logout\n"
@@ -28,7 +28,7 @@ pub fn epic(status: &str, spec: Option<&str>) -> String {
 }
 
 /// A spec with these `(id, text)` requirements under `### Must Have`.
-pub fn spec_doc(reqs: &[(&str, &str)]) -> String {
+pub(crate) fn spec_doc(reqs: &[(&str, &str)]) -> String {
     let mut s = "# Spec: search\n\n## Functional Requirements\n\n### Must Have\n\n".to_string();
     for (id, text) in reqs {
         s.push_str(&format!("- **{id}** — {text}\n"));
@@ -37,7 +37,7 @@ pub fn spec_doc(reqs: &[(&str, &str)]) -> String {
 }
 
 /// A coverage matrix as `/cpm:epics` writes one: `(label, story, approach, verified)` rows.
-pub fn matrix(spec: &str, epic: &str, rows: &[(&str, &str, &str, bool)]) -> String {
+pub(crate) fn matrix(spec: &str, epic: &str, rows: &[(&str, &str, &str, bool)]) -> String {
     let mut s = format!(
         "# Coverage Matrix: {epic}\n\n**Source spec**: {spec}\n**Epic**: {epic}\n**Date**: 2026-01-01\n\n\
          | # | Spec Requirement | Spec Text (verbatim) | Story Criterion (verbatim) | Covered by | Spec Test Approach | Verified |\n\
@@ -54,14 +54,14 @@ pub fn matrix(spec: &str, epic: &str, rows: &[(&str, &str, &str, bool)]) -> Stri
 }
 
 /// `n` unverified `[unit]` rows `FR1`… on stories `Story 1`….
-pub fn unit_rows(n: usize) -> Vec<(String, String)> {
+pub(crate) fn unit_rows(n: usize) -> Vec<(String, String)> {
     (1..=n)
         .map(|i| (format!("FR{i}"), format!("Story {i}")))
         .collect()
 }
 
 /// [`matrix`] over [`unit_rows`]-shaped rows, none verified.
-pub fn unit_matrix(spec: &str, epic: &str, rows: &[(String, String)]) -> String {
+pub(crate) fn unit_matrix(spec: &str, epic: &str, rows: &[(String, String)]) -> String {
     let rows: Vec<(&str, &str, &str, bool)> = rows
         .iter()
         .map(|(l, s)| (l.as_str(), s.as_str(), "[unit]", false))
@@ -71,15 +71,15 @@ pub fn unit_matrix(spec: &str, epic: &str, rows: &[(String, String)]) -> String 
 
 /// The fake agent's step that marks the first unverified row of `matrix` verified, as
 /// `/cpm:do` does when a story's criterion passes.
-pub fn tick(env: &TestEnv, matrix: &str) -> String {
+pub(crate) fn tick(env: &TestEnv, matrix: &str) -> String {
     agent_sh(env, "tick", &format!("sed -i '0,/| |$/s//| ✓ |/' {matrix}"))
 }
 
-pub fn run_cpm(env: &TestEnv, script: &str, args: &[&str]) -> std::process::Output {
+pub(crate) fn run_cpm(env: &TestEnv, script: &str, args: &[&str]) -> std::process::Output {
     run_cpm_env(env, script, args, &[])
 }
 
-pub fn run_cpm_env(
+pub(crate) fn run_cpm_env(
     env: &TestEnv,
     script: &str,
     args: &[&str],
@@ -95,7 +95,7 @@ pub fn run_cpm_env(
 }
 
 /// Everything ralph printed, stdout then stderr.
-pub fn output(out: &std::process::Output) -> String {
+pub(crate) fn output(out: &std::process::Output) -> String {
     format!("{}{}", stdout(out), stderr(out))
 }
 
@@ -368,7 +368,7 @@ fn without_a_rollup_cpm_mode_refuses_to_start_unless_yes() {
 
 /// The planning iteration's step: write the spec's epic (with `[plan]` tags) and its matrix
 /// over `rows` as `/cpm:epics` would, then `rest` (the next iterations' steps).
-pub fn plan_script(env: &TestEnv, rows: &[(&str, &str)], rest: &str) -> String {
+pub(crate) fn plan_script(env: &TestEnv, rows: &[(&str, &str)], rest: &str) -> String {
     let spec = "docs/specifications/03-spec-search.md";
     let epic_src = env.home.join("epic.md");
     std::fs::write(&epic_src, epic("In Progress", Some(spec))).unwrap();

@@ -7,16 +7,16 @@ use std::time::Duration;
 use crate::common::*;
 
 /// A tmux server of its own (socket in the test's directory), killed with the test.
-pub struct Tmux {
+pub(crate) struct Tmux {
     socket: PathBuf,
     /// Background `ralph run`s to kill if the test fails half-way.
-    pub runs: Vec<i32>,
+    pub(crate) runs: Vec<i32>,
 }
 
 impl Tmux {
     /// A detached 120x30 session `w` running the shell command `command` in the repository;
     /// `None` (the test skips, saying why; in CI it fails) when tmux cannot run here.
-    pub fn start(env: &TestEnv, command: &str) -> Option<Tmux> {
+    pub(crate) fn start(env: &TestEnv, command: &str) -> Option<Tmux> {
         let tmux = Tmux {
             socket: env.home.join("tmux.sock"),
             runs: Vec::new(),
@@ -47,7 +47,7 @@ impl Tmux {
         }
     }
 
-    pub fn cmd(&self, env: &TestEnv, args: &[&str]) -> std::process::Output {
+    pub(crate) fn cmd(&self, env: &TestEnv, args: &[&str]) -> std::process::Output {
         env.command("tmux")
             .env("TERM", "xterm-256color")
             .arg("-S")
@@ -57,13 +57,18 @@ impl Tmux {
             .expect("run tmux")
     }
 
-    pub fn pane(&self, env: &TestEnv) -> String {
+    pub(crate) fn pane(&self, env: &TestEnv) -> String {
         String::from_utf8_lossy(&self.cmd(env, &["capture-pane", "-p", "-t", "w"]).stdout)
             .into_owned()
     }
 
     /// Wait until the pane shows what `cond` wants; the pane as last seen.
-    pub fn wait_for(&self, env: &TestEnv, what: &str, cond: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn wait_for(
+        &self,
+        env: &TestEnv,
+        what: &str,
+        cond: impl Fn(&str) -> bool,
+    ) -> String {
         let mut seen = String::new();
         let ok = wait_until(Duration::from_secs(30), || {
             seen = self.pane(env);

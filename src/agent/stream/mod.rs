@@ -32,8 +32,7 @@ mod plain;
 
 use std::cell::OnceCell;
 
-use chrono::{DateTime, FixedOffset, Utc};
-use serde_json::Value;
+use chrono::{DateTime, Utc};
 
 use super::cli::Output;
 use super::findings::Findings;
@@ -41,25 +40,31 @@ use super::reset::Clock;
 use super::text::{TAIL_BYTES, find_last_newline, find_newline};
 use crate::proc::observe::{Observation, Watcher};
 use crate::proc::relay::keep_tail;
-use events::{json_body, lines_newest_first};
 use plain::{LastLines, LineBuf};
 
-pub use super::cli::Format;
-pub use super::format_for;
-pub use super::output::{AgentResult, Limit, LimitKind, MIN_BACKOFF, Usage, backoff};
+pub(crate) use super::cli::Format;
+pub(crate) use super::format_for;
+pub(crate) use super::output::{Limit, Usage, backoff};
+#[cfg(test)]
+use {
+    super::output::AgentResult,
+    chrono::FixedOffset,
+    events::{json_body, lines_newest_first},
+    serde_json::Value,
+};
 
 /// The longest line kept; the rest of a longer line is dropped.
-pub const MAX_LINE: usize = 1024 * 1024;
+pub(crate) const MAX_LINE: usize = 1024 * 1024;
 /// How many of the last non-empty plain lines of each stream (stdout, stderr) a failed attempt
 /// is judged by.
-pub const FAILED_TAIL_LINES: usize = 20;
+pub(crate) const FAILED_TAIL_LINES: usize = 20;
 /// How much of each of those lines is kept (the rest is dropped): with both streams, at most
 /// 2 × 20 × 2 KiB = 80 KiB whatever the volume.
-pub const FAILED_TAIL_LINE_BYTES: usize = 2048;
+pub(crate) const FAILED_TAIL_LINE_BYTES: usize = 2048;
 
 /// Watches one attempt's output. Feed it every chunk, call [`Observer::finish`] at the end.
 #[derive(Debug)]
-pub struct Observer {
+pub(crate) struct Observer {
     format: Format,
     seen: Findings,
     out: LineBuf,
@@ -94,7 +99,7 @@ pub struct Observer {
 }
 
 impl Observer {
-    pub fn new(format: Format, now: DateTime<Utc>) -> Observer {
+    pub(crate) fn new(format: Format, now: DateTime<Utc>) -> Observer {
         Observer {
             format,
             seen: Findings::new(Clock::new(now)),
@@ -119,21 +124,18 @@ impl Observer {
     /// Sets the local time zone used for reset times printed without a zone (or in the named
     /// zone). By default it is the machine's: `Local`'s offset and the name from `TZ`,
     /// `/etc/timezone` or `/etc/localtime`.
-    pub fn with_local_zone(mut self, offset: FixedOffset, name: Option<&str>) -> Observer {
+    #[cfg(test)]
+    pub(crate) fn with_local_zone(mut self, offset: FixedOffset, name: Option<&str>) -> Observer {
         let clock = self.seen.clock_mut();
         *clock = clock.clone().with_local_zone(offset, name);
         self
-    }
-
-    pub fn format(&self) -> Format {
-        self.format
     }
 
     /// Feed a chunk of stdout (is_stderr=false) or stderr. Cheap whatever the volume: lines are
     /// found with `memchr`; of plain text only the last lines of the chunk are read — the only
     /// ones that can show or be kept — and of a run of JSON events that supersede one another
     /// only the newest (see `Cli::supersedable`). What is left unread could change nothing.
-    pub fn feed(&mut self, chunk: &[u8], is_stderr: bool) {
+    pub(crate) fn feed(&mut self, chunk: &[u8], is_stderr: bool) {
         let text = self.format.output == Output::Text;
         if text && !is_stderr && !self.relay_keeps_tail {
             self.tail_cut |= keep_tail(&mut self.tail, chunk, TAIL_BYTES);
@@ -183,7 +185,7 @@ impl Observer {
     /// Call when the attempt ended, with its exit code (`None` when a signal ended it): flushes
     /// a last partial line and, unless it exited 0, lets the CLI read its last plain lines for a
     /// limit or a login failure.
-    pub fn finish(&mut self, exit: Option<i32>) {
+    pub(crate) fn finish(&mut self, exit: Option<i32>) {
         for is_stderr in [false, true] {
             let buf = std::mem::take(&mut self.pending(is_stderr).buf);
             if !buf.is_empty() {
@@ -207,7 +209,7 @@ impl Observer {
         self.seen.end();
     }
 
-    pub fn activity(&self) -> Option<&str> {
+    pub(crate) fn activity(&self) -> Option<&str> {
         if !self.stash.is_empty()
             && let Some(activity) = self.stash_activity.get_or_init(|| {
                 self.read_stash_aside(true, false)
@@ -221,28 +223,30 @@ impl Observer {
     }
 
     /// Whether activity changed since the last call (for redraws).
-    pub fn take_activity_changed(&mut self) -> bool {
+    pub(crate) fn take_activity_changed(&mut self) -> bool {
         self.read_stash();
         self.seen.take_activity_changed()
     }
 
-    pub fn result(&self) -> Option<&AgentResult> {
+    #[cfg(test)]
+    pub(crate) fn result(&self) -> Option<&AgentResult> {
         self.seen.result()
     }
 
     /// Tokens + cost the attempt reported, zero when unknown; also when it ended on a limit.
-    pub fn usage(&self) -> Usage {
+    pub(crate) fn usage(&self) -> Usage {
         self.seen.usage()
     }
 
     /// The usage/rate limit that ended this attempt, if any.
-    pub fn limit(&self) -> Option<&Limit> {
+    pub(crate) fn limit(&self) -> Option<&Limit> {
         self.seen.limit()
     }
 
     /// A rate limit the agent is retrying by itself right now (Claude `api_retry`); becomes
     /// [`Observer::limit`] at [`Observer::finish`] when nothing else followed it.
-    pub fn retrying(&self) -> Option<&Limit> {
+    #[cfg(test)]
+    pub(crate) fn retrying(&self) -> Option<&Limit> {
         // An event not read yet says the agent moved on, if it reads.
         self.seen.retrying().filter(|_| {
             let cli = self.format.cli;
@@ -258,23 +262,25 @@ impl Observer {
 
     /// An authentication failure (`Invalid API key`, `Not logged in · Please run /login`, 401):
     /// the caller reports it and halts.
-    pub fn auth_error(&self) -> Option<&str> {
+    pub(crate) fn auth_error(&self) -> Option<&str> {
         self.seen.auth_error()
     }
 
     /// The agent's session or thread id, once it said it.
-    pub fn session_id(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn session_id(&self) -> Option<&str> {
         self.seen.session_id()
     }
 
     /// Copilot's `usage.premiumRequests`, when its JSON result gave it.
-    pub fn premium_requests(&self) -> Option<f64> {
+    #[cfg(test)]
+    pub(crate) fn premium_requests(&self) -> Option<f64> {
         self.seen.premium_requests()
     }
 
     /// The agent's final message (the result's text; else its last message; else the tail of
     /// plain stdout) for promise detection.
-    pub fn final_message(&self) -> Option<String> {
+    pub(crate) fn final_message(&self) -> Option<String> {
         if let Some(r) = self.seen.result()
             && !r.text.trim().is_empty()
         {

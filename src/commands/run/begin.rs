@@ -94,13 +94,13 @@ pub(super) fn resumed_max_iterations(
 
 /// Everything a beginning needs.
 pub(super) struct Begin<'a> {
-    pub ui: Ui,
-    pub rd: &'a RalphDir,
-    pub repo: &'a mut Repo,
-    pub settings: &'a Settings,
-    pub agent: &'a Agent,
-    pub plan: &'a Plan,
-    pub unit: &'static str,
+    pub(crate) ui: Ui,
+    pub(crate) rd: &'a RalphDir,
+    pub(crate) repo: &'a mut Repo,
+    pub(crate) settings: &'a Settings,
+    pub(crate) agent: &'a Agent,
+    pub(crate) plan: &'a Plan,
+    pub(crate) unit: &'static str,
 }
 
 impl Begin<'_> {

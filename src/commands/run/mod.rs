@@ -51,7 +51,7 @@ use resolve::Resolved;
 const INDEX_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// `ralph run` in `dir` (`-C`): closed whatever way it ends ([`launch`]).
-pub fn run(ui: Ui, dir: Option<&Path>, args: &RunArgs) -> Result<i32> {
+pub(crate) fn run(ui: Ui, dir: Option<&Path>, args: &RunArgs) -> Result<i32> {
     let how = if args.resume {
         Continuation::Resume
     } else if args.reset {
@@ -63,7 +63,7 @@ pub fn run(ui: Ui, dir: Option<&Path>, args: &RunArgs) -> Result<i32> {
 }
 
 /// `ralph resume` in `dir` (`-C`).
-pub fn resume(ui: Ui, dir: Option<&Path>, args: &ResumeArgs) -> Result<i32> {
+pub(crate) fn resume(ui: Ui, dir: Option<&Path>, args: &ResumeArgs) -> Result<i32> {
     launch(ui, dir, &[], &args.options, false, Continuation::Resume)
 }
 

@@ -16,14 +16,14 @@ use crate::ui::Ui;
 
 /// A run resolved up to its settings: nothing written yet.
 pub(super) struct Resolved {
-    pub repo: Repo,
-    pub root: PathBuf,
-    pub rd: RalphDir,
-    pub prior: Option<RunState>,
-    pub plan: Plan,
-    pub settings: Settings,
+    pub(crate) repo: Repo,
+    pub(crate) root: PathBuf,
+    pub(crate) rd: RalphDir,
+    pub(crate) prior: Option<RunState>,
+    pub(crate) plan: Plan,
+    pub(crate) settings: Settings,
     /// A limit written in the user's own config file (for a resume's cap).
-    pub written_max: Option<u32>,
+    pub(crate) written_max: Option<u32>,
 }
 
 /// `--sandbox`: resolve the sandbox for this repository and agent (refusing without a usable

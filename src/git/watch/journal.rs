@@ -19,40 +19,40 @@ const MAX_REASONS: usize = 8;
 
 /// What the watcher lost since the supervisor last asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Losses {
+pub(crate) struct Losses {
     /// Why events may have been lost, each once, in the order first seen.
-    pub reasons: Vec<String>,
+    pub(crate) reasons: Vec<String>,
     /// The tree was walked again and every directory is watched again; false while the last
     /// walk failed (every answer stays "everything" and the next one tries again).
-    pub rewatched: bool,
+    pub(crate) rewatched: bool,
 }
 
 /// The changed paths, in order, since the floor; and the handshake's state.
 #[derive(Debug)]
 pub(super) struct Journal {
-    pub nonce: String,
+    pub(crate) nonce: String,
     /// Tokens below this position may have missed changes: they are answered "everything".
-    pub floor: u64,
+    pub(crate) floor: u64,
     /// The position of the next recorded change (the token handed out now).
-    pub next: u64,
-    pub changes: Vec<(u64, Vec<u8>)>,
+    pub(crate) next: u64,
+    pub(crate) changes: Vec<(u64, Vec<u8>)>,
     /// Paths recorded since the last answer (a path is recorded once per answer).
     segment: HashSet<Vec<u8>>,
     /// An agent is running: its touching the git directory makes the journal incomplete.
-    pub agent: bool,
+    pub(crate) agent: bool,
     /// Events may have been lost (why) and the tree has not been walked again since: the next
     /// barrier walks it, and until then every answer is "everything".
-    pub lost: Option<String>,
+    pub(crate) lost: Option<String>,
     /// The watcher thread ended: nothing is watched any more.
-    pub dead: bool,
+    pub(crate) dead: bool,
     /// Barriers created and not seen yet, by their exact file names.
-    pub pending: HashSet<OsString>,
+    pub(crate) pending: HashSet<OsString>,
     /// Always reported: gitlinks (submodules, nested repositories), whose commits happen in
     /// git directories ralph does not watch.
-    pub always: Vec<Vec<u8>>,
+    pub(crate) always: Vec<Vec<u8>>,
     /// Always reported too: directories watched without content events (`.ralph/runs`, where
     /// transcripts grow in 64 KiB writes), so git re-checks what it tracks there every time.
-    pub quiet: Vec<Vec<u8>>,
+    pub(crate) quiet: Vec<Vec<u8>>,
     /// Losses since the supervisor last asked.
     reasons: Vec<String>,
     /// A walk since the supervisor last asked.
@@ -60,7 +60,7 @@ pub(super) struct Journal {
 }
 
 impl Journal {
-    pub fn new(nonce: String, quiet: Vec<Vec<u8>>) -> Journal {
+    pub(crate) fn new(nonce: String, quiet: Vec<Vec<u8>>) -> Journal {
         Journal {
             nonce,
             floor: 0,
@@ -79,7 +79,7 @@ impl Journal {
     }
 
     /// Record a changed path (relative to the work tree; a directory ends in `/`).
-    pub fn record(&mut self, rel: Vec<u8>) {
+    pub(crate) fn record(&mut self, rel: Vec<u8>) {
         if self.segment.insert(rel.clone()) {
             self.changes.push((self.next, rel));
             self.next += 1;
@@ -90,7 +90,7 @@ impl Journal {
     }
 
     /// Every token handed out so far may have missed changes.
-    pub fn everything(&mut self) {
+    pub(crate) fn everything(&mut self) {
         self.next += 1;
         self.floor = self.next;
         self.changes.clear();
@@ -98,7 +98,7 @@ impl Journal {
     }
 
     /// Events may have been lost: "everything" until the tree is walked again.
-    pub fn lose(&mut self, why: &str) {
+    pub(crate) fn lose(&mut self, why: &str) {
         tracing::info!("the file watcher lost events: {why}");
         if self.lost.is_none() {
             self.lost = Some(why.to_string());
@@ -117,7 +117,7 @@ impl Journal {
     /// (why). Either way the floor moves past every token handed out while watches may have
     /// been missing, and every barrier awaited is answered: the walk began after each was
     /// created, so it saw every directory made before it.
-    pub fn rewatched(&mut self, walk: Result<(), String>) {
+    pub(crate) fn rewatched(&mut self, walk: Result<(), String>) {
         match walk {
             Ok(()) => {
                 tracing::info!("the file watcher walked the tree again");
@@ -135,17 +135,17 @@ impl Journal {
     }
 
     /// Whether every answer must be "everything" now.
-    pub fn untrusted(&self) -> bool {
+    pub(crate) fn untrusted(&self) -> bool {
         self.lost.is_some() || self.dead
     }
 
     /// Start a new segment after an answer was written.
-    pub fn answered(&mut self) {
+    pub(crate) fn answered(&mut self) {
         self.segment.clear();
     }
 
     /// What was lost since the last call, if anything.
-    pub fn take_losses(&mut self) -> Option<Losses> {
+    pub(crate) fn take_losses(&mut self) -> Option<Losses> {
         if self.reasons.is_empty() {
             self.walked = false;
             return None;
@@ -159,7 +159,7 @@ impl Journal {
     }
 
     /// Every path answered in every answer: gitlinks, then the quiet directories.
-    pub fn always_answered(&self) -> Vec<Vec<u8>> {
+    pub(crate) fn always_answered(&self) -> Vec<Vec<u8>> {
         self.always.iter().chain(&self.quiet).cloned().collect()
     }
 }

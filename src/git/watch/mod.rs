@@ -29,7 +29,7 @@ use std::time::Duration;
 use super::cli::Monitor;
 use super::fsmonitor::{self, Answers};
 use journal::Journal;
-pub use journal::Losses;
+pub(crate) use journal::Losses;
 
 /// How long a barrier may take before the journal is assumed incomplete.
 const BARRIER_WAIT: Duration = Duration::from_secs(2);
@@ -47,7 +47,7 @@ struct Shared {
 static RUNNING: Mutex<Vec<(PathBuf, Arc<Watch>)>> = Mutex::new(Vec::new());
 
 /// The running watcher of one work tree.
-pub struct Watch {
+pub(crate) struct Watch {
     shared: Arc<Shared>,
     ralph_dir: PathBuf,
     answers: PathBuf,
@@ -67,7 +67,7 @@ impl Watch {
     /// Watch every directory of `root` (the insides of `.git` directories excepted: only their
     /// top level, to see an agent touch them), and the git directory. `None` where there is no
     /// inotify. A second start for the same work tree gets the running one, until `stop`.
-    pub fn start(root: &Path, git_dir: &Path, ralph_dir: &Path) -> Option<Arc<Watch>> {
+    pub(crate) fn start(root: &Path, git_dir: &Path, ralph_dir: &Path) -> Option<Arc<Watch>> {
         let mut running = RUNNING
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -80,7 +80,7 @@ impl Watch {
     }
 
     /// Stop watching: the thread ends and its watches go (the rest of the run walks in full).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         RUNNING
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -99,17 +99,17 @@ impl Watch {
 
     /// Whether events may be missing now (every answer is a full walk until the tree is
     /// watched again).
-    pub fn is_broken(&self) -> bool {
+    pub(crate) fn is_broken(&self) -> bool {
         self.journal().untrusted()
     }
 
     /// What the watcher lost since the last call (for the activity log).
-    pub fn take_losses(&self) -> Option<Losses> {
+    pub(crate) fn take_losses(&self) -> Option<Losses> {
         self.journal().take_losses()
     }
 
     /// The paths git must always re-check (gitlinks).
-    pub fn set_always(&self, paths: Vec<Vec<u8>>) {
+    pub(crate) fn set_always(&self, paths: Vec<Vec<u8>>) {
         self.journal().always = paths;
     }
 
@@ -117,7 +117,7 @@ impl Watch {
     /// written by another process (which could have put any token there, ralph's nonce read
     /// from the answers file and a position ahead included), or the configuration git compares
     /// with changed. A new nonce, so the next answer is "everything".
-    pub fn distrust(&self) {
+    pub(crate) fn distrust(&self) {
         let mut j = self.journal();
         j.nonce = nonce();
         j.everything();
@@ -125,14 +125,14 @@ impl Watch {
 
     /// An agent starts: from now on, its touching the git directory makes the journal
     /// incomplete. ralph's own git commands' events are all in first.
-    pub fn begin_agent(&self) {
+    pub(crate) fn begin_agent(&self) {
         self.barrier();
         self.journal().agent = true;
     }
 
     /// The agent ended: once every event it caused is in (and, after a loss, the tree was
     /// walked again), the git directory is ralph's again.
-    pub fn end_agent(&self) {
+    pub(crate) fn end_agent(&self) {
         self.barrier();
         self.journal().agent = false;
     }
@@ -141,7 +141,7 @@ impl Watch {
     /// a fresh random name is created and its event awaited: inotify keeps one instance's
     /// events in order), and, when events were lost, until the thread walked the tree again.
     /// On a failure or a timeout the next answer is "everything".
-    pub fn barrier(&self) {
+    pub(crate) fn barrier(&self) {
         let Some(name) = barrier_name() else {
             self.journal().everything();
             return;
@@ -184,7 +184,7 @@ impl Watch {
     /// attributes file changed since). Without a barrier of its own: the command it is asked
     /// for writes the answers after one (`write_answers`), and a change seen only then can
     /// cost that command a write-back it skipped, never a wrong answer.
-    pub fn changed_since(&self, since: u64) -> Option<usize> {
+    pub(crate) fn changed_since(&self, since: u64) -> Option<usize> {
         let j = self.journal();
         if j.untrusted() || since < j.floor || since > j.next {
             return None;
@@ -198,7 +198,7 @@ impl Watch {
     /// the tree after a loss), and start a new segment; returns the position of the token the
     /// hook hands out. While events may be missing the floor moves up first, so this answer
     /// is "everything" and its token is not trusted later either.
-    pub fn write_answers(&self) -> std::io::Result<u64> {
+    pub(crate) fn write_answers(&self) -> std::io::Result<u64> {
         self.barrier();
         let mut j = self.journal();
         if j.untrusted() {
@@ -220,7 +220,7 @@ impl Watch {
     }
 
     /// What the git CLI needs to use this watcher as its file-system monitor.
-    pub fn monitor(self: &Arc<Self>) -> Option<Monitor> {
+    pub(crate) fn monitor(self: &Arc<Self>) -> Option<Monitor> {
         // git runs the hook outside any sandbox, while this ralph lives: through its
         // /proc/PID/exe, it is this very binary even when a build the agent made (ralph built
         // in the repository it works on) has replaced the file at its path.

@@ -52,7 +52,7 @@ fn unescape(field: &str) -> Vec<u8> {
 
 /// The mount table of this process, open for polling, and what mattered in it last time.
 pub(super) struct Mounts {
-    pub file: std::fs::File,
+    pub(crate) file: std::fs::File,
     root: PathBuf,
     last: Vec<String>,
 }
@@ -60,7 +60,7 @@ pub(super) struct Mounts {
 impl Mounts {
     /// Open `/proc/self/mountinfo` (before the first walk, so a change after it is seen);
     /// `None` where there is none.
-    pub fn open(root: &Path) -> Option<Mounts> {
+    pub(crate) fn open(root: &Path) -> Option<Mounts> {
         let mut file = std::fs::File::open("/proc/self/mountinfo").ok()?;
         let last = read(&mut file).map(|t| relevant(&t, root))?;
         Some(Mounts {
@@ -72,7 +72,7 @@ impl Mounts {
 
     /// Whether the kernel says the table changed since the last look (a poll that does not
     /// wait).
-    pub fn signalled(&self) -> bool {
+    pub(crate) fn signalled(&self) -> bool {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         use std::os::fd::AsFd;
         let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLPRI)];
@@ -84,7 +84,7 @@ impl Mounts {
 
     /// The kernel said the table changed: whether a mount that matters did (an unreadable
     /// table counts as one).
-    pub fn changed(&mut self) -> bool {
+    pub(crate) fn changed(&mut self) -> bool {
         let now = read(&mut self.file).map(|t| relevant(&t, &self.root));
         match now {
             Some(now) if now == self.last => false,

@@ -43,12 +43,12 @@ fn quiet_mask() -> WatchMask {
 
 /// What the watcher thread knows about its watches.
 pub(super) struct Tree {
-    pub root: PathBuf,
+    pub(crate) root: PathBuf,
     /// The repository's git directory (watched at its top level only, to see an agent touch it).
-    pub git_dir: PathBuf,
-    pub ralph_dir: PathBuf,
+    pub(crate) git_dir: PathBuf,
+    pub(crate) ralph_dir: PathBuf,
     /// Watched with the quiet mask, and everything below it.
-    pub quiet_dir: PathBuf,
+    pub(crate) quiet_dir: PathBuf,
     /// Watch descriptor → directory (absolute), and back. One directory may be seen at several
     /// paths (a bind mount of a directory of the tree elsewhere in it): one watch, whose
     /// events are recorded under every path.
@@ -57,7 +57,7 @@ pub(super) struct Tree {
 }
 
 impl Tree {
-    pub fn new(root: PathBuf, git_dir: PathBuf, ralph_dir: PathBuf) -> Tree {
+    pub(crate) fn new(root: PathBuf, git_dir: PathBuf, ralph_dir: PathBuf) -> Tree {
         Tree {
             quiet_dir: ralph_dir.join("runs"),
             root,
@@ -70,7 +70,7 @@ impl Tree {
 
     /// Watch every directory of the work tree (and a linked worktree's git directory outside
     /// it). `Err` names the first watch that could not be added.
-    pub fn watch_all(&mut self, watches: &mut Watches) -> Result<(), String> {
+    pub(crate) fn watch_all(&mut self, watches: &mut Watches) -> Result<(), String> {
         let root = self.root.clone();
         let mut result = self.watch_tree(watches, &root);
         if self.git_dir.strip_prefix(&self.root).is_err() {

@@ -10,19 +10,19 @@ use crate::task::checklist::Checklist;
 use crate::task::document::{TaskError, load_task_file};
 use crate::task::integrity::{self, Baseline};
 
-pub struct ChecklistSource {
+pub(crate) struct ChecklistSource {
     /// Absolute path of the task file.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The same, relative to the repository root (as the prompt names it).
-    pub rel: String,
+    pub(crate) rel: String,
     /// The checklist as of the end of the previous iteration.
-    pub previous: Checklist,
+    pub(crate) previous: Checklist,
     /// The criteria at the start of the run: each unchecked one must stay.
-    pub baseline: Baseline,
+    pub(crate) baseline: Baseline,
 }
 
 impl ChecklistSource {
-    pub fn prompt(&self, p: &PromptCtx<'_>) -> String {
+    pub(crate) fn prompt(&self, p: &PromptCtx<'_>) -> String {
         let next = self.previous.remaining().next().map(|x| x.text.clone());
         prompt::checklist_prompt(&prompt::PromptInput {
             iteration: p.iteration,
@@ -42,7 +42,7 @@ impl ChecklistSource {
     /// Re-read the task file. A file deleted, renamed, emptied of criteria or replaced by
     /// anything but a regular file is tampering, like a removed criterion; a file that no longer
     /// parses (frontmatter, encoding) is an error.
-    pub fn judge(&mut self) -> Result<Judged> {
+    pub(crate) fn judge(&mut self) -> Result<Judged> {
         let (current, gone_how) = match load_task_file(&self.path) {
             Ok(doc) => (doc.checklist, None),
             Err(TaskError::Missing { .. }) => (empty(), Some("was deleted or renamed".into())),

@@ -21,21 +21,21 @@ const STDERR_LINES: usize = 12;
 /// part of the script text.
 const CAPTURE: &str = r#"bash "$0" "$@" >"$RALPH_ROLLUP_STDOUT" 2>"$RALPH_ROLLUP_STDERR"; s=$?; cat "$RALPH_ROLLUP_STDERR" >&2; cat "$RALPH_ROLLUP_STDOUT"; exit $s"#;
 
-pub struct CpmSource {
-    pub root: PathBuf,
-    pub targets: Targets,
+pub(crate) struct CpmSource {
+    pub(crate) root: PathBuf,
+    pub(crate) targets: Targets,
     /// The coverage roll-up script; without one, only the generic verdict command decides.
-    pub rollup: Option<PathBuf>,
-    pub phase: Phase,
+    pub(crate) rollup: Option<PathBuf>,
+    pub(crate) phase: Phase,
     /// The planning iteration (`/cpm:epics`) already ran in this run.
-    pub planned: bool,
-    pub story_filter: Option<String>,
-    pub test_runner: Option<String>,
-    pub resuming: bool,
+    pub(crate) planned: bool,
+    pub(crate) story_filter: Option<String>,
+    pub(crate) test_runner: Option<String>,
+    pub(crate) resuming: bool,
     /// The iteration log: `docs/plans/.cpm-ralph-log-{run_id}.md`.
-    pub log: PathBuf,
+    pub(crate) log: PathBuf,
     /// What the last roll-up that ran (exit 0, 3, 4 or 5) counted.
-    pub coverage: Coverage,
+    pub(crate) coverage: Coverage,
     /// What the last roll-up said on stderr (its last lines).
     stderr: Vec<String>,
     /// The spec's epics when the run started: after `/cpm:epics`, only the others are
@@ -52,7 +52,7 @@ pub struct CpmSource {
 }
 
 impl CpmSource {
-    pub fn new(
+    pub(crate) fn new(
         root: PathBuf,
         targets: Targets,
         rollup: Option<PathBuf>,
@@ -87,7 +87,7 @@ impl CpmSource {
     }
 
     /// The epics this iteration works: the resolved targets, or the spec's epics now.
-    pub fn epics(&self) -> Result<Vec<PathBuf>> {
+    pub(crate) fn epics(&self) -> Result<Vec<PathBuf>> {
         match &self.targets {
             Targets::Epics(e) => Ok(e.clone()),
             Targets::Spec(s) => Ok(cpm::epics_for_spec(&self.root, s)
@@ -98,7 +98,7 @@ impl CpmSource {
         }
     }
 
-    pub fn prompt(&self, p: &PromptCtx<'_>) -> Result<String> {
+    pub(crate) fn prompt(&self, p: &PromptCtx<'_>) -> Result<String> {
         let epics = self.epics()?;
         let budget = cpm::task_budget(&self.root, &epics).ok();
         let spec = match &self.targets {
@@ -127,14 +127,14 @@ impl CpmSource {
     }
 
     /// Rows marked verified / rows, from the last roll-up that ran.
-    pub fn counts(&self) -> (usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize) {
         (self.coverage.verified, self.coverage.rows)
     }
 
     /// The judgement the last roll-up makes: rows verified / rows, and the progress measure
     /// (verified rows plus traced requirements, SPEC §3.4). Without a roll-up, a generic
     /// verdict command's figures are the progress, as in any mode.
-    pub fn judged(&self) -> Judged {
+    pub(crate) fn judged(&self) -> Judged {
         let (done, total) = self.counts();
         Judged {
             progress: self.rollup.is_some().then(|| self.coverage.progress()),
@@ -145,7 +145,7 @@ impl CpmSource {
     /// `bash {rollup} --epic … --verdict` with absolute paths and `CLAUDE_PROJECT_DIR` set to
     /// the work tree (plugin caches do not always keep the executable bit), its output
     /// captured so the records are read whole and stderr apart.
-    pub fn rollup_invocation(&self) -> Option<(String, Invocation)> {
+    pub(crate) fn rollup_invocation(&self) -> Option<(String, Invocation)> {
         let r = self.rollup.as_ref()?;
         let root = std::path::absolute(&self.root).unwrap_or_else(|_| self.root.clone());
         let argv = cpm::rollup_argv(r, &root, &self.targets);
@@ -178,7 +178,7 @@ impl CpmSource {
 
     /// Read a roll-up run: its exit code decides the class; ralph counts its records for the
     /// figures, and keeps its stderr to show when it could not run.
-    pub fn verdict(&mut self, exit_code: i32, stdout_tail: &str) -> Verdict {
+    pub(crate) fn verdict(&mut self, exit_code: i32, stdout_tail: &str) -> Verdict {
         let captured = |name: &str| {
             let dir = self.capture.as_ref()?;
             read_capped(&dir.join(name))
@@ -225,7 +225,7 @@ impl CpmSource {
     /// 4 → `/cpm:epics` next (once per run); untraced 0 → `/cpm:do`; untraced > 0 → halt
     /// PARTIAL naming them; any other code → the check could not run (never planning).
     /// `Some(halt)` ends the run.
-    pub fn after_verdict(&mut self, v: &Verdict) -> Option<Halt> {
+    pub(crate) fn after_verdict(&mut self, v: &Verdict) -> Option<Halt> {
         if !self.targets.is_spec() || self.rollup.is_none() {
             return None;
         }
@@ -249,7 +249,7 @@ impl CpmSource {
     }
 
     /// A planning iteration just ran: never again in this run (the roll-up decides what next).
-    pub fn mark_planning_ran(&mut self) {
+    pub(crate) fn mark_planning_ran(&mut self) {
         if self.phase == Phase::Planning {
             self.planned = true;
             self.phase = Phase::Delivery;
@@ -257,13 +257,13 @@ impl CpmSource {
     }
 
     /// The lines for the activity log and the report gathered since the last call.
-    pub fn take_notes(&mut self) -> Vec<String> {
+    pub(crate) fn take_notes(&mut self) -> Vec<String> {
         std::mem::take(&mut self.notes)
     }
 
     /// What to tell the user when the roll-up could not run: how to run it by hand and the
     /// last lines it wrote to stderr.
-    pub fn verdict_failure(&self) -> (String, Vec<String>) {
+    pub(crate) fn verdict_failure(&self) -> (String, Vec<String>) {
         let display = self
             .rollup_display()
             .unwrap_or_else(|| "the roll-up (none was found)".to_string());
@@ -281,7 +281,7 @@ impl CpmSource {
         ))
     }
 
-    pub fn completion_lines(&self) -> Vec<String> {
+    pub(crate) fn completion_lines(&self) -> Vec<String> {
         let figures =
             (self.coverage.records > 0).then(|| self.coverage.figures(self.targets.is_spec()));
         let (word, coverage) = cpm::completion_lines(self.targets.is_spec(), figures.as_deref());

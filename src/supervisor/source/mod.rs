@@ -7,9 +7,9 @@ mod table;
 
 use std::path::{Path, PathBuf};
 
-pub use checklist::ChecklistSource;
-pub use cpm::CpmSource;
-pub use table::TableSource;
+pub(crate) use checklist::ChecklistSource;
+pub(crate) use cpm::CpmSource;
+pub(crate) use table::TableSource;
 
 use super::decide::Halt;
 use super::prompt::STUCK_ALERT;
@@ -21,7 +21,7 @@ use crate::task::cpm::Targets;
 use crate::task::verdict::{Verdict, VerdictClass};
 
 /// The task source of a run.
-pub enum Source {
+pub(crate) enum Source {
     Checklist(ChecklistSource),
     Cpm(CpmSource),
     Table(TableSource),
@@ -29,35 +29,35 @@ pub enum Source {
 
 /// What the source says after the agent ran.
 #[derive(Debug, Clone, Default)]
-pub struct Judged {
-    pub done: usize,
-    pub total: usize,
-    pub source_complete: bool,
+pub(crate) struct Judged {
+    pub(crate) done: usize,
+    pub(crate) total: usize,
+    pub(crate) source_complete: bool,
     /// What the agent changed that the run is judged by (criteria gone, rows removed…), one
     /// line each: non-empty halts the run (exit 8).
-    pub tampered: Vec<String>,
-    pub regressions: Vec<String>,
+    pub(crate) tampered: Vec<String>,
+    pub(crate) regressions: Vec<String>,
     /// The first newly finished item, for the commit subject.
-    pub what: Option<String>,
+    pub(crate) what: Option<String>,
     /// The ITER figures, when the source has its own (else `{done}/{total} {unit}`).
-    pub figures: Option<String>,
+    pub(crate) figures: Option<String>,
     /// The source's own progress measure, when it counts a verdict's records itself (CPM:
     /// verified rows plus traced requirements); progress is then this passing its best, and
     /// verdict figures are not progress by themselves.
-    pub progress: Option<usize>,
+    pub(crate) progress: Option<usize>,
     /// The task a reviewer must look at before the judgement is final (table `--review`).
-    pub review_task: Option<u32>,
+    pub(crate) review_task: Option<u32>,
     /// A halt the source itself calls for (a table that ended PARTIAL).
-    pub halt: Option<Halt>,
+    pub(crate) halt: Option<Halt>,
     /// Criteria kept with an annotation after their text (`"baseline" → "as written"`).
-    pub annotations: Vec<String>,
+    pub(crate) annotations: Vec<String>,
     /// Changes the agent made outside its own table row, put back.
-    pub restored: Vec<String>,
+    pub(crate) restored: Vec<String>,
 }
 
 impl Judged {
     /// A judgement with counts only: nothing finished, tampered or regressed.
-    pub fn counts(done: usize, total: usize) -> Judged {
+    pub(crate) fn counts(done: usize, total: usize) -> Judged {
         Judged {
             done,
             total,
@@ -67,15 +67,15 @@ impl Judged {
 }
 
 /// Everything the prompt of one iteration depends on besides the source.
-pub struct PromptCtx<'a> {
-    pub iteration: u32,
-    pub max_iterations: u32,
-    pub test_command: Option<&'a str>,
-    pub stuck_alert: bool,
-    pub stuck_streak: u32,
-    pub completion_promise: Option<&'a str>,
+pub(crate) struct PromptCtx<'a> {
+    pub(crate) iteration: u32,
+    pub(crate) max_iterations: u32,
+    pub(crate) test_command: Option<&'a str>,
+    pub(crate) stuck_alert: bool,
+    pub(crate) stuck_streak: u32,
+    pub(crate) completion_promise: Option<&'a str>,
     /// What the last iteration's checks said (failing tests, a refused commit).
-    pub feedback: Option<&'a str>,
+    pub(crate) feedback: Option<&'a str>,
 }
 
 /// The STUCK ALERT paragraph of the table and CPM prompts.
@@ -86,7 +86,7 @@ fn stuck_paragraph(streak: u32, what: &str) -> String {
 }
 
 /// The section that hands the last iteration's failed checks to the next agent.
-pub fn feedback_section(feedback: &str) -> String {
+pub(crate) fn feedback_section(feedback: &str) -> String {
     format!(
         "\n== WHAT THE LAST ITERATION'S CHECKS SAID ==\n\nThe supervisor's checks failed after the last iteration; fix this first:\n\n{}\n",
         feedback.trim_end()
@@ -95,7 +95,7 @@ pub fn feedback_section(feedback: &str) -> String {
 
 impl Source {
     /// The mode as `status` reports it.
-    pub fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> Mode {
         match self {
             Source::Checklist(_) => Mode::Checklist,
             Source::Cpm(c) if c.targets.is_spec() => Mode::CpmSpec,
@@ -105,7 +105,7 @@ impl Source {
     }
 
     /// What the figures count, for display (CPM: matrix rows marked verified).
-    pub fn unit(&self) -> &'static str {
+    pub(crate) fn unit(&self) -> &'static str {
         match self {
             Source::Cpm(_) => "rows",
             _ => self.mode().unit(),
@@ -113,7 +113,7 @@ impl Source {
     }
 
     /// Done and total as of the last judgement, for display.
-    pub fn counts(&self) -> (usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize) {
         match self {
             Source::Checklist(c) => (c.previous.done(), c.previous.total()),
             Source::Cpm(c) => c.counts(),
@@ -125,7 +125,7 @@ impl Source {
     }
 
     /// `RALPH_TASK_FILE` for the agent.
-    pub fn task_file(&self) -> String {
+    pub(crate) fn task_file(&self) -> String {
         match self {
             Source::Checklist(c) => c.path.to_string_lossy().into_owned(),
             Source::Cpm(c) => match &c.targets {
@@ -140,7 +140,7 @@ impl Source {
     }
 
     /// The file a live view can watch for the criteria count.
-    pub fn watched_file(&self) -> Option<&Path> {
+    pub(crate) fn watched_file(&self) -> Option<&Path> {
         match self {
             Source::Checklist(c) => Some(&c.path),
             _ => None,
@@ -148,14 +148,14 @@ impl Source {
     }
 
     /// Where the ITER records go.
-    pub fn iter_log(&self, default: &Path) -> PathBuf {
+    pub(crate) fn iter_log(&self, default: &Path) -> PathBuf {
         match self {
             Source::Checklist(_) | Source::Table(_) => default.to_path_buf(),
             Source::Cpm(c) => c.root.join(&c.log),
         }
     }
 
-    pub fn prompt(&self, p: &PromptCtx<'_>) -> Result<String> {
+    pub(crate) fn prompt(&self, p: &PromptCtx<'_>) -> Result<String> {
         let mut text = match self {
             Source::Checklist(c) => return Ok(c.prompt(p)),
             Source::Cpm(c) => c.prompt(p)?,
@@ -168,14 +168,14 @@ impl Source {
     }
 
     /// Pick what the next iteration works (table mode: the next task and its attempt).
-    pub fn select_next(&mut self) {
+    pub(crate) fn select_next(&mut self) {
         if let Source::Table(t) = self {
             t.select_next();
         }
     }
 
     /// Whether the source itself says the work is done (before any check runs).
-    pub fn claims_complete(&self) -> bool {
+    pub(crate) fn claims_complete(&self) -> bool {
         match self {
             Source::Checklist(c) => c.previous.total() > 0 && c.previous.remaining().count() == 0,
             Source::Table(t) => crate::task::table::next_task(&t.progress).is_none(),
@@ -184,7 +184,7 @@ impl Source {
     }
 
     /// Read the source after the agent ran.
-    pub fn judge(&mut self) -> Result<Judged> {
+    pub(crate) fn judge(&mut self) -> Result<Judged> {
         match self {
             Source::Checklist(c) => c.judge(),
             // Only the roll-up's exit code completes a CPM run; its counts come after it ran.
@@ -194,7 +194,7 @@ impl Source {
     }
 
     /// The reviewer's verdict on the task it reviewed (`None`: it gave no REVIEW line).
-    pub fn review_done(
+    pub(crate) fn review_done(
         &mut self,
         verdict: Option<std::result::Result<(), String>>,
     ) -> Result<Judged> {
@@ -205,7 +205,7 @@ impl Source {
     }
 
     /// The reviewer's prompt for a task (table `--review`).
-    pub fn review_prompt(&self, k: u32, test_command: Option<&str>) -> Option<String> {
+    pub(crate) fn review_prompt(&self, k: u32, test_command: Option<&str>) -> Option<String> {
         match self {
             Source::Table(t) => Some(crate::task::table::review_prompt(&t.prd, k, test_command)),
             _ => None,
@@ -213,7 +213,7 @@ impl Source {
     }
 
     /// The command whose exit code decides: the CPM roll-up, else the configured one.
-    pub fn verdict_invocation(&self, settings: &Settings) -> Option<(String, Invocation)> {
+    pub(crate) fn verdict_invocation(&self, settings: &Settings) -> Option<(String, Invocation)> {
         // The roll-up script may sit in the agent's own state (`~/.claude/plugins`): it runs in
         // the sandbox, as the repository's own commands do.
         if let Source::Cpm(c) = self
@@ -233,7 +233,7 @@ impl Source {
     /// Classify a verdict run; CPM reads its records the roll-up's way. Exit 4 ("nothing
     /// planned") means something only to spec mode's roll-up: from any other verdict command
     /// it is a command that could not run (SPEC §3.3).
-    pub fn verdict(&mut self, exit_code: i32, stdout: &str) -> Verdict {
+    pub(crate) fn verdict(&mut self, exit_code: i32, stdout: &str) -> Verdict {
         match self {
             Source::Cpm(c) if c.rollup.is_some() => c.verdict(exit_code, stdout),
             _ => {
@@ -247,7 +247,7 @@ impl Source {
     }
 
     /// Apply the spec-mode phase predicate after a roll-up; `Some(halt)` ends the run.
-    pub fn after_verdict(&mut self, v: &Verdict) -> Option<Halt> {
+    pub(crate) fn after_verdict(&mut self, v: &Verdict) -> Option<Halt> {
         match self {
             Source::Cpm(c) => c.after_verdict(v),
             _ => None,
@@ -256,7 +256,7 @@ impl Source {
 
     /// The judgement with the counts of the verdict that just ran, where the source counts
     /// its records (CPM); else as it was.
-    pub fn with_verdict_counts(&self, judged: Judged) -> Judged {
+    pub(crate) fn with_verdict_counts(&self, judged: Judged) -> Judged {
         match self {
             Source::Cpm(c) if c.rollup.is_some() => {
                 let counted = c.judged();
@@ -273,7 +273,7 @@ impl Source {
 
     /// Lines the source has for the activity log and the report since the last call (CPM:
     /// `[plan]` stripped from the epics `/cpm:epics` wrote).
-    pub fn take_notes(&mut self) -> Vec<String> {
+    pub(crate) fn take_notes(&mut self) -> Vec<String> {
         match self {
             Source::Cpm(c) => c.take_notes(),
             _ => Vec::new(),
@@ -282,7 +282,7 @@ impl Source {
 
     /// When the verdict command could not run: the command to run by hand, and what it said
     /// on stderr (the CPM roll-up's; a generic command's stays in the transcript).
-    pub fn verdict_failure(&self, settings: &Settings) -> (String, Vec<String>) {
+    pub(crate) fn verdict_failure(&self, settings: &Settings) -> (String, Vec<String>) {
         match self {
             Source::Cpm(c) if c.rollup.is_some() => c.verdict_failure(),
             _ => (
@@ -293,13 +293,13 @@ impl Source {
     }
 
     /// A planning iteration just ran: never again in this run (the roll-up decides what next).
-    pub fn mark_planning_ran(&mut self) {
+    pub(crate) fn mark_planning_ran(&mut self) {
         if let Source::Cpm(c) = self {
             c.mark_planning_ran();
         }
     }
 
-    pub fn remaining(&self) -> Vec<String> {
+    pub(crate) fn remaining(&self) -> Vec<String> {
         match self {
             Source::Checklist(c) => c.previous.remaining().map(|x| x.text.clone()).collect(),
             Source::Cpm(_) => Vec::new(),
@@ -308,7 +308,7 @@ impl Source {
     }
 
     /// Lines printed beside a completion (CPM: the promise word and the COVERAGE line).
-    pub fn completion_lines(&self) -> Vec<String> {
+    pub(crate) fn completion_lines(&self) -> Vec<String> {
         match self {
             Source::Checklist(_) => Vec::new(),
             Source::Cpm(c) => c.completion_lines(),
@@ -317,7 +317,7 @@ impl Source {
     }
 }
 
-pub fn table_error(e: crate::task::table::TableError) -> Error {
+pub(crate) fn table_error(e: crate::task::table::TableError) -> Error {
     let hint = e.hint();
     let err = Error::user(e.to_string());
     match hint {
@@ -326,7 +326,7 @@ pub fn table_error(e: crate::task::table::TableError) -> Error {
     }
 }
 
-pub fn cpm_error(e: crate::task::cpm::CpmError) -> Error {
+pub(crate) fn cpm_error(e: crate::task::cpm::CpmError) -> Error {
     let usage = e.is_usage();
     let hint = e.hint();
     let err = if usage {

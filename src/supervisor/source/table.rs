@@ -9,24 +9,24 @@ use crate::supervisor::decide::Halt;
 use crate::task::table;
 
 /// The task table: `PRD.md` + `PROGRESS.md`, one task per iteration.
-pub struct TableSource {
-    pub prd_path: PathBuf,
-    pub prd_rel: String,
-    pub progress_path: PathBuf,
-    pub progress_rel: String,
-    pub prd: table::Prd,
+pub(crate) struct TableSource {
+    pub(crate) prd_path: PathBuf,
+    pub(crate) prd_rel: String,
+    pub(crate) progress_path: PathBuf,
+    pub(crate) progress_rel: String,
+    pub(crate) prd: table::Prd,
     /// The table as of the end of the previous iteration.
-    pub progress: table::Progress,
+    pub(crate) progress: table::Progress,
     /// The task and attempt this iteration works.
-    pub current: Option<(u32, u32)>,
+    pub(crate) current: Option<(u32, u32)>,
     /// `--review`: a second fresh agent run reviews every task marked DONE.
-    pub review: bool,
+    pub(crate) review: bool,
     /// The table read after the agent, waiting for the reviewer's verdict.
-    pub pending: Option<(table::Progress, String)>,
+    pub(crate) pending: Option<(table::Progress, String)>,
 }
 
 impl TableSource {
-    pub fn prompt(&self, p: &PromptCtx<'_>) -> Result<String> {
+    pub(crate) fn prompt(&self, p: &PromptCtx<'_>) -> Result<String> {
         let Some((k, attempt)) = self.current else {
             return Ok(self.checks_prompt(p));
         };
@@ -80,14 +80,14 @@ impl TableSource {
         text
     }
 
-    pub fn select_next(&mut self) {
+    pub(crate) fn select_next(&mut self) {
         self.current =
             table::next_task(&self.progress).map(|k| (k, table::attempt_number(&self.progress, k)));
     }
 
     /// Re-read PROGRESS.md: only the current task's row may change (other rows' Status and
     /// Notes are put back, and rows removed, added or renumbered are tampering).
-    pub fn judge(&mut self) -> Result<Judged> {
+    pub(crate) fn judge(&mut self) -> Result<Judged> {
         let (k, _) = self.current.unwrap_or((0, 1));
         let original = match crate::files::read_text(&self.progress_path) {
             Ok(t) => t,
@@ -133,7 +133,7 @@ impl TableSource {
     }
 
     /// The reviewer's verdict on the task it reviewed (`None`: it gave no REVIEW line).
-    pub fn review_done(
+    pub(crate) fn review_done(
         &mut self,
         verdict: Option<std::result::Result<(), String>>,
     ) -> Result<Judged> {
@@ -204,13 +204,13 @@ impl TableSource {
     }
 
     /// The promise on its own line, then the summary.
-    pub fn closing_lines(&self) -> Vec<String> {
+    pub(crate) fn closing_lines(&self) -> Vec<String> {
         let mut lines = vec![format!("<promise>{}</promise>", self.prd.promise)];
         lines.extend(table::summary(&self.progress));
         lines
     }
 
-    pub fn remaining(&self) -> Vec<String> {
+    pub(crate) fn remaining(&self) -> Vec<String> {
         self.progress
             .rows
             .iter()

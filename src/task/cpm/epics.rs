@@ -13,22 +13,22 @@ const TERMINAL_STATUSES: [&str; 4] = ["complete", "done", "superseded", "withdra
 
 /// One epic doc.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Epic {
+pub(crate) struct Epic {
     /// Path relative to the repository root, e.g. `docs/epics/23-epic-login.md`.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The leading number of the file name (`23` for `23-epic-*`, `45` for `45-03-epic-*`).
-    pub number: Option<u32>,
+    pub(crate) number: Option<u32>,
     /// The `# ` title, else the file stem.
-    pub title: String,
+    pub(crate) title: String,
     /// The header's `**Status**:` value, markup removed (e.g. `Complete`, `In Progress`).
-    pub status: String,
+    pub(crate) status: String,
     /// The header's `**Source spec**:` path, when present.
-    pub source_spec: Option<String>,
+    pub(crate) source_spec: Option<String>,
 }
 
 impl Epic {
     /// Not Complete, Done, Superseded or Withdrawn (case-insensitive, first word of the status).
-    pub fn is_incomplete(&self) -> bool {
+    pub(crate) fn is_incomplete(&self) -> bool {
         !status_is_terminal(&self.status)
     }
 }
@@ -36,7 +36,7 @@ impl Epic {
 /// Whether a status value finishes or retires an epic: its first word is Complete, Done,
 /// Superseded or Withdrawn, case-insensitive (`Complete (2026-02-12)` counts; `Not complete`
 /// does not).
-pub fn status_is_terminal(status: &str) -> bool {
+pub(crate) fn status_is_terminal(status: &str) -> bool {
     let word: String = strip_markup(status)
         .chars()
         .take_while(|c| c.is_alphabetic())
@@ -47,7 +47,7 @@ pub fn status_is_terminal(status: &str) -> bool {
 
 /// Read and parse one epic doc. `rel` is relative to `root` (an absolute path inside `root`
 /// is accepted and stored relative).
-pub fn read_epic(root: &Path, rel: &Path) -> Result<Epic, CpmError> {
+pub(crate) fn read_epic(root: &Path, rel: &Path) -> Result<Epic, CpmError> {
     let rel = if rel.is_absolute() {
         relative_to_root(root, rel).unwrap_or_else(|| rel.to_path_buf())
     } else {
@@ -64,7 +64,7 @@ pub fn read_epic(root: &Path, rel: &Path) -> Result<Epic, CpmError> {
 /// is the title, and the first `Status` and `Source spec` fields (`**Status**: x`,
 /// `**Status:** x`, `Status: x`, also in a list item or a block quote) are the epic's. Later
 /// fields belong to the stories. Code blocks never count.
-pub fn parse_epic(rel: &Path, text: &str) -> Result<Epic, CpmError> {
+pub(crate) fn parse_epic(rel: &Path, text: &str) -> Result<Epic, CpmError> {
     let file_name = rel
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -111,7 +111,7 @@ pub fn parse_epic(rel: &Path, text: &str) -> Result<Epic, CpmError> {
 
 /// Every epic doc directly under `docs/epics/`, sorted by file name. A missing directory is
 /// an empty list.
-pub fn list_epics(root: &Path) -> Result<Vec<Epic>, CpmError> {
+pub(crate) fn list_epics(root: &Path) -> Result<Vec<Epic>, CpmError> {
     epic_files(root)?
         .iter()
         .map(|rel| read_epic(root, rel))
@@ -119,7 +119,7 @@ pub fn list_epics(root: &Path) -> Result<Vec<Epic>, CpmError> {
 }
 
 /// The epic docs that are not finished or retired, in file-name order.
-pub fn incomplete_epics(root: &Path) -> Result<Vec<Epic>, CpmError> {
+pub(crate) fn incomplete_epics(root: &Path) -> Result<Vec<Epic>, CpmError> {
     Ok(list_epics(root)?
         .into_iter()
         .filter(Epic::is_incomplete)
@@ -128,7 +128,7 @@ pub fn incomplete_epics(root: &Path) -> Result<Vec<Epic>, CpmError> {
 
 /// Spec mode: the epics whose `**Source spec**` names `spec`, comparing basenames (as the
 /// roll-up does), in file-name order.
-pub fn epics_for_spec(root: &Path, spec: &Path) -> Result<Vec<Epic>, CpmError> {
+pub(crate) fn epics_for_spec(root: &Path, spec: &Path) -> Result<Vec<Epic>, CpmError> {
     let Some(want) = spec.file_name() else {
         return Ok(Vec::new());
     };
@@ -170,7 +170,7 @@ pub(super) fn is_epic_file_name(name: &str) -> bool {
 /// A coverage matrix's file name, as the roll-up tells one: `-coverage-` right after the
 /// numeric prefix (`45-coverage-x.md`, `45-03-coverage-x.md`). `45-03-epic-coverage-x.md` is
 /// an epic whose slug starts with `coverage`.
-pub fn is_matrix_file_name(name: &str) -> bool {
+pub(crate) fn is_matrix_file_name(name: &str) -> bool {
     let Some((prefix, _)) = name.split_once("-coverage-") else {
         return false;
     };

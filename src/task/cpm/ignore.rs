@@ -27,7 +27,7 @@ const IGNORE_SAMPLES: [(&str, &[&str]); 2] = [
 /// [`apply_ignore_lines`].
 ///
 /// [`IGNORE_LINES`]: super::IGNORE_LINES
-pub fn missing_ignore_lines(root: &Path) -> Vec<String> {
+pub(crate) fn missing_ignore_lines(root: &Path) -> Vec<String> {
     let text = crate::files::read_bytes(&root.join(".gitignore"), crate::files::MAX_TEXT)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
@@ -41,7 +41,7 @@ pub fn missing_ignore_lines(root: &Path) -> Vec<String> {
 
 /// Append `lines` to the root `.gitignore` (created if absent) under the skill's comment,
 /// skipping lines already present; nothing to add writes nothing, so it is idempotent.
-pub fn apply_ignore_lines(root: &Path, lines: &[String]) -> Result<(), CpmError> {
+pub(crate) fn apply_ignore_lines(root: &Path, lines: &[String]) -> Result<(), CpmError> {
     let rel = PathBuf::from(".gitignore");
     let path = root.join(&rel);
     if let Some(bad) = lines.iter().find(|l| l.contains(['\n', '\r'])) {
@@ -91,7 +91,7 @@ pub fn apply_ignore_lines(root: &Path, lines: &[String]) -> Result<(), CpmError>
 
 /// True when `.claude/ralph-loop.local.md` exists: an armed stop-hook loop would fight
 /// ralph's fresh iterations.
-pub fn stop_hook_armed(root: &Path) -> bool {
+pub(crate) fn stop_hook_armed(root: &Path) -> bool {
     fs::symlink_metadata(root.join(STOP_HOOK_STATE)).is_ok()
 }
 

@@ -39,41 +39,40 @@ mod targets;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-pub use epics::{
-    Epic, epics_for_spec, incomplete_epics, is_matrix_file_name, list_epics, parse_epic, read_epic,
-    status_is_terminal,
-};
-pub use ignore::{apply_ignore_lines, missing_ignore_lines, stop_hook_armed};
-pub use preflight::{count_tasks, strip_plan_file, strip_plan_markers, task_budget};
-pub use prompt::{Phase, PromptParams, epic_range, prompt};
-pub use records::{Coverage, Record, ReqState, Row, Summary, parse_records};
-pub use rollup::{completion_lines, resolve_rollup, rollup_argv};
-pub use runner::{EnvEntry, discover_test_runner, spec_env_entries};
-pub use runs::{EarlierRun, earlier_runs, log_path};
-pub use targets::{Targets, is_cpm_target, nothing_to_run_message, resolve_targets};
+pub(crate) use epics::epics_for_spec;
+pub(crate) use ignore::{apply_ignore_lines, missing_ignore_lines, stop_hook_armed};
+pub(crate) use preflight::{strip_plan_file, task_budget};
+pub(crate) use prompt::{Phase, PromptParams, epic_range, prompt};
+pub(crate) use records::{Coverage, parse_records};
+pub(crate) use rollup::{completion_lines, resolve_rollup, rollup_argv};
+pub(crate) use runner::discover_test_runner;
+pub(crate) use runs::{earlier_runs, log_path};
+pub(crate) use targets::{Targets, is_cpm_target, nothing_to_run_message, resolve_targets};
 
 /// Where epic docs live, relative to the repository root.
-pub const EPICS_DIR: &str = "docs/epics";
+pub(crate) const EPICS_DIR: &str = "docs/epics";
 /// Where specs live, relative to the repository root.
-pub const SPECS_DIR: &str = "docs/specifications";
+pub(crate) const SPECS_DIR: &str = "docs/specifications";
 /// Where CPM's plans, progress files and the iteration logs live.
-pub const PLANS_DIR: &str = "docs/plans";
+pub(crate) const PLANS_DIR: &str = "docs/plans";
 /// The stop-hook loop's state file; its presence means a stop-hook loop is armed.
-pub const STOP_HOOK_STATE: &str = ".claude/ralph-loop.local.md";
+pub(crate) const STOP_HOOK_STATE: &str = ".claude/ralph-loop.local.md";
 /// The roll-up script, relative to a CPM plugin root.
-pub const ROLLUP_REL: &str = "hooks/lib/coverage-rollup.sh";
+pub(crate) const ROLLUP_REL: &str = "hooks/lib/coverage-rollup.sh";
 /// The completion word in epic mode.
-pub const EPIC_PROMISE: &str = "ALL_EPICS_COMPLETE";
+pub(crate) const EPIC_PROMISE: &str = "ALL_EPICS_COMPLETE";
 /// The completion word in spec mode.
-pub const SPEC_PROMISE: &str = "SPEC_DELIVERED";
+pub(crate) const SPEC_PROMISE: &str = "SPEC_DELIVERED";
 /// The `.gitignore` lines the session-state ignore check wants present (skill step 1g).
-pub const IGNORE_LINES: [&str; 2] = ["/.claude/ralph-loop.local.md", "/docs/plans/.cpm-*"];
+#[cfg(test)]
+pub(crate) const IGNORE_LINES: [&str; 2] = ["/.claude/ralph-loop.local.md", "/docs/plans/.cpm-*"];
 /// The comment written above [`IGNORE_LINES`] when they are appended.
-pub const IGNORE_HEADER: &str = "# Session-scoped agent state, not part of the project's history";
+pub(crate) const IGNORE_HEADER: &str =
+    "# Session-scoped agent state, not part of the project's history";
 
 /// Why a CPM target or document could not be used.
 #[derive(Debug, thiserror::Error)]
-pub enum CpmError {
+pub(crate) enum CpmError {
     /// A file or directory could not be read.
     #[error("{}: cannot read: {source}", .path.display())]
     Read {
@@ -192,7 +191,7 @@ pub enum CpmError {
 
 impl CpmError {
     /// A one-line suggestion for the user, where one helps.
-    pub fn hint(&self) -> Option<String> {
+    pub(crate) fn hint(&self) -> Option<String> {
         let hint = match self {
             CpmError::Read { .. } | CpmError::Write { .. } => return None,
             CpmError::NotUtf8 { .. } => "save the file as UTF-8".to_string(),
@@ -234,7 +233,7 @@ impl CpmError {
     }
 
     /// True for contradictory or malformed targets: a usage error (exit 2).
-    pub fn is_usage(&self) -> bool {
+    pub(crate) fn is_usage(&self) -> bool {
         matches!(
             self,
             CpmError::NotCpmTarget { .. }
@@ -245,7 +244,8 @@ impl CpmError {
     }
 
     /// The 1-based file line the error points at, where known.
-    pub fn line(&self) -> Option<usize> {
+    #[cfg(test)]
+    pub(crate) fn line(&self) -> Option<usize> {
         match self {
             CpmError::NotUtf8 { line, .. } | CpmError::EmptyStatus { line, .. } => Some(*line),
             _ => None,

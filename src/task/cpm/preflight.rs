@@ -19,7 +19,7 @@ const PLAN_TAG: &str = "[plan]";
 /// `N` is, in order: the `Story N` the heading text opens with; the `**Story**: N` field in
 /// the heading's section; for a `###` heading, the number of the `##` story it sits in; else
 /// `?`.
-pub fn strip_plan_markers(text: &str) -> (String, Vec<String>) {
+pub(crate) fn strip_plan_markers(text: &str) -> (String, Vec<String>) {
     if !text.contains(PLAN_TAG) {
         return (text.to_string(), Vec::new());
     }
@@ -72,7 +72,7 @@ pub fn strip_plan_markers(text: &str) -> (String, Vec<String>) {
 /// [`strip_plan_markers`] applied to an epic doc on disk (`rel` under `root`), written back
 /// only when a tag was stripped; the log lines, each naming the file. The epic is read as an
 /// agent-touchable file ([`crate::files::read_text`]).
-pub fn strip_plan_file(root: &Path, rel: &Path) -> Result<Vec<String>, CpmError> {
+pub(crate) fn strip_plan_file(root: &Path, rel: &Path) -> Result<Vec<String>, CpmError> {
     let path = root.join(rel);
     let text = crate::files::read_text(&path).map_err(|e| CpmError::Read {
         path: rel.to_path_buf(),
@@ -142,7 +142,7 @@ fn story_prefix(text: &str) -> Option<(String, &str)> {
 
 /// The `###` (task) headings outside code, block quotes and list items: the skill's
 /// task-budget count.
-pub fn count_tasks(text: &str) -> u32 {
+pub(crate) fn count_tasks(text: &str) -> u32 {
     let n = markdown::parse(text)
         .top_headings()
         .filter(|(_, h)| h.atx && h.level == 3)
@@ -151,7 +151,7 @@ pub fn count_tasks(text: &str) -> u32 {
 }
 
 /// The task budget for a set of epic docs: their `###` task headings, summed.
-pub fn task_budget(root: &Path, epics: &[PathBuf]) -> Result<u32, CpmError> {
+pub(crate) fn task_budget(root: &Path, epics: &[PathBuf]) -> Result<u32, CpmError> {
     let mut total = 0u32;
     for rel in epics {
         total = total.saturating_add(count_tasks(&read_text(&root.join(rel), rel)?));

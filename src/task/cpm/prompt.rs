@@ -8,7 +8,7 @@ use super::{leading_number, one_line};
 
 /// Which step of a run the iteration is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Spec mode before any epic exists (verdict exit 4): run `/cpm:epics` on the spec once.
     Planning,
     /// `/cpm:do` on the epics, in file-name order.
@@ -17,25 +17,25 @@ pub enum Phase {
 
 /// What the prompt is built from.
 #[derive(Debug, Clone)]
-pub struct PromptParams<'a> {
+pub(crate) struct PromptParams<'a> {
     /// The spec in spec mode; `None` in epic mode.
-    pub mode_spec: Option<&'a Path>,
+    pub(crate) mode_spec: Option<&'a Path>,
     /// The epics to work (epic mode: the resolved targets; spec mode: the spec's epics so far).
-    pub epics: &'a [PathBuf],
+    pub(crate) epics: &'a [PathBuf],
     /// Planning or delivery. Planning needs a spec: without one the Delivery prompt is built.
-    pub phase: Phase,
+    pub(crate) phase: Phase,
     /// This iteration's number (1-based).
-    pub iteration: u32,
+    pub(crate) iteration: u32,
     /// The iteration cap.
-    pub max_iterations: u32,
+    pub(crate) max_iterations: u32,
     /// `--story-filter` (e.g. `1-3`, `!4`).
-    pub story_filter: Option<&'a str>,
+    pub(crate) story_filter: Option<&'a str>,
     /// The discovered test runner.
-    pub test_runner: Option<&'a str>,
+    pub(crate) test_runner: Option<&'a str>,
     /// Continuing an earlier run.
-    pub resuming: bool,
+    pub(crate) resuming: bool,
     /// The task budget (`###` task headings in the target epics).
-    pub task_budget: Option<u32>,
+    pub(crate) task_budget: Option<u32>,
 }
 
 /// The autonomy overrides, verbatim from the skill's template (which uses `--` for dashes).
@@ -84,7 +84,7 @@ const COMMITS: &str = " Commit after each completed story. Keep all commits loca
 /// [`completion_lines`]: super::completion_lines
 /// [`Coverage`]: super::Coverage
 /// [`strip_plan_markers`]: super::strip_plan_markers
-pub fn prompt(p: &PromptParams) -> String {
+pub(crate) fn prompt(p: &PromptParams) -> String {
     let phase = match (p.phase, p.mode_spec) {
         (Phase::Planning, Some(_)) => Phase::Planning,
         _ => Phase::Delivery,
@@ -195,7 +195,7 @@ fn clauses(p: &PromptParams, phase: Phase) -> Vec<String> {
 
 /// The `{epic_range}` label: the epics' numbers, runs collapsed (`23-26`, `23-24, 26`); file
 /// stems for epics without a number.
-pub fn epic_range(epics: &[PathBuf]) -> String {
+pub(crate) fn epic_range(epics: &[PathBuf]) -> String {
     let mut numbers: Vec<u32> = Vec::new();
     let mut others: Vec<String> = Vec::new();
     for e in epics {

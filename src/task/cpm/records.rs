@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 
 /// A requirement's state in spec scope (a `STATE` record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReqState {
+pub(crate) enum ReqState {
     /// No matrix row traces it.
     Untraced,
     /// Traced, some rows unverified.
@@ -22,28 +22,28 @@ pub enum ReqState {
 
 /// One matrix row: a `ROW`, or a `CRITERION` (then `req` is `None`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row {
+pub(crate) struct Row {
     /// The matrix, relative to the project root.
-    pub matrix: String,
+    pub(crate) matrix: String,
     /// The requirement the row traces (`None` for a story-originated criterion).
-    pub req: Option<String>,
+    pub(crate) req: Option<String>,
     /// The row's label as written (`FR1 (must NOT)`).
-    pub label: String,
+    pub(crate) label: String,
     /// The story that covers it (`Story 3`).
-    pub story: String,
+    pub(crate) story: String,
     /// The Verified cell holds the tick.
-    pub verified: bool,
+    pub(crate) verified: bool,
     /// The spec's test approach for the row (`[unit]`, `[target]`).
-    pub spec_tag: String,
+    pub(crate) spec_tag: String,
     /// The tags written in the story criterion itself.
-    pub criterion_tag: String,
+    pub(crate) criterion_tag: String,
 }
 
 impl Row {
     /// The row cannot be verified in this environment: its tags say `[target]` and nothing
     /// checkable, in both tag columns when the criterion has tags of its own (the roll-up's
     /// rule for exit 5; a disagreement keeps the row in play).
-    pub fn withheld(&self) -> bool {
+    pub(crate) fn withheld(&self) -> bool {
         fn target_only(tag: &str) -> bool {
             tag.contains("[target]")
                 && !["[unit]", "[integration]", "[feature]"]
@@ -55,7 +55,7 @@ impl Row {
     }
 
     /// How a report names the row: `FR1 (must NOT) — Story 3`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let label = if self.label.trim().is_empty() {
             format!("(unlabelled row in {})", self.matrix)
         } else {
@@ -70,20 +70,20 @@ impl Row {
 
 /// The four counts of a `SUMMARY` record (requirements, not rows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Requirements counted (excluded ones left out).
-    pub requirements: u64,
+    pub(crate) requirements: u64,
     /// Requirements no row traces.
-    pub untraced: u64,
+    pub(crate) untraced: u64,
     /// Requirements whose rows are all verified.
-    pub delivered: u64,
+    pub(crate) delivered: u64,
     /// Requirements with some rows unverified.
-    pub in_progress: u64,
+    pub(crate) in_progress: u64,
 }
 
 /// One roll-up record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Record {
+pub(crate) enum Record {
     /// A matrix the roll-up read, and the spec it names.
     Matrix { path: String, spec: String },
     /// A requirement of the spec.
@@ -114,7 +114,7 @@ pub enum Record {
 
 /// Every record in the roll-up's stdout, in order; other lines and malformed records are
 /// skipped.
-pub fn parse_records(stdout: &str) -> Vec<Record> {
+pub(crate) fn parse_records(stdout: &str) -> Vec<Record> {
     stdout
         .lines()
         .filter_map(|l| parse_record(l.trim_end_matches('\r')))
@@ -191,32 +191,32 @@ fn parse_record(line: &str) -> Option<Record> {
 
 /// What ralph counts from one roll-up run (SPEC §3.4).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Coverage {
+pub(crate) struct Coverage {
     /// Records read (0: the roll-up printed none).
-    pub records: usize,
+    pub(crate) records: usize,
     /// Distinct matrices (`MATRIX` records).
-    pub matrices: usize,
+    pub(crate) matrices: usize,
     /// Matrix rows: `ROW`, `CRITERION` and `UNRESOLVED` records.
-    pub rows: usize,
+    pub(crate) rows: usize,
     /// Rows marked verified.
-    pub verified: usize,
+    pub(crate) verified: usize,
     /// Spec scope: the requirements counted (`STATE` records; excluded ones are left out).
-    pub requirements: usize,
+    pub(crate) requirements: usize,
     /// Spec scope: requirements some row traces.
-    pub traced: usize,
+    pub(crate) traced: usize,
     /// The untraced requirements, `FR2 — text`.
-    pub untraced: Vec<String>,
+    pub(crate) untraced: Vec<String>,
     /// The traced requirements' ids.
-    pub traced_ids: Vec<String>,
+    pub(crate) traced_ids: Vec<String>,
     /// Rows still to verify here (unverified and checkable, or unresolved), described.
-    pub unverified: Vec<String>,
+    pub(crate) unverified: Vec<String>,
     /// Unverified rows that only the deployment target can verify, described.
-    pub target_only: Vec<String>,
+    pub(crate) target_only: Vec<String>,
 }
 
 impl Coverage {
     /// Count the records.
-    pub fn count(records: &[Record]) -> Coverage {
+    pub(crate) fn count(records: &[Record]) -> Coverage {
         let mut c = Coverage {
             records: records.len(),
             ..Coverage::default()
@@ -269,7 +269,7 @@ impl Coverage {
 
     /// The figures ralph relays: `N of M rows marked verified across K matrices`, and in spec
     /// mode `, T of R requirements traced`.
-    pub fn figures(&self, spec: bool) -> String {
+    pub(crate) fn figures(&self, spec: bool) -> String {
         let mut s = format!(
             "{} of {} marked verified across {}",
             self.verified,
@@ -289,7 +289,7 @@ impl Coverage {
     /// The progress measure (SPEC §3.4): verified rows plus traced requirements, so a
     /// requirement spread over many rows moves row by row, and planning moves the traced
     /// count.
-    pub fn progress(&self) -> usize {
+    pub(crate) fn progress(&self) -> usize {
         self.verified + self.traced
     }
 }

@@ -13,7 +13,7 @@ use super::{EPIC_PROMISE, ROLLUP_REL, SPEC_PROMISE, Targets, one_line};
 /// `{plugin_root}/hooks/lib/coverage-rollup.sh` (`$CLAUDE_PLUGIN_ROOT`; empty means unset);
 /// else the Claude plugin cache, `{home}/.claude/plugins/cache/{marketplace}/{plugin}/{version}/`,
 /// taking the newest version that has the script. `None` when no candidate is a file.
-pub fn resolve_rollup(
+pub(crate) fn resolve_rollup(
     explicit: Option<&Path>,
     plugin_root: Option<&Path>,
     home: Option<&Path>,
@@ -128,7 +128,7 @@ fn parse_version(name: &str) -> Option<(Vec<u64>, bool)> {
 /// `{rollup} --spec {spec} --verdict` (spec mode), every path absolute under `root`: the
 /// script resolves relative paths against `$CLAUDE_PROJECT_DIR` first, which inside Claude
 /// Code may name another project.
-pub fn rollup_argv(rollup: &Path, root: &Path, targets: &Targets) -> Vec<String> {
+pub(crate) fn rollup_argv(rollup: &Path, root: &Path, targets: &Targets) -> Vec<String> {
     let root = absolute(root);
     let path = |p: &Path| root.join(p).to_string_lossy().into_owned();
     let mut argv = vec![rollup.to_string_lossy().into_owned()];
@@ -151,7 +151,7 @@ pub fn rollup_argv(rollup: &Path, root: &Path, targets: &Targets) -> Vec<String>
 /// ralph counted from the roll-up's records ([`super::Coverage::figures`]) and the skill's
 /// caveat that the marks are aggregation, not verification. Counts never go inside the
 /// promise.
-pub fn completion_lines(spec_mode: bool, figures: Option<&str>) -> (String, String) {
+pub(crate) fn completion_lines(spec_mode: bool, figures: Option<&str>) -> (String, String) {
     let promise = if spec_mode {
         SPEC_PROMISE
     } else {

@@ -10,17 +10,17 @@ const CONFIG_READ_LIMIT: u64 = 4 * 1024 * 1024;
 
 /// One `ENVn` entry of a spec's Non-Functional Requirements.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvEntry {
+pub(crate) struct EnvEntry {
     /// The label, e.g. `ENV2`.
-    pub label: String,
+    pub(crate) label: String,
     /// The text after the label and its separator.
-    pub text: String,
+    pub(crate) text: String,
 }
 
 /// The `ENVn` entries (not the `ENVXn` restrictions) of a spec's `## Non-Functional
 /// Requirements` section: its top-level bullets `- **ENV1** — text` (or `- **ENV1 — Title.**
 /// text`), continuation lines included, read with the Markdown reader (code never counts).
-pub fn spec_env_entries(spec_text: &str) -> Vec<EnvEntry> {
+pub(crate) fn spec_env_entries(spec_text: &str) -> Vec<EnvEntry> {
     let md = markdown::parse(spec_text);
     let h2: Vec<&markdown::Heading> = md
         .top_headings()
@@ -150,7 +150,7 @@ fn command_in(text: &str) -> Option<String> {
 /// that names only a tool ("Pest 3 or later") is not runnable: a config-file command then
 /// completes it (the source says so), and without one the tool's text is returned with a
 /// source saying it names a tool that must be installed first.
-pub fn discover_test_runner(root: &Path, spec: Option<&Path>) -> Option<(String, String)> {
+pub(crate) fn discover_test_runner(root: &Path, spec: Option<&Path>) -> Option<(String, String)> {
     let mut spec_tool: Option<(String, String)> = None;
     if let Some(spec) = spec {
         let full = if spec.is_absolute() {

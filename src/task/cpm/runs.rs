@@ -12,24 +12,24 @@ use crate::iter_record::{IterRecord, last_three_repeat, parse_iter_record};
 
 /// What an earlier run's iteration log shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EarlierRun {
+pub(crate) struct EarlierRun {
     /// The log, relative to the root (`docs/plans/.cpm-ralph-log-{id}.md`).
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// How many `ITER` records it holds.
-    pub iterations: usize,
+    pub(crate) iterations: usize,
     /// The last `ITER` line, verbatim (trimmed).
-    pub last_record: Option<String>,
+    pub(crate) last_record: Option<String>,
     /// The last record, parsed.
-    pub last: Option<IterRecord>,
+    pub(crate) last: Option<IterRecord>,
     /// The last three records repeat: the run stalled rather than finished.
-    pub repeats: bool,
+    pub(crate) repeats: bool,
     /// The log's modification time, when known.
-    pub modified: Option<SystemTime>,
+    pub(crate) modified: Option<SystemTime>,
 }
 
 impl EarlierRun {
     /// One human line: path, iterations, last record, and the stall when there is one.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut s = format!(
             "{}: {} iteration{}",
             self.path.display(),
@@ -53,7 +53,7 @@ impl EarlierRun {
 /// The earlier runs' iteration logs, `docs/plans/.cpm-ralph-log-*.md`, newest first (by
 /// modification time, then name). Lines are read one at a time, so a huge log costs no
 /// memory; lines that are not `ITER` records are ignored.
-pub fn earlier_runs(root: &Path) -> Result<Vec<EarlierRun>, CpmError> {
+pub(crate) fn earlier_runs(root: &Path) -> Result<Vec<EarlierRun>, CpmError> {
     let plans = Path::new(PLANS_DIR);
     let mut runs = Vec::new();
     for name in list_dir(root, plans)? {
@@ -117,7 +117,7 @@ pub fn earlier_runs(root: &Path) -> Result<Vec<EarlierRun>, CpmError> {
 /// The CPM iteration-log path for a run: `docs/plans/.cpm-ralph-log-{run_id}.md` (characters
 /// other than letters, digits, `.`, `_` and `-` in the id become `_`, so it stays one file
 /// name).
-pub fn log_path(run_id: &str) -> PathBuf {
+pub(crate) fn log_path(run_id: &str) -> PathBuf {
     let id: String = run_id
         .chars()
         .map(|c| {

@@ -9,7 +9,7 @@ use super::{CpmError, EPICS_DIR, SPECS_DIR, leading_number, list_dir};
 
 /// What a CPM-mode `ralph run` works on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Targets {
+pub(crate) enum Targets {
     /// Epic mode: epic doc paths (relative to the root), in file-name order. Maybe empty
     /// (auto-discovery found nothing runnable).
     Epics(Vec<PathBuf>),
@@ -19,7 +19,7 @@ pub enum Targets {
 
 impl Targets {
     /// True in spec mode.
-    pub fn is_spec(&self) -> bool {
+    pub(crate) fn is_spec(&self) -> bool {
         matches!(self, Targets::Spec(_))
     }
 }
@@ -40,7 +40,7 @@ enum Arg<'a> {
 /// spec mixed with epics) are reported before anything is read, naming the arguments as
 /// typed. Epic lists are deduplicated and sorted by file name; an explicitly named epic is
 /// kept whatever its status. No arguments: auto-discovery, the incomplete epics (maybe none).
-pub fn resolve_targets(root: &Path, args: &[String]) -> Result<Targets, CpmError> {
+pub(crate) fn resolve_targets(root: &Path, args: &[String]) -> Result<Targets, CpmError> {
     if args.is_empty() {
         return Ok(Targets::Epics(
             incomplete_epics(root)?
@@ -244,7 +244,7 @@ fn wildcard_match(pattern: &str, text: &str) -> bool {
 
 /// True when an argument looks like a CPM target: a path under `docs/epics/` or
 /// `docs/specifications/` (relative, `./`-prefixed or absolute), or a `NN..MM` range.
-pub fn is_cpm_target(arg: &str) -> bool {
+pub(crate) fn is_cpm_target(arg: &str) -> bool {
     let a = arg.trim();
     if let Some((lo, hi)) = a.split_once("..") {
         let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
@@ -328,7 +328,7 @@ pub(super) fn relative_to_root(root: &Path, path: &Path) -> Option<PathBuf> {
 /// The auto-discovery message when nothing is runnable: the stop line, then one line per spec
 /// under `docs/specifications/` (`[0-9]*-spec-*.md`, file-name order) with the command that
 /// runs it. No trailing newline.
-pub fn nothing_to_run_message(root: &Path) -> Result<String, CpmError> {
+pub(crate) fn nothing_to_run_message(root: &Path) -> Result<String, CpmError> {
     let mut specs: Vec<String> = list_dir(root, Path::new(SPECS_DIR))?
         .into_iter()
         .filter(|n| {

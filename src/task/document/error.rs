@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 /// Why a task file could not be loaded.
 #[derive(Debug, thiserror::Error)]
-pub enum TaskError {
+pub(crate) enum TaskError {
     /// The file does not exist.
     #[error("{}: task file not found", .path.display())]
     Missing {
@@ -119,7 +119,7 @@ impl fmt::Display for Located<'_> {
 
 impl TaskError {
     /// A suggestion for fixing the problem, when there is an obvious one.
-    pub fn hint(&self) -> Option<String> {
+    pub(crate) fn hint(&self) -> Option<String> {
         let hint = match self {
             TaskError::Missing { .. } => "run `ralph init` to create one",
             TaskError::Io { .. } => return None,
@@ -149,7 +149,7 @@ impl TaskError {
     }
 
     /// The 1-based file line the error refers to, when known.
-    pub fn line(&self) -> Option<usize> {
+    pub(crate) fn line(&self) -> Option<usize> {
         match self {
             TaskError::Missing { .. }
             | TaskError::Io { .. }

@@ -18,7 +18,7 @@ use serde_saphyr::{MessageFormatter, Spanned};
 use super::{TaskError, Warning};
 
 /// The keys a task file's frontmatter takes.
-pub const TASK_KEYS: [&str; 15] = [
+pub(crate) const TASK_KEYS: [&str; 15] = [
     "task",
     "test_command",
     "max_iterations",
@@ -37,7 +37,7 @@ pub const TASK_KEYS: [&str; 15] = [
 ];
 
 /// ralph's configuration keys that only configuration files set.
-pub const CONFIG_FILE_ONLY: [&str; 9] = [
+pub(crate) const CONFIG_FILE_ONLY: [&str; 9] = [
     "no_commit",
     "no_verify",
     "max_file_size",
@@ -61,46 +61,46 @@ const DURATION_KEYS: [&str; 6] = [
 
 /// The YAML frontmatter of a task file: ralph's keys, and every key as written.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Frontmatter {
+pub(crate) struct Frontmatter {
     /// Short task name; required when frontmatter exists.
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     /// Command whose success gates completion.
-    pub test_command: Option<String>,
+    pub(crate) test_command: Option<String>,
     /// Iteration cap.
-    pub max_iterations: Option<u32>,
+    pub(crate) max_iterations: Option<u32>,
     /// Agent preset name.
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// Custom agent command line.
-    pub agent_cmd: Option<String>,
+    pub(crate) agent_cmd: Option<String>,
     /// Per-iteration timeout (humantime, e.g. "90s").
-    pub timeout: Option<String>,
+    pub(crate) timeout: Option<String>,
     /// Idle-output timeout (humantime).
-    pub idle_timeout: Option<String>,
+    pub(crate) idle_timeout: Option<String>,
     /// Grace period before a hard kill (humantime).
-    pub grace: Option<String>,
+    pub(crate) grace: Option<String>,
     /// Iterations without progress before the loop counts as stuck.
-    pub stuck_threshold: Option<u32>,
+    pub(crate) stuck_threshold: Option<u32>,
     /// Text the agent prints to claim completion.
-    pub completion_promise: Option<String>,
+    pub(crate) completion_promise: Option<String>,
     /// Command that judges completion.
-    pub verdict_command: Option<String>,
+    pub(crate) verdict_command: Option<String>,
     /// Budget in USD (`--max-cost`).
-    pub max_cost: Option<f64>,
+    pub(crate) max_cost: Option<f64>,
     /// The most time spent waiting for usage limits (humantime).
-    pub max_wait: Option<String>,
+    pub(crate) max_wait: Option<String>,
     /// The first wait after a usage limit without a reset time (humantime).
-    pub limit_backoff: Option<String>,
+    pub(crate) limit_backoff: Option<String>,
     /// The limit of each test and verdict command run (humantime).
-    pub check_timeout: Option<String>,
+    pub(crate) check_timeout: Option<String>,
     /// Every key as written, in order, with its 1-based file line.
-    pub keys: Vec<Key>,
+    pub(crate) keys: Vec<Key>,
 }
 
 /// A key of the frontmatter and its file line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Key {
-    pub name: String,
-    pub line: usize,
+pub(crate) struct Key {
+    pub(crate) name: String,
+    pub(crate) line: usize,
 }
 
 impl Frontmatter {

@@ -14,33 +14,33 @@ use std::path::{Path, PathBuf};
 
 use super::checklist::{self, Checklist, Scope};
 use error::Located;
-pub use error::TaskError;
-pub use frontmatter::{CONFIG_FILE_ONLY, Frontmatter, Key, TASK_KEYS};
+pub(crate) use error::TaskError;
+pub(crate) use frontmatter::Frontmatter;
 
 /// A parsed task file.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TaskDocument {
+pub(crate) struct TaskDocument {
     /// `None` when the file has no frontmatter.
-    pub frontmatter: Option<Frontmatter>,
+    pub(crate) frontmatter: Option<Frontmatter>,
     /// 0 when there is no frontmatter; else the file line of the closing fence.
-    pub frontmatter_end_line: usize,
+    pub(crate) frontmatter_end_line: usize,
     /// Frontmatter `task`, else the title heading, else the file stem.
-    pub name: String,
+    pub(crate) name: String,
     /// The success criteria.
-    pub checklist: Checklist,
+    pub(crate) checklist: Checklist,
     /// What the file holds that ralph reads past, in file order.
-    pub warnings: Vec<Warning>,
+    pub(crate) warnings: Vec<Warning>,
 }
 
 /// Something in a task file ralph reads past: shown once when a run starts, and by `status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Warning {
+pub(crate) struct Warning {
     /// The file.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The 1-based file line, when there is one.
-    pub line: Option<usize>,
+    pub(crate) line: Option<usize>,
     /// A lowercase fragment.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for Warning {
@@ -51,7 +51,7 @@ impl fmt::Display for Warning {
 
 /// Read and parse; a missing file is [`TaskError::Missing`] with hint
 /// "run `ralph init` to create one".
-pub fn load_task_file(path: &Path) -> Result<TaskDocument, TaskError> {
+pub(crate) fn load_task_file(path: &Path) -> Result<TaskDocument, TaskError> {
     use crate::files::{MAX_TEXT, ReadError, read_bytes};
     match read_bytes(path, MAX_TEXT) {
         Ok(bytes) => parse_task_bytes(path, &bytes),
@@ -67,7 +67,7 @@ pub fn load_task_file(path: &Path) -> Result<TaskDocument, TaskError> {
 }
 
 /// Parse bytes already read from `path` (path used only in messages and for the stem).
-pub fn parse_task_bytes(path: &Path, bytes: &[u8]) -> Result<TaskDocument, TaskError> {
+pub(crate) fn parse_task_bytes(path: &Path, bytes: &[u8]) -> Result<TaskDocument, TaskError> {
     let text = decode(path, bytes)?;
     let warn = |line, message: &str| Warning {
         path: path.to_path_buf(),

@@ -1,5 +1,6 @@
 //! Tests of task-file loading: frontmatter, names, criteria, errors with lines.
 
+use super::frontmatter::{Key, TASK_KEYS};
 use super::*;
 use crate::task::checklist::Section;
 use proptest::prelude::*;

@@ -11,7 +11,7 @@ use super::{
 /// Check that `PRD.md` and `PROGRESS.md` have the same task numbers: every task has a row
 /// (else an error at the table header naming the task's PRD line) and every row has a task
 /// (else an error at the row).
-pub fn validate(
+pub(crate) fn validate(
     prd: &Prd,
     prd_path: &Path,
     progress: &Progress,
@@ -41,7 +41,7 @@ pub fn validate(
 
 /// The task to work next: the first `PENDING` row, else the first `FAILED` row with attempts
 /// left. `None` when the loop is over.
-pub fn next_task(progress: &Progress) -> Option<u32> {
+pub(crate) fn next_task(progress: &Progress) -> Option<u32> {
     let rows = &progress.rows;
     rows.iter()
         .find(|r| r.status == RowStatus::Pending)
@@ -53,7 +53,7 @@ pub fn next_task(progress: &Progress) -> Option<u32> {
 }
 
 /// The attempt number the next run of task `k` would be (1-based, at most [`MAX_ATTEMPTS`]).
-pub fn attempt_number(progress: &Progress, k: u32) -> u32 {
+pub(crate) fn attempt_number(progress: &Progress, k: u32) -> u32 {
     progress
         .rows
         .iter()
@@ -64,7 +64,7 @@ pub fn attempt_number(progress: &Progress, k: u32) -> u32 {
 /// Carry attempt counts from the table as it was before an iteration into the table the agent
 /// left (the agent rewrites a Status cell to plain `DONE`, losing `(attempt 2/3)`). Call before
 /// [`record_attempt`] so retries and review failures count correctly.
-pub fn carry_attempts(before: &Progress, after: &mut Progress) {
+pub(crate) fn carry_attempts(before: &Progress, after: &mut Progress) {
     for row in &mut after.rows {
         if let Some(old) = before.rows.iter().find(|r| r.number == row.number) {
             row.attempts = row.attempts.max(old.attempts).min(MAX_ATTEMPTS);
@@ -93,7 +93,7 @@ fn fail(row: &mut Row, notes: String) -> AttemptResult {
 /// becomes `FAILED (attempt a/3)`, or `BLOCKED` at the third attempt, and its Notes become
 /// `note`, followed by what the agent wrote there (`note: agent notes`) when both are non-empty.
 /// A `BLOCKED` row, or a row that does not exist, is [`AttemptResult::Blocked`] and unchanged.
-pub fn record_attempt(progress: &mut Progress, k: u32, note: &str) -> AttemptResult {
+pub(crate) fn record_attempt(progress: &mut Progress, k: u32, note: &str) -> AttemptResult {
     let Some(row) = progress.rows.iter_mut().find(|r| r.number == k) else {
         return AttemptResult::Blocked;
     };
@@ -122,7 +122,7 @@ pub fn record_attempt(progress: &mut Progress, k: u32, note: &str) -> AttemptRes
 /// A review of task `k` failed: the row turns back to `FAILED` (the attempt counts) with
 /// `reason` as its note, or `BLOCKED` at the third attempt. A `BLOCKED` or missing row is
 /// [`AttemptResult::Blocked`] and unchanged.
-pub fn review_failed(progress: &mut Progress, k: u32, reason: &str) -> AttemptResult {
+pub(crate) fn review_failed(progress: &mut Progress, k: u32, reason: &str) -> AttemptResult {
     let Some(row) = progress.rows.iter_mut().find(|r| r.number == k) else {
         return AttemptResult::Blocked;
     };
@@ -140,7 +140,7 @@ pub fn review_failed(progress: &mut Progress, k: u32, reason: &str) -> AttemptRe
 
 /// The loop is over: `COMPLETE` when every row is `DONE`, else `PARTIAL`. Sets
 /// `progress.status`.
-pub fn finish(progress: &mut Progress) -> OverallStatus {
+pub(crate) fn finish(progress: &mut Progress) -> OverallStatus {
     let status = if progress.rows.iter().all(|r| r.status == RowStatus::Done) {
         OverallStatus::Complete
     } else {
@@ -151,7 +151,7 @@ pub fn finish(progress: &mut Progress) -> OverallStatus {
 }
 
 /// Rows that are `DONE`.
-pub fn done_count(progress: &Progress) -> usize {
+pub(crate) fn done_count(progress: &Progress) -> usize {
     progress
         .rows
         .iter()
@@ -160,7 +160,7 @@ pub fn done_count(progress: &Progress) -> usize {
 }
 
 /// The ITER figures for this mode: `{done}/{total} tasks done, task {k} attempt {a}/3`.
-pub fn figures(progress: &Progress, k: u32, attempt: u32) -> String {
+pub(crate) fn figures(progress: &Progress, k: u32, attempt: u32) -> String {
     format!(
         "{}/{} tasks done, task {k} attempt {attempt}/{MAX_ATTEMPTS}",
         done_count(progress),
@@ -170,7 +170,7 @@ pub fn figures(progress: &Progress, k: u32, attempt: u32) -> String {
 
 /// The end-of-run summary: `Tasks: N total, X done, Y blocked` (plus failed/pending counts when
 /// any), then the blocked tasks with their notes.
-pub fn summary(progress: &Progress) -> Vec<String> {
+pub(crate) fn summary(progress: &Progress) -> Vec<String> {
     let count = |s: RowStatus| progress.rows.iter().filter(|r| r.status == s).count();
     let mut head = format!(
         "Tasks: {} total, {} done, {} blocked",

@@ -1,10 +1,10 @@
 //! Why `PRD.md` or `PROGRESS.md` could not be used: [`TableError`], with file, line and hint.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Why `PRD.md` or `PROGRESS.md` could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TableError {
+pub(crate) enum TableError {
     /// No goal: neither a `Goal` heading nor a `Goal:` line.
     #[error("{}: no `## Goal` section", .path.display())]
     MissingGoal {
@@ -199,7 +199,7 @@ pub enum TableError {
 
 impl TableError {
     /// A suggestion for fixing the problem, when there is an obvious one.
-    pub fn hint(&self) -> Option<String> {
+    pub(crate) fn hint(&self) -> Option<String> {
         let hint = match self {
             TableError::MissingGoal { .. } => {
                 "write the goal as a `## Goal` heading with a sentence under it, or a line \
@@ -246,33 +246,9 @@ impl TableError {
         Some(hint.to_string())
     }
 
-    /// The file the error is about.
-    pub fn path(&self) -> &Path {
-        match self {
-            TableError::MissingGoal { path }
-            | TableError::EmptyGoal { path, .. }
-            | TableError::NoTasks { path, .. }
-            | TableError::BadTaskNumber { path, .. }
-            | TableError::EmptyTaskTitle { path, .. }
-            | TableError::DuplicateTask { path, .. }
-            | TableError::NoCriteria { path, .. }
-            | TableError::MissingStatus { path }
-            | TableError::UnknownOverallStatus { path, .. }
-            | TableError::NoTable { path }
-            | TableError::MissingColumns { path, .. }
-            | TableError::MissingDelimiter { path, .. }
-            | TableError::NoRows { path, .. }
-            | TableError::BadRowNumber { path, .. }
-            | TableError::UnknownStatus { path, .. }
-            | TableError::MissingCell { path, .. }
-            | TableError::DuplicateRow { path, .. }
-            | TableError::MissingRow { path, .. }
-            | TableError::UnknownRow { path, .. } => path,
-        }
-    }
-
     /// The 1-based line the error refers to, when known.
-    pub fn line(&self) -> Option<usize> {
+    #[cfg(test)]
+    pub(crate) fn line(&self) -> Option<usize> {
         match self {
             TableError::MissingGoal { .. }
             | TableError::MissingStatus { .. }

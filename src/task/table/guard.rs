@@ -17,20 +17,21 @@ use super::{Progress, Row, one_line};
 
 /// What [`guard_rows`] made of the table the agent left.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RowGuard {
+pub(crate) struct RowGuard {
     /// The agent's table with every row but the current one holding its Status, attempts and
     /// Notes from before the iteration, and the `## Status:` value from before.
-    pub kept: Progress,
+    pub(crate) kept: Progress,
     /// One line per change put back, e.g.
     /// `task 3: Status PENDING → DONE (only task 1 was being worked)`.
-    pub restored: Vec<String>,
+    pub(crate) restored: Vec<String>,
     /// Rows removed, added or renumbered, named (e.g. `row 3 (Docs) removed`): tampering.
-    pub tampered: Vec<String>,
+    pub(crate) tampered: Vec<String>,
 }
 
 impl RowGuard {
     /// The agent removed, added or renumbered rows.
-    pub fn is_tampered(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_tampered(&self) -> bool {
         !self.tampered.is_empty()
     }
 }
@@ -41,7 +42,7 @@ impl RowGuard {
 /// under a new number is "renumbered"; otherwise missing rows are "removed" and new numbers
 /// "added". The current row is left as the agent wrote it (attempts are carried separately by
 /// [`super::carry_attempts`]).
-pub fn guard_rows(before: &Progress, after: Progress, current: u32) -> RowGuard {
+pub(crate) fn guard_rows(before: &Progress, after: Progress, current: u32) -> RowGuard {
     let mut kept = after;
     let mut restored = Vec::new();
     let old: HashMap<u32, &Row> = before.rows.iter().map(|r| (r.number, r)).collect();

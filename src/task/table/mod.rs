@@ -22,57 +22,57 @@ mod prd;
 mod progress;
 mod prompts;
 
-pub use attempts::{
+pub(crate) use attempts::{
     attempt_number, carry_attempts, done_count, figures, finish, next_task, record_attempt,
     review_failed, summary, validate,
 };
-pub use error::TableError;
-pub use guard::{RowGuard, guard_rows};
-pub use planning::{find_plan, planning_prompt, scaffold};
-pub use prd::parse_prd;
-pub use progress::{parse_progress, render_progress};
-pub use prompts::{Files, Turn, parse_review, review_prompt, task_prompt};
+pub(crate) use error::TableError;
+pub(crate) use guard::guard_rows;
+pub(crate) use planning::{find_plan, planning_prompt, scaffold};
+pub(crate) use prd::parse_prd;
+pub(crate) use progress::{parse_progress, render_progress};
+pub(crate) use prompts::{Files, Turn, parse_review, review_prompt, task_prompt};
 
 /// Attempts a task gets (1 initial + 2 retries) before it is `BLOCKED`.
-pub const MAX_ATTEMPTS: u32 = 3;
+pub(crate) const MAX_ATTEMPTS: u32 = 3;
 /// The completion promise when `PRD.md` names none.
-pub const DEFAULT_PROMISE: &str = "DONE";
+pub(crate) const DEFAULT_PROMISE: &str = "DONE";
 /// The requirements file name.
-pub const PRD_FILE: &str = "PRD.md";
+pub(crate) const PRD_FILE: &str = "PRD.md";
 /// The progress file name.
-pub const PROGRESS_FILE: &str = "PROGRESS.md";
+pub(crate) const PROGRESS_FILE: &str = "PROGRESS.md";
 
 /// One task of `PRD.md`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PrdTask {
+pub(crate) struct PrdTask {
     /// The task number from its heading.
-    pub number: u32,
+    pub(crate) number: u32,
     /// The heading title.
-    pub title: String,
+    pub(crate) title: String,
     /// The task's text without its acceptance-criteria block, trimmed.
-    pub body: String,
+    pub(crate) body: String,
     /// The acceptance criteria, list markers and checkboxes removed.
-    pub criteria: Vec<String>,
+    pub(crate) criteria: Vec<String>,
     /// 1-based line of the task heading.
-    pub line: usize,
+    pub(crate) line: usize,
 }
 
 /// A parsed `PRD.md`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Prd {
+pub(crate) struct Prd {
     /// The `# ` title (the file stem when there is none).
-    pub title: String,
+    pub(crate) title: String,
     /// The `## Goal` text.
-    pub goal: String,
+    pub(crate) goal: String,
     /// The tasks, in file order.
-    pub tasks: Vec<PrdTask>,
+    pub(crate) tasks: Vec<PrdTask>,
     /// The completion promise keyword ([`DEFAULT_PROMISE`] when absent).
-    pub promise: String,
+    pub(crate) promise: String,
 }
 
 /// A row's Status cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RowStatus {
+pub(crate) enum RowStatus {
     /// Not attempted yet.
     Pending,
     /// Finished.
@@ -85,24 +85,24 @@ pub enum RowStatus {
 
 /// One row of the `PROGRESS.md` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row {
+pub(crate) struct Row {
     /// The `#` cell.
-    pub number: u32,
+    pub(crate) number: u32,
     /// The Task cell (unescaped).
-    pub task: String,
+    pub(crate) task: String,
     /// The Status cell's keyword.
-    pub status: RowStatus,
+    pub(crate) status: RowStatus,
     /// Failed attempts so far (0 for `PENDING`; from the Status cell otherwise).
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// The Notes cell (unescaped: `\|` is `|`, `<br>` is a newline).
-    pub notes: String,
+    pub(crate) notes: String,
     /// 1-based line of the row.
-    pub line: usize,
+    pub(crate) line: usize,
 }
 
 /// The `## Status:` line of `PROGRESS.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OverallStatus {
+pub(crate) enum OverallStatus {
     /// Tasks remain.
     InProgress,
     /// Every task is `DONE`.
@@ -113,20 +113,20 @@ pub enum OverallStatus {
 
 /// A parsed `PROGRESS.md`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// The `## Status:` value.
-    pub status: OverallStatus,
+    pub(crate) status: OverallStatus,
     /// The table rows, in file order.
-    pub rows: Vec<Row>,
+    pub(crate) rows: Vec<Row>,
     /// 1-based line of the `## Status:` line (0 when built in memory).
-    pub status_line: usize,
+    pub(crate) status_line: usize,
     /// 1-based line of the table header (0 when built in memory).
-    pub table_line: usize,
+    pub(crate) table_line: usize,
 }
 
 /// What one attempt at a task came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttemptResult {
+pub(crate) enum AttemptResult {
     /// The row is `DONE`.
     Done,
     /// The row is now `FAILED (attempt {attempt}/3)` and will be retried.

@@ -43,7 +43,7 @@ fn truncate_chars(text: &str, max: usize) -> String {
 /// `PRD.md` and `PROGRESS.md` for `ralph init --table`: the description is the goal (and the
 /// only task when `tasks` is empty); each task gets a placeholder criterion to edit. Both files
 /// parse and validate whatever the input.
-pub fn scaffold(description: &str, tasks: &[String], promise: &str) -> (String, String) {
+pub(crate) fn scaffold(description: &str, tasks: &[String], promise: &str) -> (String, String) {
     let goal_line = one_line(description);
     let title = heading_safe(&truncate_chars(&goal_line, 72), "Project");
     let mut goal = if goal_line.is_empty() {
@@ -134,7 +134,7 @@ const EXAMPLE_PROGRESS: &str = "# Progress
 ///
 /// [`parse_prd`]: super::parse_prd
 /// [`parse_progress`]: super::parse_progress
-pub fn planning_prompt(description: &str) -> String {
+pub(crate) fn planning_prompt(description: &str) -> String {
     format!(
         "# Ralph planning\n\n\
          You are planning work that fresh agents will then do one task at a time. Do not \
@@ -189,7 +189,7 @@ fn same_word(a: &str, b: &str) -> bool {
 /// compared case-insensitively with a trailing `s`/`es` ignored. Only `.md`/`.markdown` files
 /// count. A description without significant words matches nothing. When several plans match,
 /// the one with the greatest path wins (plans are date-prefixed, so that is the newest).
-pub fn find_plan(plans: &[(PathBuf, String)], description: &str) -> Option<PathBuf> {
+pub(crate) fn find_plan(plans: &[(PathBuf, String)], description: &str) -> Option<PathBuf> {
     let wanted: Vec<String> = words(description)
         .into_iter()
         .filter(|w| w.chars().count() >= 3 && !STOPWORDS.contains(&w.as_str()))

@@ -222,7 +222,7 @@ fn raw<'t>(text: &'t str, cell: Option<&markdown::Cell>) -> Option<&'t str> {
 /// The first table whose header has `#`, `Task`, `Status` and `Notes` columns (any order, extra
 /// columns allowed) is the task table; it ends where the table ends, or at the first line
 /// without a `|`. The `## Status:` line may be anywhere.
-pub fn parse_progress(path: &Path, text: &str) -> Result<Progress, TableError> {
+pub(crate) fn parse_progress(path: &Path, text: &str) -> Result<Progress, TableError> {
     let md = markdown::parse_document(text);
     let scan = scan(&md);
     let err_path = || path.to_path_buf();
@@ -323,7 +323,7 @@ fn read_row(path: &Path, text: &str, r: &markdown::Row, cols: Columns) -> Result
 /// when its meaning differs (so `FAILED` stays `FAILED` while it means attempt 1). Rows are
 /// matched by number; rows of `progress` missing from `original` are not added. When
 /// `original` has no `## Status:` line, one is inserted before the table.
-pub fn render_progress(original: &str, progress: &Progress) -> String {
+pub(crate) fn render_progress(original: &str, progress: &Progress) -> String {
     let md = markdown::parse_document(original);
     let scan = scan(&md);
     let eol = if original.contains("\r\n") {

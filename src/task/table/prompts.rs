@@ -21,21 +21,27 @@ fn task_block(prd: &Prd, k: u32) -> String {
 }
 
 /// Where the run stands: the iteration's number, the run's cap and the test command it will run.
-pub struct Turn<'a> {
-    pub iteration: u32,
-    pub max_iterations: u32,
-    pub test_command: Option<&'a str>,
+pub(crate) struct Turn<'a> {
+    pub(crate) iteration: u32,
+    pub(crate) max_iterations: u32,
+    pub(crate) test_command: Option<&'a str>,
 }
 
 /// The PRD's and the progress table's paths as the prompt names them.
-pub struct Files<'a> {
-    pub prd: &'a str,
-    pub progress: &'a str,
+pub(crate) struct Files<'a> {
+    pub(crate) prd: &'a str,
+    pub(crate) progress: &'a str,
 }
 
 /// The prompt for one iteration working task `k` (and no other). `attempt` is 1-based; on a retry
 /// the prompt points the agent at the Notes left by the previous attempt.
-pub fn task_prompt(prd: &Prd, k: u32, attempt: u32, turn: &Turn<'_>, files: &Files<'_>) -> String {
+pub(crate) fn task_prompt(
+    prd: &Prd,
+    k: u32,
+    attempt: u32,
+    turn: &Turn<'_>,
+    files: &Files<'_>,
+) -> String {
     let Turn {
         iteration,
         max_iterations,
@@ -95,7 +101,7 @@ pub fn task_prompt(prd: &Prd, k: u32, attempt: u32, turn: &Turn<'_>, files: &Fil
 }
 
 /// The prompt for the fresh agent run that reviews task `k` after it was marked `DONE`.
-pub fn review_prompt(prd: &Prd, k: u32, test_command: Option<&str>) -> String {
+pub(crate) fn review_prompt(prd: &Prd, k: u32, test_command: Option<&str>) -> String {
     let mut s = format!("# Ralph review: task {k}\n\n");
     s.push_str(
         "You are a Ralph reviewer with fresh context. Another agent marked the task below done. \
@@ -123,7 +129,7 @@ pub fn review_prompt(prd: &Prd, k: u32, test_command: Option<&str>) -> String {
 /// The verdict of a review run: the last line reading `REVIEW: PASS` (`Some(Ok(()))`) or
 /// `REVIEW: FAIL reason` (`Some(Err(reason))`). Case-insensitive; surrounding `*`, `` ` ``, `>`
 /// and whitespace are ignored. `None` when no such line exists.
-pub fn parse_review(output: &str) -> Option<Result<(), String>> {
+pub(crate) fn parse_review(output: &str) -> Option<Result<(), String>> {
     output.lines().rev().find_map(|line| {
         let t = line
             .trim()

@@ -31,7 +31,7 @@ use crate::markdown::{self, Markdown};
 ///   [`DEFAULT_PROMISE`] when there is none.
 ///
 /// Frontmatter is skipped; headings and lines in block quotes do not count.
-pub fn parse_prd(path: &Path, text: &str) -> Result<Prd, TableError> {
+pub(crate) fn parse_prd(path: &Path, text: &str) -> Result<Prd, TableError> {
     let doc = Doc::new(path, text);
     let goal = doc.goal()?;
     let tasks = doc.tasks()?;
