@@ -29,6 +29,9 @@
 //!   done-task-except:K  the same, except for task K (never finished)
 //!   review:VERDICT   as the reviewer (a prompt starting `# Ralph review`): print
 //!                    `REVIEW: VERDICT` (PASS, or FAIL reason); ignored in a work prompt
+//!   story-pass       prd.json: mark the story the prompt names passing (with a note), write
+//!                    `work/story-ID.txt` and a learning in progress.txt
+//!   story-pass-all   prd.json: mark every story passing, and retitle the others (hostile)
 //!   write-table:N    write PRD.md and PROGRESS.md with N tasks (the planning run)
 //!   rmrf:PATH        delete PATH recursively (an agent that removes ralph's files)
 //!   plan-criteria:N  append N criteria to the task file (the `ralph init --plan` run)
@@ -212,6 +215,26 @@ fn main() {
                     println!("could not finish task {task_number:?}");
                 }
             }
+            "story-pass" | "story-pass-all" => {
+                let story = prompt
+                    .lines()
+                    .next()
+                    .and_then(|l| l.split(": story ").nth(1))
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .unwrap_or_default()
+                    .to_string();
+                edit_stories(&task, &story, name == "story-pass-all");
+                let _ = std::fs::create_dir_all("work");
+                let _ = std::fs::write(format!("work/story-{story}.txt"), format!("{iteration}\n"));
+                let progress = std::path::Path::new(&task).with_file_name("progress.txt");
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(progress)
+                    .expect("progress.txt");
+                let _ = writeln!(f, "learned: story {story} needs a file");
+                println!("passed story {story}");
+            }
             "write-table" if !prompt.starts_with("# Ralph iteration") => {
                 let n: u32 = arg.parse().unwrap_or(2);
                 let mut prd =
@@ -384,6 +407,31 @@ fn edit_first(task: &str, from: &str, to: &str) -> Option<String> {
 }
 
 /// Set the Status cell of row `k` of a progress table to DONE.
+/// Mark `story` passing in the story file (every story, retitling the others, when `all`).
+fn edit_stories(path: &str, story: &str, all: bool) {
+    let text = std::fs::read_to_string(path).expect("prd.json");
+    let mut doc: serde_json::Value = serde_json::from_str(&text).expect("prd.json is JSON");
+    for s in doc["userStories"]
+        .as_array_mut()
+        .expect("userStories")
+        .iter_mut()
+    {
+        let id = match &s["id"] {
+            serde_json::Value::String(t) => t.clone(),
+            other => other.to_string(),
+        };
+        if id == story {
+            s["passes"] = true.into();
+            s["notes"] = "done by the fake agent".into();
+        } else if all {
+            s["passes"] = true.into();
+            s["title"] = "Nothing to do".into();
+        }
+    }
+    let out = serde_json::to_string_pretty(&doc).expect("JSON");
+    std::fs::write(path, out + "\n").expect("write prd.json");
+}
+
 fn set_row_done(path: &str, k: u32) {
     let Ok(text) = std::fs::read_to_string(path) else {
         return;

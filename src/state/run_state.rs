@@ -26,6 +26,9 @@ pub(crate) enum Mode {
     CpmEpic,
     #[serde(rename = "cpm-spec")]
     CpmSpec,
+    /// `prd.json`'s user stories (SPEC §14).
+    #[serde(rename = "stories")]
+    Stories,
 }
 
 impl Mode {
@@ -35,6 +38,7 @@ impl Mode {
             Mode::Table => "table",
             Mode::CpmEpic => "cpm-epic",
             Mode::CpmSpec => "cpm-spec",
+            Mode::Stories => "stories",
         }
     }
 
@@ -44,6 +48,7 @@ impl Mode {
             Mode::Checklist => "criteria",
             Mode::Table => "tasks",
             Mode::CpmEpic | Mode::CpmSpec => "rows",
+            Mode::Stories => "stories",
         }
     }
 }
@@ -177,6 +182,9 @@ pub(crate) struct RunState {
     /// Criteria the agent annotated when it checked them (`baseline → as written`), for review.
     #[serde(default)]
     pub(crate) annotations: Vec<String>,
+    /// Failed attempts per story id (`prd.json`, SPEC §14): three skip a story.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(crate) story_attempts: std::collections::BTreeMap<String, u32>,
     /// What the run was started with that a resume keeps (SPEC §2.3: the same run), unless a
     /// flag of the resume says otherwise. `None` in a state from an older ralph.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -41,6 +41,7 @@ impl Loop {
         let decision = self.resolve_stuck(decision);
         self.state.done = recorded.done;
         self.state.total = recorded.total;
+        self.source.save_into(&mut self.state);
         self.counters.save_into(&mut self.state);
         self.report(prep, attempted, &recorded, &decision, &notes);
         match decision {

@@ -49,6 +49,7 @@ impl Loop {
         let Some(tests_ok) = self.run_tests(prep, &mut feedback).await? else {
             return Ok(Err(Halt::Interrupted));
         };
+        let judged = self.source.after_tests(judged, tests_ok)?;
         let verdict = match self.source.verdict_invocation(&self.setup.settings) {
             None => None,
             Some((display, inv)) => {

@@ -8,6 +8,7 @@ pub(crate) mod cpm;
 pub(crate) mod document;
 pub(crate) mod integrity;
 pub(crate) mod status_block;
+pub(crate) mod stories;
 pub(crate) mod table;
 pub(crate) mod verdict;
 

@@ -36,6 +36,7 @@ mod sandbox_edges;
 mod screen_halts;
 mod startup;
 mod status;
+mod stories;
 mod supervise;
 mod table;
 mod task_files;

@@ -87,6 +87,17 @@ pub(super) fn end_at_once(ui: Ui, r: &Resolved, how: Continuation) -> Result<Opt
             });
             Ok(Some(end.at(0, (done, total)).close()))
         }
+        Plan::Stories { rel, stories }
+            if !checked && stories.passing() == stories.stories.len() =>
+        {
+            let (done, total) = (stories.passing(), stories.stories.len());
+            let end = Before::new(ui, Halt::Complete, |ui| {
+                ui.success(&format!(
+                    "{rel}: already complete ({done}/{total} stories pass). Nothing to run."
+                ));
+            });
+            Ok(Some(end.at(0, (done, total)).close()))
+        }
         _ => Ok(None),
     }
 }

@@ -282,6 +282,7 @@ impl Begin<'_> {
             },
             feedback: None,
             annotations: Vec::new(),
+            story_attempts: Default::default(),
             pinned: Some(self.settings.pinned()),
         }
     }

@@ -107,6 +107,10 @@ fn describe_target(ui: Ui, plan: &Plan, source: &Source) {
             progress_path.display(),
             prd.promise
         )),
+        Plan::Stories { rel, stories } => ui.plain(&format!(
+            "stories: {} ({rel}; {done}/{total} stories pass)",
+            stories.name()
+        )),
         Plan::Describe(_) => {}
         Plan::Cpm { targets } => {
             match targets {

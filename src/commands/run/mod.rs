@@ -295,8 +295,10 @@ impl Startup<'_> {
     ) -> Result<ControlFlow<i32, Source>> {
         let r = &self.r;
         let mut source = plan::build_source(&r.plan, &r.root, self.options, rollup, &r.settings)?;
-        if let (Some(p), Source::Checklist(c)) = (resumed, &mut source) {
-            c.baseline = at_once::recorded_baseline(p);
+        match (resumed, &mut source) {
+            (Some(p), Source::Checklist(c)) => c.baseline = at_once::recorded_baseline(p),
+            (Some(p), Source::Stories(s)) => s.attempts = p.story_attempts.clone(),
+            _ => {}
         }
         match at_once::halt_if_tampered(self.ui(), r, resumed, &source)? {
             Some(code) => Ok(Break(code)),
@@ -344,6 +346,9 @@ impl Startup<'_> {
             has_iterations_left(p, self.r.settings.max_iterations)?;
         }
         write_progress_table(ui, &source)?;
+        if matches!(source, Source::Stories(_)) && self.r.settings.test_command.is_none() {
+            ui.warn("no test command: nothing but the agent's own `passes` flag gates a story (give one with --test-command or `test_command` in .ralph/config.toml)");
+        }
         for note in &self.agent.notes {
             ui.note(note);
         }

@@ -10,12 +10,13 @@ use crate::error::{Error, Result};
 use crate::files;
 use crate::state::{Mode, RunState};
 use crate::supervisor::source::{
-    ChecklistSource, CpmSource, Source, TableSource, cpm_error, table_error,
+    ChecklistSource, CpmSource, Source, StoriesSource, TableSource, cpm_error, table_error,
 };
 use crate::task::TASK_FILE;
 use crate::task::cpm::{self, Phase, Targets};
 use crate::task::document::{TaskDocument, load_task_file};
 use crate::task::integrity::Baseline;
+use crate::task::stories::{self, Stories};
 use crate::task::table;
 
 /// What a run works on, resolved from the targets (SPEC §2.2).
@@ -34,6 +35,11 @@ pub(super) enum Plan {
         prd: Box<table::Prd>,
         progress: table::Progress,
     },
+    /// `prd.json`'s user stories (SPEC §14); `rel` is repository-relative.
+    Stories {
+        rel: String,
+        stories: Box<Stories>,
+    },
     /// `ralph run "a description"`: plan first (a matching plan, else one planning run).
     Describe(String),
 }
@@ -49,6 +55,7 @@ impl Plan {
                 targets: Targets::Epics(e),
             } => format!("epics {}", cpm::epic_range(e)),
             Plan::Table { prd, .. } => prd.title.clone(),
+            Plan::Stories { stories, .. } => stories.name(),
             Plan::Describe(d) => d.clone(),
         }
     }
@@ -58,6 +65,7 @@ impl Plan {
             Plan::Checklist { doc, .. } => (doc.checklist.done(), doc.checklist.total()),
             Plan::Cpm { .. } | Plan::Describe(_) => (0, 0),
             Plan::Table { progress, .. } => (table::done_count(progress), progress.rows.len()),
+            Plan::Stories { stories, .. } => (stories.passing(), stories.stories.len()),
         }
     }
 
@@ -67,6 +75,7 @@ impl Plan {
             Plan::Cpm { targets } if targets.is_spec() => Mode::CpmSpec,
             Plan::Cpm { .. } => Mode::CpmEpic,
             Plan::Table { .. } | Plan::Describe(_) => Mode::Table,
+            Plan::Stories { .. } => Mode::Stories,
         }
     }
 
@@ -85,6 +94,7 @@ impl Plan {
                     progress_path.to_string_lossy().into_owned(),
                 ],
             ),
+            Plan::Stories { rel, .. } => (rel.clone(), vec![rel.clone()]),
             Plan::Describe(_) => (String::new(), Vec::new()),
             Plan::Cpm { targets } => {
                 let paths: Vec<String> = match targets {
@@ -121,9 +131,15 @@ pub(super) fn resolve_plan(ctx: &Context, root: &Path, targets: &[String]) -> Re
                 &root.join(table::PROGRESS_FILE),
             );
         }
+        [] if !task_here && story_file(root).is_some() => {
+            return load_stories(root, &story_file(root).unwrap_or_default());
+        }
         [one] => {
             let path = ctx.cwd.join(one);
             let rel = relative_to(&path, root);
+            if path.extension().is_some_and(|e| e == "json") {
+                return load_stories(root, &path);
+            }
             if path.is_file() && path.file_name().is_some_and(|n| n == table::PRD_FILE) {
                 let progress = path.with_file_name(table::PROGRESS_FILE);
                 return load_table(root, &path, &progress);
@@ -175,6 +191,26 @@ pub(super) fn load_table(root: &Path, prd_path: &Path, progress_path: &Path) -> 
     })
 }
 
+/// The story file found without a target: `prd.json` at the root, else where the snarktank
+/// layout keeps it.
+fn story_file(root: &Path) -> Option<PathBuf> {
+    [stories::FILE, stories::NESTED]
+        .iter()
+        .map(|f| root.join(f))
+        .find(|p| p.is_file())
+}
+
+/// Read and validate a story file (`prd.json`).
+pub(super) fn load_stories(root: &Path, path: &Path) -> Result<Plan> {
+    let rel = relative_to(path, root);
+    let text = files::read_text(path).map_err(|e| Error::user(e.to_string()))?;
+    let stories = stories::parse(Path::new(&rel), &text).map_err(Error::user)?;
+    Ok(Plan::Stories {
+        rel,
+        stories: Box::new(stories),
+    })
+}
+
 /// The plan of the run being resumed.
 pub(super) fn recorded_plan(root: &Path, p: &RunState) -> Result<Plan> {
     match p.mode {
@@ -191,6 +227,7 @@ pub(super) fn recorded_plan(root: &Path, p: &RunState) -> Result<Plan> {
                     .with_hint("start over with `ralph run --reset`"),
             ),
         },
+        Mode::Stories => load_stories(root, &root.join(&p.task_file)),
         Mode::Checklist => {
             let path = root.join(&p.task_file);
             let doc = Box::new(load_task_file(&path)?);
@@ -260,6 +297,11 @@ pub(super) fn build_source(
             review: options.review,
             pending: None,
         }),
+        Plan::Stories { rel, stories } => Source::Stories(StoriesSource::new(
+            root.join(rel),
+            rel.clone(),
+            (**stories).clone(),
+        )),
         Plan::Describe(_) => {
             return Err(Error::user("a description must be planned before it runs"));
         }

@@ -3,12 +3,14 @@
 
 mod checklist;
 mod cpm;
+mod stories;
 mod table;
 
 use std::path::{Path, PathBuf};
 
 pub(crate) use checklist::ChecklistSource;
 pub(crate) use cpm::CpmSource;
+pub(crate) use stories::StoriesSource;
 pub(crate) use table::TableSource;
 
 use super::decide::Halt;
@@ -25,6 +27,7 @@ pub(crate) enum Source {
     Checklist(ChecklistSource),
     Cpm(CpmSource),
     Table(TableSource),
+    Stories(StoriesSource),
 }
 
 /// What the source says after the agent ran.
@@ -101,6 +104,7 @@ impl Source {
             Source::Cpm(c) if c.targets.is_spec() => Mode::CpmSpec,
             Source::Cpm(_) => Mode::CpmEpic,
             Source::Table(_) => Mode::Table,
+            Source::Stories(_) => Mode::Stories,
         }
     }
 
@@ -121,6 +125,7 @@ impl Source {
                 crate::task::table::done_count(&t.progress),
                 t.progress.rows.len(),
             ),
+            Source::Stories(s) => s.counts(),
         }
     }
 
@@ -136,6 +141,7 @@ impl Source {
                     .unwrap_or_default(),
             },
             Source::Table(t) => t.prd_path.to_string_lossy().into_owned(),
+            Source::Stories(s) => s.path.to_string_lossy().into_owned(),
         }
     }
 
@@ -150,7 +156,7 @@ impl Source {
     /// Where the ITER records go.
     pub(crate) fn iter_log(&self, default: &Path) -> PathBuf {
         match self {
-            Source::Checklist(_) | Source::Table(_) => default.to_path_buf(),
+            Source::Checklist(_) | Source::Table(_) | Source::Stories(_) => default.to_path_buf(),
             Source::Cpm(c) => c.root.join(&c.log),
         }
     }
@@ -160,6 +166,7 @@ impl Source {
             Source::Checklist(c) => return Ok(c.prompt(p)),
             Source::Cpm(c) => c.prompt(p)?,
             Source::Table(t) => t.prompt(p)?,
+            Source::Stories(s) => s.prompt(p),
         };
         if let Some(f) = p.feedback {
             text.push_str(&feedback_section(f));
@@ -169,8 +176,10 @@ impl Source {
 
     /// Pick what the next iteration works (table mode: the next task and its attempt).
     pub(crate) fn select_next(&mut self) {
-        if let Source::Table(t) = self {
-            t.select_next();
+        match self {
+            Source::Table(t) => t.select_next(),
+            Source::Stories(s) => s.select_next(),
+            Source::Checklist(_) | Source::Cpm(_) => {}
         }
     }
 
@@ -179,6 +188,7 @@ impl Source {
         match self {
             Source::Checklist(c) => c.previous.total() > 0 && c.previous.remaining().count() == 0,
             Source::Table(t) => crate::task::table::next_task(&t.progress).is_none(),
+            Source::Stories(s) => s.claims_complete(),
             Source::Cpm(_) => false,
         }
     }
@@ -190,6 +200,23 @@ impl Source {
             // Only the roll-up's exit code completes a CPM run; its counts come after it ran.
             Source::Cpm(c) => Ok(c.judged()),
             Source::Table(t) => t.judge(),
+            Source::Stories(s) => s.judge(),
+        }
+    }
+
+    /// The tests have run (`tests_ok`: they passed, or there are none): a source whose items
+    /// pass only with them (`prd.json`'s stories) settles the iteration's judgement now.
+    pub(crate) fn after_tests(&mut self, judged: Judged, tests_ok: bool) -> Result<Judged> {
+        match self {
+            Source::Stories(s) => s.after_tests(judged, tests_ok),
+            _ => Ok(judged),
+        }
+    }
+
+    /// What the run's record keeps of the source between iterations (a story's attempts).
+    pub(crate) fn save_into(&self, state: &mut crate::state::RunState) {
+        if let Source::Stories(s) = self {
+            state.story_attempts = s.attempts.clone();
         }
     }
 
@@ -304,6 +331,7 @@ impl Source {
             Source::Checklist(c) => c.previous.remaining().map(|x| x.text.clone()).collect(),
             Source::Cpm(_) => Vec::new(),
             Source::Table(t) => t.remaining(),
+            Source::Stories(s) => s.remaining(),
         }
     }
 
@@ -313,6 +341,7 @@ impl Source {
             Source::Checklist(_) => Vec::new(),
             Source::Cpm(c) => c.completion_lines(),
             Source::Table(t) => t.closing_lines(),
+            Source::Stories(s) => s.closing_lines(),
         }
     }
 }
