@@ -100,7 +100,9 @@ Examples:
   ralph run --agent-cmd './my-agent.sh'      # the prompt arrives on stdin
   ralph run --dry-run                        # show mode, agent argv, limits and the first prompt
   ralph run --yes --test-command 'cargo test' # unattended: never ask
-  ralph run --worktree auth docs/auth.md --merge   # a loop of its own on branch ralph/auth";
+  ralph run --worktree auth docs/auth.md --merge   # a loop of its own on branch ralph/auth
+  ralph run prd.json --test-command 'npm test'     # snarktank Ralph's stories, one per iteration
+  ralph run --from beads --parallel 2              # the tracker's ready items, two at a time";
 
 const RESUME_EXAMPLES: &str = "\
 Examples:
@@ -184,6 +186,20 @@ pub(crate) struct RunArgs {
     /// Forget the unfinished run recorded in .ralph/state.json and start a new one.
     #[arg(long)]
     pub(crate) reset: bool,
+
+    /// Work from a queue: take the tracker's ready items one by one, each in a worktree of its
+    /// own (`ralph/<source>-<id>`), merged and closed when ralph's run completes (`beads`).
+    #[arg(long, value_name = "SOURCE", conflicts_with_all = ["targets", "resume", "reset", "dry_run"])]
+    pub(crate) from: Option<String>,
+
+    /// With --from: take at most N items.
+    #[arg(long, value_name = "N", requires = "from")]
+    pub(crate) max_tasks: Option<usize>,
+
+    /// With --from: up to N items at once, each in its own worktree; merges one at a time.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "from",
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub(crate) parallel: u16,
 }
 
 #[derive(Debug, Args)]

@@ -16,6 +16,7 @@ pub(crate) mod live;
 pub(crate) mod loops;
 pub(crate) mod markdown;
 pub(crate) mod proc;
+pub(crate) mod queue;
 pub(crate) mod sandbox;
 pub(crate) mod signals;
 pub(crate) mod state;

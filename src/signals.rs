@@ -50,3 +50,49 @@ impl Interrupts {
         }
     }
 }
+
+/// Interrupts counted on a thread of their own, for code outside any runtime (the queue between
+/// its items). Each loop's own [`Interrupts`] sees the same signals.
+#[derive(Clone)]
+pub(crate) struct Background(std::sync::Arc<std::sync::atomic::AtomicU32>);
+
+impl Background {
+    /// Start counting; the handlers are in place when this returns.
+    pub(crate) fn install() -> std::io::Result<Background> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let count = std::sync::Arc::new(AtomicU32::new(0));
+        let counted = count.clone();
+        let (ready, installed) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("ralph-signals".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => return drop(ready.send(Err(e))),
+                };
+                runtime.block_on(async move {
+                    let mut interrupts = match Interrupts::install() {
+                        Ok(i) => i,
+                        Err(e) => return drop(ready.send(Err(e))),
+                    };
+                    let _ = ready.send(Ok(()));
+                    let mut seen = 0;
+                    loop {
+                        seen = interrupts.after(seen).await;
+                        counted.store(seen, Ordering::SeqCst);
+                    }
+                });
+            })?;
+        installed
+            .recv()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the signal thread ended")))?;
+        Ok(Background(count))
+    }
+
+    pub(crate) fn count(&self) -> u32 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}

@@ -3,6 +3,8 @@
 //! `FAKE_AGENT_SCRIPT` is a comma-separated list of steps, one per iteration (`RALPH_ITERATION`
 //! picks it; the last step repeats). A step is one or more actions joined by `+`:
 //!   check            check the first unchecked criterion in $RALPH_TASK_FILE and write a file
+//!   check-unless:TEXT  check as `check` does, unless the task file holds TEXT (then idle): one
+//!                    item of a queue that never gets done
 //!   idle             change nothing
 //!   churn            modify churn.txt without touching the criteria
 //!   delete           delete the line of the first unchecked criterion
@@ -108,6 +110,21 @@ fn main() {
                     let _ = std::fs::create_dir_all("work");
                     let _ = std::fs::write(format!("work/iter-{iteration}.txt"), &text);
                     println!("checked: {text}");
+                }
+            }
+            "check-unless" => {
+                let text = std::fs::read_to_string(&task).unwrap_or_default();
+                if text.contains(arg) {
+                    println!("not this one: {arg}");
+                } else if let Some(done) = edit_first(&task, "[ ]", "[x]") {
+                    // A file of this task's own: items worked at once never collide.
+                    let stem = std::path::Path::new(&task)
+                        .file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    let _ = std::fs::create_dir_all("work");
+                    let _ = std::fs::write(format!("work/{stem}-{iteration}.txt"), &done);
+                    println!("checked: {done}");
                 }
             }
             "idle" => println!("thinking about it, changing nothing"),

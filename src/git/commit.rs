@@ -29,6 +29,29 @@ impl Repo {
         Ok(self.commit_with(message, &|_, _| None, None)?.outcome)
     }
 
+    /// Stage `paths` as `git add -A -- PATHS` does (those that exist) and commit when the
+    /// index then differs from HEAD, without hooks: ralph's commits of the files a tool keeps
+    /// in the repository (a tracker's), never an agent's work.
+    pub(crate) fn commit_paths(
+        &mut self,
+        paths: &[&str],
+        message: &str,
+    ) -> Result<Option<CommitOutcome>, GitError> {
+        self.check_state()?;
+        let literal: Vec<String> = paths
+            .iter()
+            .filter(|p| self.root().join(p).exists())
+            .map(|p| format!(":(literal){p}"))
+            .collect();
+        if literal.is_empty() {
+            return Ok(None);
+        }
+        let mut args = vec!["add", "-A", "--"];
+        args.extend(literal.iter().map(String::as_str));
+        self.git.run(&args, None)?;
+        Ok(self.commit_staged(message, None)?.outcome)
+    }
+
     /// Commit the index as it is on disk, when its tree differs from HEAD's (the first commit
     /// on an unborn branch when it holds anything): the hooks run first (they see the staged
     /// index and may refuse, or rewrite the message, or stage more).

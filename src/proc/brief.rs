@@ -35,32 +35,78 @@ pub(crate) fn run(cmd: &mut Command, deadline: Duration) -> std::io::Result<Brie
             .take()
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
     );
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait()? {
-            Some(s) => break Some(s),
-            None if start.elapsed() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            None => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
+    let status = wait_until(&mut child, deadline)?;
     let mut output = collect(out);
     output.push_str(&collect(err));
     Ok(Brief { status, output })
 }
 
+/// How a brief command ended, its streams apart (a tool that prints JSON on stdout).
+#[derive(Debug)]
+pub(crate) struct Split {
+    /// `None` when it ran past the deadline and was killed.
+    pub(crate) status: Option<ExitStatus>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+/// As [`run`], stdout and stderr kept apart, each read up to `limit` bytes (the rest drained
+/// unread).
+pub(crate) fn run_split(
+    cmd: &mut Command,
+    deadline: Duration,
+    limit: u64,
+) -> std::io::Result<Split> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let out = drain_up_to(child.stdout.take().map(|p| Box::new(p) as _), limit);
+    let err = drain_up_to(child.stderr.take().map(|p| Box::new(p) as _), limit);
+    let status = wait_until(&mut child, deadline)?;
+    Ok(Split {
+        status,
+        stdout: collect(out),
+        stderr: collect(err),
+    })
+}
+
+/// The child's exit, or `None` once `deadline` passed (the child killed).
+fn wait_until(
+    child: &mut std::process::Child,
+    deadline: Duration,
+) -> std::io::Result<Option<ExitStatus>> {
+    let start = Instant::now();
+    loop {
+        match child.try_wait()? {
+            Some(s) => return Ok(Some(s)),
+            None if start.elapsed() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok(None);
+            }
+        }
+    }
+}
+
 /// One reader per pipe, so a full stderr never blocks a stdout read.
 fn drain(pipe: Option<Box<dyn Read + Send>>) -> mpsc::Receiver<String> {
+    drain_up_to(pipe, u64::MAX)
+}
+
+/// As [`drain`], keeping at most `limit` bytes; the rest is read and dropped, so the writer
+/// never blocks on a full pipe.
+fn drain_up_to(pipe: Option<Box<dyn Read + Send>>, limit: u64) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut s = String::new();
+        let mut bytes = Vec::new();
         if let Some(mut p) = pipe {
-            let _ = p.read_to_string(&mut s);
+            let _ = (&mut p).take(limit).read_to_end(&mut bytes);
+            let _ = std::io::copy(&mut p, &mut std::io::sink());
         }
-        let _ = tx.send(s);
+        let _ = tx.send(String::from_utf8_lossy(&bytes).into_owned());
     });
     rx
 }

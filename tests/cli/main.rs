@@ -28,6 +28,7 @@ mod live;
 mod observe;
 mod own_files;
 mod planted;
+mod queue;
 mod real_agents;
 mod run;
 mod sandbox;

@@ -19,6 +19,7 @@ mod cpm;
 mod dry_run;
 mod plan;
 mod planning;
+mod queue;
 mod resolve;
 mod worktree;
 
@@ -52,6 +53,11 @@ const INDEX_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// `ralph run` in `dir` (`-C`): closed whatever way it ends ([`launch`]).
 pub(crate) fn run(ui: Ui, dir: Option<&Path>, args: &RunArgs) -> Result<i32> {
+    if let Some(spec) = &args.from {
+        let limits = (usize::from(args.parallel), args.max_tasks);
+        let ran = queue::from_queue(ui, dir, spec, limits, &args.options);
+        return Ok(ran.unwrap_or_else(|e| Before::error(ui, e).close()));
+    }
     let how = if args.resume {
         Continuation::Resume
     } else if args.reset {

@@ -1,0 +1,321 @@
+//! `ralph run --from SOURCE` (SPEC §14): take the first ready item, claim it, run the loop on
+//! its task file in worktree `ralph/<source>-<id>`, merge back on exit 0 and close the item;
+//! release a halted item with a comment naming the halt (its branch kept) and go on; stop when
+//! nothing is ready, after `--max-tasks` items, or on a halt that is not the item's own.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use super::begin::Continuation;
+use super::start;
+use crate::cli::RunOptions;
+use crate::commands::Context;
+use crate::error::{Error, Result, exit};
+use crate::git::Repo;
+use crate::queue::{self, Claim, Item, Tracker};
+use crate::state::{HaltReason, RalphDir, RunState};
+use crate::ui::Ui;
+
+/// What became of one item.
+struct Taken {
+    item: Item,
+    name: String,
+    /// Closed after its merge; else released, with why.
+    released: Option<String>,
+}
+
+/// An item whose loop runs on a thread of its own.
+struct Running {
+    item: Item,
+    name: String,
+    loop_: std::thread::JoinHandle<Result<i32>>,
+}
+
+/// The queue run: up to `parallel` loops at once, merges one at a time; the items it took,
+/// each completed or released; its exit code.
+pub(super) fn from_queue(
+    ui: Ui,
+    dir: Option<&Path>,
+    spec: &str,
+    limits: (usize, Option<usize>),
+    options: &RunOptions,
+) -> Result<i32> {
+    let (parallel, max_tasks) = limits;
+    let ctx = Context::new(dir, ui)?;
+    let mut repo = Repo::discover(&ctx.cwd)?;
+    if repo.is_dirty()? {
+        return Err(Error::user(
+            "the work tree has uncommitted changes: each item's work merges into this branch",
+        )
+        .with_hint("commit or stash them first"));
+    }
+    let mut tracker = queue::open(spec, repo.root())?;
+    // Counted between items too: a Ctrl-C while nothing runs still stops the queue.
+    let interrupts = crate::signals::Background::install()
+        .map_err(|e| Error::io("failed to install signal handlers", e))?;
+    let mut seen = HashSet::new();
+    let mut taken: Vec<Taken> = Vec::new();
+    let mut running: Vec<Running> = Vec::new();
+    let mut started = 0;
+    let mut stop: Option<i32> = None;
+    let mut failure: Option<Error> = None;
+    loop {
+        while stop.is_none()
+            && interrupts.count() == 0
+            && running.len() < parallel.max(1)
+            && max_tasks.is_none_or(|m| started < m)
+        {
+            match take_next(&ctx, &mut repo, &mut *tracker, &mut seen, options) {
+                Ok(Some(r)) => {
+                    running.push(r);
+                    started += 1;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    stop = Some(exit::ERROR);
+                    failure = Some(e);
+                }
+            }
+        }
+        let Some(done) = next_finished(&mut running) else {
+            break;
+        };
+        let code = done
+            .loop_
+            .join()
+            .unwrap_or_else(|_| Err(Error::user("the item's loop panicked")));
+        let (outcome, halt) = conclude(&ctx, &mut repo, &mut *tracker, done.item, done.name, code)?;
+        taken.push(outcome);
+        if let Some(code) = halt {
+            stop.get_or_insert(code);
+        }
+    }
+    if let Some(e) = failure {
+        report(ui, &*tracker, &taken, stop);
+        return Err(e);
+    }
+    if interrupts.count() > 0 {
+        stop.get_or_insert(exit::INTERRUPTED);
+    }
+    Ok(report(ui, &*tracker, &taken, stop))
+}
+
+/// Claim the first ready item not seen yet and start its loop; `None` when nothing is ready.
+fn take_next(
+    ctx: &Context,
+    repo: &mut Repo,
+    tracker: &mut dyn Tracker,
+    seen: &mut HashSet<String>,
+    options: &RunOptions,
+) -> Result<Option<Running>> {
+    loop {
+        let ready = tracker.ready()?;
+        let Some(item) = ready.into_iter().find(|i| !seen.contains(&i.id)) else {
+            return Ok(None);
+        };
+        seen.insert(item.id.clone());
+        if tracker.claim(&item)? == Claim::Taken {
+            ctx.ui.note(&format!(
+                "{} {}: claimed by someone else, next",
+                tracker.source(),
+                item.id
+            ));
+            continue;
+        }
+        commit_tracker_files(repo, tracker, &format!("claimed {}", item.id))?;
+        let name = queue::loop_name(tracker.source(), &item.id);
+        return match start_item(ctx, repo, tracker.source(), &item, &name, options) {
+            Ok(loop_) => Ok(Some(Running { item, name, loop_ })),
+            Err(e) => {
+                let _ = tracker.release(&item, &format!("ralph: released — error: {e}"));
+                let _ = commit_tracker_files(repo, tracker, &format!("released {}", item.id));
+                Err(e)
+            }
+        };
+    }
+}
+
+/// The first loop to end (waiting for one), taken out of `running`; `None` when none runs.
+fn next_finished(running: &mut Vec<Running>) -> Option<Running> {
+    if running.is_empty() {
+        return None;
+    }
+    loop {
+        if let Some(i) = running.iter().position(|r| r.loop_.is_finished()) {
+            return Some(running.remove(i));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// One item's loop has ended: merged and closed, or released. `Some(code)` when its halt is
+/// not its own (an interrupt, the cost budget, the waiting budget, an error): the queue takes
+/// no more items and ends with that code. Whatever fails, the item is not left claimed.
+fn conclude(
+    ctx: &Context,
+    repo: &mut Repo,
+    tracker: &mut dyn Tracker,
+    item: Item,
+    name: String,
+    code: Result<i32>,
+) -> Result<(Taken, Option<i32>)> {
+    let ended = finish(ctx, repo, tracker, &item, &name, code);
+    let (released, stop) = match ended {
+        Ok(ended) => ended,
+        Err(e) => {
+            let _ = tracker.release(&item, &format!("ralph: released — error: {e}"));
+            let _ = commit_tracker_files(repo, tracker, &format!("released {}", item.id));
+            return Err(e);
+        }
+    };
+    if let Some(why) = &released {
+        let comment = format!("ralph: released — {why}; its work is on branch ralph/{name}");
+        tracker.release(&item, &comment)?;
+        commit_tracker_files(repo, tracker, &format!("released {}", item.id))?;
+    }
+    Ok((
+        Taken {
+            item,
+            name,
+            released,
+        },
+        stop,
+    ))
+}
+
+/// After the item's loop: its merge and close, or `(why it is released, the queue's stop)`.
+fn finish(
+    ctx: &Context,
+    repo: &mut Repo,
+    tracker: &mut dyn Tracker,
+    item: &Item,
+    name: &str,
+    code: Result<i32>,
+) -> Result<(Option<String>, Option<i32>)> {
+    let code = match code {
+        Ok(code) => code,
+        Err(e) => return Ok((Some(format!("error: {e}")), Some(exit::ERROR))),
+    };
+    if code != exit::COMPLETE {
+        let own = matches!(
+            code,
+            exit::MAX_ITERATIONS
+                | exit::STALLED
+                | exit::STUCK
+                | exit::TARGET_ONLY
+                | exit::VERDICT_UNAVAILABLE
+                | exit::TAMPERED
+                | exit::PARTIAL
+        );
+        return Ok((Some(halt_of(repo, name, code)), (!own).then_some(code)));
+    }
+    match crate::worktree::merge(repo, name, ctx.ui) {
+        Ok(exit::COMPLETE) => {}
+        Ok(code) => {
+            return Ok((
+                Some(format!("completed, but not merged (exit {code})")),
+                None,
+            ));
+        }
+        Err(e) => return Ok((Some(format!("completed, but not merged: {e}")), None)),
+    }
+    let commit = repo.head()?.map(|c| c.id).unwrap_or_default();
+    tracker.close(item, &commit)?;
+    commit_tracker_files(repo, tracker, &format!("closed {}", item.id))?;
+    Ok((None, None))
+}
+
+/// The item's worktree and task file, then its loop on a thread of its own, unattended.
+fn start_item(
+    ctx: &Context,
+    repo: &Repo,
+    source: &str,
+    item: &Item,
+    name: &str,
+    options: &RunOptions,
+) -> Result<std::thread::JoinHandle<Result<i32>>> {
+    let wt = crate::worktree::for_run(repo, name, ctx.ui)?;
+    let rel = format!(".ralph/tasks/{name}.md");
+    let path = wt.path.join(&rel);
+    if let Some(dir) = path.parent() {
+        crate::files::create_dir_all(dir).map_err(|e| Error::file("create directory", dir, e))?;
+    }
+    crate::state::write_atomic(&path, queue::task_file(source, item).as_bytes())?;
+    ctx.ui.note(&format!(
+        "{source} {}: {} — worktree {} on branch {}",
+        item.id,
+        item.title,
+        wt.path.display(),
+        wt.branch
+    ));
+    let inner = Context {
+        cwd: wt.path.clone(),
+        ui: ctx.ui,
+    };
+    let mut options = options.clone();
+    options.yes = true;
+    std::thread::Builder::new()
+        .name(format!("ralph-{name}"))
+        // An item released by an earlier queue run starts over on the branch its work was
+        // kept on.
+        .spawn(move || start(&inner, &[rel], &options, false, Continuation::Reset))
+        .map_err(|e| Error::io("failed to start the item's loop", e))
+}
+
+/// The halt of a loop that did not complete, in the words of its record.
+fn halt_of(repo: &Repo, name: &str, code: i32) -> String {
+    let recorded = crate::worktree::existing(repo, name)
+        .ok()
+        .flatten()
+        .and_then(|p| {
+            RunState::load(&RalphDir::new(&p).state_file())
+                .ok()
+                .flatten()
+        })
+        .and_then(|s| s.halt_reason);
+    match recorded {
+        Some(r) => format!("halted: {} (exit {code})", HaltReason::as_str(r)),
+        None => format!("halted (exit {code})"),
+    }
+}
+
+/// The tracker's own files, changed by a claim, a close or a release, committed on the base
+/// branch (`ralph: beads <id> claimed`), so no item's branch carries them and no merge finds
+/// the base dirty.
+fn commit_tracker_files(repo: &mut Repo, tracker: &dyn Tracker, what: &str) -> Result<()> {
+    let paths = tracker.own_paths();
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let message = format!("ralph: {} {what}", tracker.source());
+    repo.commit_paths(paths, &message)?;
+    Ok(())
+}
+
+/// What the queue did, item by item; the exit code: a halt that stopped it, else 9 when any
+/// item was released, else 0.
+fn report(ui: Ui, tracker: &dyn Tracker, taken: &[Taken], stopped: Option<i32>) -> i32 {
+    let source = tracker.source();
+    if taken.is_empty() && stopped.is_none() {
+        ui.plain(&format!("{source}: nothing is ready"));
+        return exit::COMPLETE;
+    }
+    ui.plain(&format!("## {source}: {} item(s) taken", taken.len()));
+    for t in taken {
+        match &t.released {
+            None => ui.plain(&format!(
+                "✅ {} {}: completed, merged and closed (ralph/{})",
+                t.item.id, t.item.title, t.name
+            )),
+            Some(why) => ui.plain(&format!(
+                "↩️ {} {}: released — {why} (branch ralph/{})",
+                t.item.id, t.item.title, t.name
+            )),
+        }
+    }
+    match stopped {
+        Some(code) => code,
+        None if taken.iter().any(|t| t.released.is_some()) => exit::PARTIAL,
+        None => exit::COMPLETE,
+    }
+}

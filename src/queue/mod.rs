@@ -1,0 +1,148 @@
+//! Work from a queue (SPEC §14): a tracker is a source of items behind one small trait — what
+//! is ready, claim, close, release — one file per tracker; each item runs as the loop that
+//! already exists, in a worktree of its own, on a task file written from the item.
+
+pub(crate) mod beads;
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// One item of a tracker, as ralph needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Item {
+    pub(crate) id: String,
+    pub(crate) title: String,
+    pub(crate) body: String,
+    /// Its acceptance criteria (none: the title is the one criterion).
+    pub(crate) criteria: Vec<String>,
+}
+
+/// What a claim came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// The item is this run's now.
+    Ours,
+    /// Someone else holds it: take the next.
+    Taken,
+}
+
+/// A tracker: its ready items in its own order, and what ralph does to one.
+pub(crate) trait Tracker {
+    /// The source's name, as in `ralph/<source>-<id>` (`beads`, `github`).
+    fn source(&self) -> &'static str;
+    /// The ready items, in the tracker's order.
+    fn ready(&mut self) -> Result<Vec<Item>>;
+    fn claim(&mut self, item: &Item) -> Result<Claim>;
+    /// Done: ralph's own run completed and merged at `commit`.
+    fn close(&mut self, item: &Item, commit: &str) -> Result<()>;
+    /// Given back, with why: open again for a person or a later run.
+    fn release(&mut self, item: &Item, why: &str) -> Result<()>;
+    /// Files the tracker keeps in the repository and rewrites on every change (beads'
+    /// `.beads/`): ralph commits them on the base branch, never on an item's.
+    fn own_paths(&self) -> &'static [&'static str] {
+        &[]
+    }
+}
+
+/// `--from SOURCE`: the tracker in the repository at `root`.
+pub(crate) fn open(spec: &str, root: &Path) -> Result<Box<dyn Tracker>> {
+    match spec {
+        "beads" => Ok(Box::new(beads::Beads::find(root)?)),
+        other => {
+            Err(Error::usage(format!("unknown queue `{other}`")).with_hint("use --from beads"))
+        }
+    }
+}
+
+/// The loop's name for an item: `<source>-<id>`, each character git refuses in a branch name
+/// or a path made a `-`.
+pub(crate) fn loop_name(source: &str, id: &str) -> String {
+    let id: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("{source}-{}", id.trim_matches('-'))
+}
+
+/// The item's task file (SPEC §3.1): the title as the task and heading, the body as the
+/// description (quoted), its criteria (else the title) as the Success Criteria.
+pub(crate) fn task_file(source: &str, item: &Item) -> String {
+    let title = one_line(&item.title);
+    let mut text = format!(
+        "---\ntask: {}\n---\n\n# Task: {title}\n\nFrom {source} item `{}`.\n\n",
+        yaml_string(&title),
+        item.id
+    );
+    // The tracker's text as a quote: its headings and task items are the item's words, never
+    // sections or criteria of the task file.
+    if !item.body.trim().is_empty() {
+        for line in item.body.trim().lines() {
+            text.push_str(format!("> {line}").trim_end());
+            text.push('\n');
+        }
+        text.push('\n');
+    }
+    text.push_str("## Success Criteria\n\n");
+    let criteria: Vec<String> = if item.criteria.is_empty() {
+        vec![title.clone()]
+    } else {
+        item.criteria.iter().map(|c| one_line(c)).collect()
+    };
+    for c in criteria.iter().filter(|c| !c.is_empty()) {
+        text.push_str(&format!("- [ ] {c}\n"));
+    }
+    text
+}
+
+/// Criteria from a tracker's text: its unchecked task-list items, else its non-empty lines
+/// (bullets and numbers taken off).
+pub(crate) fn criteria_of(text: &str) -> Vec<String> {
+    let items: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let rest = l
+                .strip_prefix("- [ ]")
+                .or_else(|| l.strip_prefix("* [ ]"))?;
+            Some(rest.trim().to_string())
+        })
+        .filter(|c| !c.is_empty())
+        .collect();
+    if !items.is_empty() {
+        return items;
+    }
+    text.lines()
+        .map(|l| {
+            let l = l.trim();
+            let l = l
+                .strip_prefix("- ")
+                .or_else(|| l.strip_prefix("* "))
+                .unwrap_or(l);
+            let numbered = l
+                .split_once(". ")
+                .filter(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+            numbered.map_or(l, |(_, rest)| rest).trim().to_string()
+        })
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// Text on one line: a tracker's title or criterion cannot open a new Markdown block.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A YAML double-quoted string.
+fn yaml_string(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_string())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,340 @@
+//! Work from a queue (SPEC §14) with the real beads CLI (`br`, beads_rust): items taken in
+//! dependency order, each in its own worktree, merged and closed on ralph's own exit 0; a
+//! stalled item released with a note; a tracker that answers garbage → exit 1, nothing claimed.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+
+/// `br`: on PATH, else where `scripts/install-beads.sh` puts it.
+fn br() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("br"))
+            .find(|p| p.is_file())
+    });
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")));
+    let cached = [
+        cache.map(|c| c.join("ralph/br-0.7.6/bin/br")),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/br/bin/br")),
+    ];
+    let found = on_path.or_else(|| cached.into_iter().flatten().find(|p| p.is_file()));
+    if found.is_none() {
+        skip_or_fail("beads_rust's `br` is not installed; run `bash scripts/install-beads.sh`");
+    }
+    found
+}
+
+/// A repository with a beads workspace, and `br` run in it.
+struct Beads {
+    env: TestEnv,
+    br: PathBuf,
+}
+
+impl Beads {
+    fn new() -> Option<Beads> {
+        let br = br()?;
+        let env = TestEnv::new();
+        env.write("README.md", "queue\n");
+        let b = Beads { env, br };
+        b.ok(&["init"]);
+        b.env.commit_all("initial");
+        Some(b)
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        self.env
+            .command(&self.br.display().to_string())
+            .args(args)
+            .current_dir(&self.env.repo)
+            .output()
+            .expect("br runs")
+    }
+
+    #[track_caller]
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "br {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A new item; its id.
+    fn create(&self, title: &str, criteria: &str, priority: u32) -> String {
+        let out = self.ok(&[
+            "create",
+            "--title",
+            title,
+            "--description",
+            &format!("{title}, please."),
+            "--acceptance-criteria",
+            criteria,
+            "--priority",
+            &priority.to_string(),
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("create --json");
+        let v = if v.is_array() { v[0].clone() } else { v };
+        v["id"].as_str().expect("an id").to_string()
+    }
+
+    fn show(&self, id: &str) -> serde_json::Value {
+        let v: serde_json::Value =
+            serde_json::from_str(&self.ok(&["show", id, "--json"])).expect("show --json");
+        if v.is_array() { v[0].clone() } else { v }
+    }
+
+    fn status(&self, id: &str) -> String {
+        self.show(id)["status"].as_str().unwrap_or("?").to_string()
+    }
+
+    /// `ralph run --from beads` with the fake agent following `script`.
+    fn run_queue(&self, script: &str, extra: &[&str]) -> std::process::Output {
+        let agent = format!("'{}'", fake_agent().display());
+        let mut args = vec![
+            "run",
+            "--from",
+            "beads",
+            "--agent-cmd",
+            &agent,
+            "--yes",
+            "--grace",
+            "1s",
+        ];
+        args.extend_from_slice(extra);
+        let cmd = self.br.display().to_string();
+        self.env.ralph_with_limit(
+            &args,
+            &[("FAKE_AGENT_SCRIPT", script), ("RALPH_BEADS_CMD", &cmd)],
+            std::time::Duration::from_secs(120),
+        )
+    }
+}
+
+/// The subjects of the base branch's commits, oldest first.
+fn history(env: &TestEnv) -> Vec<String> {
+    let mut h = env.commits();
+    h.reverse();
+    h
+}
+
+fn position(h: &[String], wanted: &str) -> usize {
+    h.iter()
+        .position(|s| s == wanted)
+        .unwrap_or_else(|| panic!("no commit `{wanted}` in {h:#?}"))
+}
+
+#[test]
+fn items_run_in_dependency_order_and_are_closed_with_their_work_merged() {
+    let Some(b) = Beads::new() else { return };
+    let a = b.create("Schema", "- [ ] the table exists", 1);
+    let bb = b.create("API", "- [ ] the endpoint answers", 1);
+    let c = b.create("Docs", "- [ ] the page is written", 2);
+    b.ok(&["dep", "add", &bb, &a]);
+    b.env.commit_all("items");
+    // Control: B is not ready before A is closed.
+    let ready = b.ok(&["ready", "--json"]);
+    assert!(!ready.contains(&format!("\"{bb}\"")), "{ready}");
+
+    let out = b.run_queue("check-unless:no such text", &[]);
+    assert_exit(&out, 0);
+    for id in [&a, &bb, &c] {
+        assert_eq!(b.status(id), "closed", "{id}: {}", stdout(&out));
+    }
+    let h = history(&b.env);
+    // A's close comes before B's claim: B was taken only once A's work was merged.
+    assert!(
+        position(&h, &format!("ralph: beads closed {a}"))
+            < position(&h, &format!("ralph: beads claimed {bb}")),
+        "{h:#?}"
+    );
+    // The work of each item is on the base branch, with its task file as the record.
+    for id in [&a, &bb, &c] {
+        let name = format!("beads-{id}");
+        assert!(
+            b.env.repo.join(format!(".ralph/tasks/{name}.md")).exists(),
+            "{name} not merged: {h:#?}"
+        );
+        assert!(b.env.repo.join(format!("work/{name}-1.txt")).exists());
+        // No item's own commits touch the tracker's files.
+        let touched = b.env.git(&[
+            "log",
+            "--format=%s",
+            &format!("ralph/{name}"),
+            "--not",
+            &format!(":/ralph: beads claimed {id}"),
+            "--",
+            ".beads",
+        ]);
+        assert_eq!(touched.trim(), "", "{name}'s branch carries beads' files");
+    }
+    assert_eq!(b.env.git(&["status", "--porcelain"]), "");
+}
+
+#[test]
+fn a_stalled_item_is_released_with_a_note_while_the_others_complete() {
+    let Some(b) = Beads::new() else { return };
+    let a = b.create("Easy", "- [ ] easy done", 1);
+    let hard = b.create("Hard", "- [ ] never done", 2);
+    let c = b.create("Other", "- [ ] other done", 3);
+    b.env.commit_all("items");
+    let out = b.run_queue("check-unless:never done", &[]);
+    assert_exit(&out, 9);
+    assert_eq!(b.status(&a), "closed");
+    assert_eq!(b.status(&c), "closed");
+    assert_eq!(b.status(&hard), "open", "released, open again");
+    let shown = b.show(&hard).to_string();
+    assert!(shown.contains("ralph: released"), "no note: {shown}");
+    assert!(
+        shown.contains("stalled"),
+        "the note names the halt: {shown}"
+    );
+    // Its branch is kept.
+    let branches = b.env.git(&["branch", "--list", "ralph/*"]);
+    assert!(
+        branches.contains(&format!("ralph/beads-{hard}")),
+        "{branches}"
+    );
+    let so = stdout(&out);
+    assert!(so.contains(&format!("{hard} Hard: released")), "{so}");
+}
+
+#[test]
+fn a_tracker_that_answers_garbage_is_an_error_and_nothing_stays_claimed() {
+    let Some(b) = Beads::new() else { return };
+    let a = b.create("Only", "- [ ] done", 1);
+    b.env.commit_all("items");
+    // A `br` whose `ready` prints what is not JSON.
+    let wrapper = b.env.home.join("br-garbage");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = ready ]; then echo 'Error: <html>503</html>'; exit 0; fi\nexec '{}' \"$@\"\n",
+            b.br.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let agent = format!("'{}'", fake_agent().display());
+    let out = b.env.ralph_with_limit(
+        &["run", "--from", "beads", "--agent-cmd", &agent, "--yes"],
+        &[("RALPH_BEADS_CMD", &wrapper.display().to_string())],
+        std::time::Duration::from_secs(60),
+    );
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        err.contains("ready --json` did not print a JSON array"),
+        "{err}"
+    );
+    assert_eq!(b.status(&a), "open");
+    assert!(!b.env.agent_ran(1));
+}
+
+#[test]
+fn nothing_ready_is_exit_zero_with_its_own_message() {
+    let Some(b) = Beads::new() else { return };
+    let out = b.run_queue("check", &[]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("beads: nothing is ready"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn with_parallel_two_independent_items_overlap_and_a_dependent_one_waits_for_its_blocker() {
+    let Some(b) = Beads::new() else { return };
+    let a = b.create("Schema", "- [ ] the table exists", 1);
+    let bb = b.create("API", "- [ ] the endpoint answers", 1);
+    let c = b.create("Docs", "- [ ] the page is written", 2);
+    b.ok(&["dep", "add", &bb, &a]);
+    b.env.commit_all("items");
+    // Each agent notes that it started, then waits (at most 20 s) until two have: run one at a
+    // time, the first would wait in vain and say so.
+    let marks = b.env.home.join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let script = agent_sh(
+        &b.env,
+        "meet",
+        &format!(
+            "stem=$(basename \"$RALPH_TASK_FILE\" .md)\ntouch '{m}'/\"$stem\"\nn=0\nwhile [ $(ls '{m}' | wc -l) -lt 2 ] && [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done\nmkdir -p work\nls '{m}' > \"work/$stem-met.txt\"",
+            m = marks.display()
+        ),
+    );
+    let out = b.run_queue(
+        &format!("{script}+check-unless:no such text"),
+        &["--parallel", "2"],
+    );
+    assert_exit(&out, 0);
+    for id in [&a, &bb, &c] {
+        assert_eq!(b.status(id), "closed", "{id}: {}", stdout(&out));
+    }
+    // A and C ran at once: each saw the other's mark when it went on.
+    for id in [&a, &c] {
+        let met = b.env.read(&format!("work/beads-{id}-met.txt"));
+        assert!(
+            met.contains(&format!("beads-{a}")) && met.contains(&format!("beads-{c}")),
+            "{id} met only {met:?}"
+        );
+    }
+    let h = history(&b.env);
+    assert!(
+        position(&h, &format!("ralph: beads closed {a}"))
+            < position(&h, &format!("ralph: beads claimed {bb}")),
+        "{h:#?}"
+    );
+    assert_eq!(b.env.git(&["status", "--porcelain"]), "");
+}
+
+#[test]
+fn ctrl_c_stops_the_queue_releases_the_item_and_takes_no_other() {
+    let Some(b) = Beads::new() else { return };
+    let a = b.create("First", "- [ ] one", 1);
+    let c = b.create("Second", "- [ ] two", 2);
+    b.env.commit_all("items");
+    let agent = format!("'{}'", fake_agent().display());
+    let mut cmd = b.env.ralph_cmd();
+    cmd.args([
+        "run",
+        "--from",
+        "beads",
+        "--agent-cmd",
+        &agent,
+        "--yes",
+        "--grace",
+        "1s",
+    ])
+    .env("FAKE_AGENT_SCRIPT", "churn+hang")
+    .env("RALPH_BEADS_CMD", &b.br);
+    let bg = b.env.spawn(cmd);
+    let pids = b.env.wait_for_pids(1, 1);
+    bg.signal(libc::SIGINT);
+    let (code, out, err) = bg.wait(std::time::Duration::from_secs(30));
+    assert_eq!(code, Some(130), "{out}{err}");
+    assert_all_dead(&pids, std::time::Duration::from_millis(500));
+    // The item is open again, its work kept on its branch; the other was never taken.
+    assert_eq!(b.status(&a), "open");
+    assert_eq!(b.status(&c), "open");
+    assert!(
+        b.show(&a).to_string().contains("interrupted"),
+        "{}",
+        b.show(&a)
+    );
+    assert!(!b.env.agent_ran(2));
+    let branch = b
+        .env
+        .git(&["log", "--format=%s", &format!("ralph/beads-{a}")]);
+    assert!(branch.contains("(interrupted)"), "{branch}");
+}
