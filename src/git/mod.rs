@@ -459,6 +459,30 @@ impl Repo {
         Ok(cksum(&out))
     }
 
+    /// The paths under `paths` that `branch` changed since it left HEAD's line of history
+    /// (`git diff --name-only HEAD...BRANCH -- PATHS`), sorted.
+    pub(crate) fn changed_on_branch(
+        &self,
+        branch: &str,
+        paths: &[&str],
+    ) -> Result<Vec<String>, GitError> {
+        if paths.is_empty() {
+            return Ok(Vec::new());
+        }
+        let range = format!("HEAD...refs/heads/{branch}");
+        let literal: Vec<String> = paths.iter().map(|p| format!(":(literal){p}")).collect();
+        let mut args = vec!["diff", "--name-only", "-z", "--no-renames", &range, "--"];
+        args.extend(literal.iter().map(String::as_str));
+        let out = self.git.run(&args, None)?;
+        let mut names: Vec<String> = out
+            .split(|b| *b == 0)
+            .filter(|n| !n.is_empty())
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     /// The git CLI on this repository.
     pub(crate) fn cli(&self) -> &GitCli {
         &self.git

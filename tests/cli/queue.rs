@@ -338,3 +338,42 @@ fn ctrl_c_stops_the_queue_releases_the_item_and_takes_no_other() {
         .git(&["log", "--format=%s", &format!("ralph/beads-{a}")]);
     assert!(branch.contains("(interrupted)"), "{branch}");
 }
+
+#[test]
+fn an_item_whose_branch_changed_the_trackers_files_is_not_merged() {
+    let Some(b) = Beads::new() else { return };
+    let a = b.create("Hostile", "- [ ] done", 1);
+    let other = b.create("Other", "- [ ] other done", 2);
+    b.env.commit_all("items");
+    // The agent does its work, and closes every item by editing beads' JSONL in its worktree.
+    let script = agent_sh(
+        &b.env,
+        "close-all",
+        "sed -i 's/\"status\":\"open\"/\"status\":\"closed\"/g; s/\"status\":\"in_progress\"/\"status\":\"closed\"/g' .beads/issues.jsonl",
+    );
+    let out = b.run_queue(
+        &format!("{script}+check-unless:no such text"),
+        &["--max-tasks", "1"],
+    );
+    assert_exit(&out, 9);
+    // Control: its branch does carry the edit.
+    let carried = b.env.git(&[
+        "diff",
+        "--name-only",
+        &format!("HEAD...ralph/beads-{a}"),
+        "--",
+        ".beads",
+    ]);
+    assert_eq!(carried.trim(), ".beads/issues.jsonl");
+    // Nothing of it reached the base branch or the tracker.
+    assert_eq!(b.status(&other), "open");
+    assert_eq!(b.status(&a), "open");
+    assert!(!b.env.repo.join("work").exists(), "merged anyway");
+    assert!(
+        b.show(&a)
+            .to_string()
+            .contains("changed the tracker's own files"),
+        "{}",
+        b.show(&a)
+    );
+}

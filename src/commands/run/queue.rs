@@ -209,6 +209,18 @@ fn finish(
         );
         return Ok((Some(halt_of(repo, name, code)), (!own).then_some(code)));
     }
+    // The tracker's files are the tracker's: a branch that changed them (an agent closing
+    // items by editing `.beads/issues.jsonl`) is never merged, whatever else it holds.
+    let touched = repo.changed_on_branch(&format!("ralph/{name}"), tracker.own_paths())?;
+    if !touched.is_empty() {
+        return Ok((
+            Some(format!(
+                "completed, but not merged: its branch changed the tracker's own files ({})",
+                touched.join(", ")
+            )),
+            None,
+        ));
+    }
     match crate::worktree::merge(repo, name, ctx.ui) {
         Ok(exit::COMPLETE) => {}
         Ok(code) => {
