@@ -21,6 +21,7 @@ pub(crate) enum Event {
     Stuck(Stuck),
     Waiting(Waiting),
     Halted(Halted),
+    QueueItem(QueueItem),
 }
 
 /// The run began (or was resumed), before its first iteration.
@@ -114,6 +115,21 @@ pub(crate) struct Halted {
     pub(crate) message: Option<String>,
 }
 
+/// A queue's item ended (SPEC §14): merged and closed, or released with why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct QueueItem {
+    pub(crate) source: &'static str,
+    pub(crate) id: String,
+    pub(crate) title: String,
+    /// `completed` (merged, closed) or `released` (open again).
+    pub(crate) outcome: &'static str,
+    /// The branch its work is on.
+    pub(crate) branch: String,
+    /// Why it was released.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) why: Option<String>,
+}
+
 /// Where a run stood when it halted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub(crate) struct At {
@@ -142,6 +158,7 @@ impl Event {
             Event::Stuck(_) => "stuck",
             Event::Waiting(_) => "waiting",
             Event::Halted(_) => "halted",
+            Event::QueueItem(_) => "queue_item",
         }
     }
 
@@ -248,6 +265,14 @@ mod tests {
                 at: None,
                 message: Some("Git required. Run git init first.".into()),
             }),
+            Event::QueueItem(QueueItem {
+                source: "beads",
+                id: "bd-12".into(),
+                title: "Add login".into(),
+                outcome: "released",
+                branch: "ralph/beads-bd-12".into(),
+                why: Some("halted: stalled (exit 4)".into()),
+            }),
         ]
     }
 
@@ -265,6 +290,7 @@ mod tests {
         {"event":"waiting","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","iteration":2,"kind":"five_hour","message":"You've hit your limit","reset_at":"2025-01-01T17:00:00+00:00","wait_s":60.0}
         {"event":"halted","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","reason":"complete","exit_code":0,"iteration":2,"done":3,"total":3}
         {"event":"halted","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","reason":"error","exit_code":1,"message":"Git required. Run git init first."}
+        {"event":"queue_item","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","source":"beads","id":"bd-12","title":"Add login","outcome":"released","branch":"ralph/beads-bd-12","why":"halted: stalled (exit 4)"}
         "#);
     }
 
@@ -279,6 +305,7 @@ mod tests {
             "stuck",
             "waiting",
             "halted",
+            "queue_item",
         ];
         let events = one_of_each();
         for e in &events {
@@ -289,7 +316,8 @@ mod tests {
                 | Event::IterationFinished(_)
                 | Event::Stuck(_)
                 | Event::Waiting(_)
-                | Event::Halted(_) => {}
+                | Event::Halted(_)
+                | Event::QueueItem(_) => {}
             }
             assert!(spec.contains(&e.name()), "{}", e.name());
             let v: serde_json::Value = serde_json::from_str(&e.line("t")).unwrap();

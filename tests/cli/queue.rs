@@ -377,3 +377,42 @@ fn an_item_whose_branch_changed_the_trackers_files_is_not_merged() {
         b.show(&a)
     );
 }
+
+#[test]
+fn json_lists_each_items_outcome() {
+    let Some(b) = Beads::new() else { return };
+    let a = b.create("Easy", "- [ ] easy done", 1);
+    let hard = b.create("Hard", "- [ ] never done", 2);
+    b.env.commit_all("items");
+    let out = b.run_queue("check-unless:never done", &["--json"]);
+    assert_exit(&out, 9);
+    let items = events_named(&out, "queue_item");
+    let seen: Vec<(String, String, String)> = items
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_str().unwrap().to_string(),
+                e["outcome"].as_str().unwrap().to_string(),
+                e["branch"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (a.clone(), "completed".into(), format!("ralph/beads-{a}")),
+            (
+                hard.clone(),
+                "released".into(),
+                format!("ralph/beads-{hard}")
+            ),
+        ]
+    );
+    assert!(
+        items[1]["why"].as_str().unwrap().contains("stalled"),
+        "{}",
+        items[1]
+    );
+    // stdout is JSON lines only.
+    assert_eq!(json_events(&out).len(), stdout(&out).lines().count());
+}

@@ -24,6 +24,24 @@ struct Taken {
     released: Option<String>,
 }
 
+impl Taken {
+    /// The item's `queue_item` event for `--json`.
+    fn event(&self, source: &'static str) -> crate::event::Event {
+        crate::event::Event::QueueItem(crate::event::QueueItem {
+            source,
+            id: self.item.id.clone(),
+            title: self.item.title.clone(),
+            outcome: if self.released.is_some() {
+                "released"
+            } else {
+                "completed"
+            },
+            branch: format!("ralph/{}", self.name),
+            why: self.released.clone(),
+        })
+    }
+}
+
 /// An item whose loop runs on a thread of its own.
 struct Running {
     item: Item,
@@ -85,6 +103,7 @@ pub(super) fn from_queue(
             .join()
             .unwrap_or_else(|_| Err(Error::user("the item's loop panicked")));
         let (outcome, halt) = conclude(&ctx, &mut repo, &mut *tracker, done.item, done.name, code)?;
+        ui.event(&outcome.event(tracker.source()).line_now());
         taken.push(outcome);
         if let Some(code) = halt {
             stop.get_or_insert(code);
