@@ -44,10 +44,19 @@ fn one_line(text: &str, max: usize) -> String {
     }
 }
 
+/// Set once loops share the terminal ([`LiveView::share_terminal`]).
+static SHARED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 impl LiveView {
     /// Whether a live view can be shown: stderr is a terminal.
     pub(crate) fn available() -> bool {
-        std::io::stderr().is_terminal()
+        std::io::stderr().is_terminal() && !SHARED.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Several loops of this process share the terminal (a queue's `--parallel`): no loop draws
+    /// a live line, whose redraws would overwrite each other's; their reports still print.
+    pub(crate) fn share_terminal() {
+        SHARED.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Start the spinner for one iteration; `watch` is the task file and how to count it.

@@ -68,6 +68,9 @@ pub(super) fn from_queue(
         .with_hint("commit or stash them first"));
     }
     let mut tracker = queue::open(spec, repo.root())?;
+    if parallel > 1 {
+        crate::live::LiveView::share_terminal();
+    }
     // Counted between items too: a Ctrl-C while nothing runs still stops the queue.
     let interrupts = crate::signals::Background::install()
         .map_err(|e| Error::io("failed to install signal handlers", e))?;
