@@ -193,10 +193,18 @@ fn print_all(ui: Ui, entries: &[loops::Entry]) {
         };
         let branch = e.branch.as_deref().unwrap_or("detached");
         ui.plain(&loop_line(&e.name, branch, &state, s));
+        print_task(ui, s);
         ui.plain(&format!("    {}", e.path.display()));
         if let Some(r) = &s.refused {
             ui.plain(&format!("    task file refused: {}", r.error));
         }
+    }
+}
+
+/// A loop's task, as its run recorded it (a queue item's title).
+fn print_task(ui: Ui, s: &Status) {
+    if let Some(st) = s.st.as_ref().filter(|st| !st.task.is_empty()) {
+        ui.plain(&format!("    task: {}", st.task));
     }
 }
 
@@ -214,6 +222,7 @@ fn print_retired(ui: Ui, retired: &[loops::Retired]) {
         };
         let state = format!("{how}, worktree removed; {}", halted(&r.status));
         ui.plain(&loop_line(&r.name, &r.branch, &state, &r.status));
+        print_task(ui, &r.status);
         ui.plain(&format!("    logs: {}", r.logs.display()));
     }
 }

@@ -203,6 +203,21 @@ fn a_stalled_item_is_released_with_a_note_while_the_others_complete() {
     );
     let so = stdout(&out);
     assert!(so.contains(&format!("{hard} Hard: released")), "{so}");
+    // `status --all` shows each item's loop: its id in the name, its title, state and branch.
+    let all = stdout(&b.env.ralph(&["status", "--all"]));
+    let row = all
+        .lines()
+        .position(|l| {
+            l.starts_with(&format!(
+                "beads-{hard}  [ralph/beads-{hard}]  halted: stalled"
+            ))
+        })
+        .unwrap_or_else(|| panic!("no row for {hard}:\n{all}"));
+    assert_eq!(all.lines().nth(row + 1), Some("    task: Hard"), "{all}");
+    assert!(
+        all.contains(&format!("beads-{a}  [ralph/beads-{a}]  merged at")),
+        "{all}"
+    );
 }
 
 #[test]
