@@ -431,3 +431,31 @@ fn json_lists_each_items_outcome() {
     // stdout is JSON lines only.
     assert_eq!(json_events(&out).len(), stdout(&out).lines().count());
 }
+
+#[test]
+fn max_tasks_takes_that_many_items_and_leaves_the_rest_untouched() {
+    let Some(b) = Beads::new() else { return };
+    let a = b.create("First", "- [ ] one", 1);
+    let c = b.create("Second", "- [ ] two", 2);
+    b.env.commit_all("items");
+    let out = b.run_queue("check-unless:no such text", &["--max-tasks", "1"]);
+    assert_exit(&out, 0);
+    assert_eq!(b.status(&a), "closed");
+    assert_eq!(b.status(&c), "open");
+    let h = history(&b.env);
+    assert!(!h.iter().any(|s| s.contains(&c)), "{h:#?}");
+    // The item's branch starts with its task file, as the record of what was asked.
+    let first = b.env.git(&[
+        "log",
+        "--reverse",
+        "--format=%s",
+        &format!("ralph/beads-{a}"),
+        "--not",
+        &format!(":/ralph: beads claimed {a}"),
+    ]);
+    assert_eq!(
+        first.lines().next(),
+        Some(format!("ralph: beads {a} task").as_str()),
+        "{first}"
+    );
+}

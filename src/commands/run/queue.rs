@@ -275,6 +275,9 @@ fn start_item(
         crate::files::create_dir_all(dir).map_err(|e| Error::file("create directory", dir, e))?;
     }
     crate::state::write_atomic(&path, queue::task_file(source, item).as_bytes())?;
+    // The first commit of the item's branch: what was asked, as the record.
+    Repo::discover(&wt.path)?
+        .commit_paths(&[&rel], &format!("ralph: {source} {} task", item.id))?;
     ctx.ui.note(&format!(
         "{source} {}: {} — worktree {} on branch {}",
         item.id,
