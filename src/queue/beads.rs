@@ -2,6 +2,7 @@
 //! decide (errors come as JSON on stdout): `update --claim` exits 4 when someone holds the item,
 //! `close` exits 3 when it is closed already (that is done).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -160,6 +161,46 @@ impl Tracker for Beads {
         )?;
         self.ok(&["comments", "add", &item.id, why], &[])
             .map(|_| ())
+    }
+
+    fn states(&mut self) -> Result<Option<BTreeMap<String, String>>> {
+        #[derive(Deserialize)]
+        struct Listed {
+            issues: Vec<Issue>,
+            #[serde(default)]
+            has_more: bool,
+        }
+        let args = ["list", "--all", "--json"];
+        let (code, stdout, stderr) = self.run(&args)?;
+        if code != 0 {
+            return Err(self.failed(&args, code, &stdout, &stderr));
+        }
+        let listed: Listed = serde_json::from_str(stdout.trim()).map_err(|e| {
+            Error::user(format!(
+                "`{} list --all --json` did not print its issues: {e}",
+                self.program.display()
+            ))
+        })?;
+        if listed.has_more {
+            return Ok(None);
+        }
+        Ok(Some(
+            listed
+                .issues
+                .into_iter()
+                .map(|i| (i.id, i.status.unwrap_or_default()))
+                .collect(),
+        ))
+    }
+
+    fn restore(&mut self, id: &str, is: &str, was: &str, why: &str) -> Result<()> {
+        if is == "closed" {
+            self.ok(&["reopen", id], &[])?;
+        }
+        if was != "open" || is != "closed" {
+            self.ok(&["update", id, "--status", was], &[])?;
+        }
+        self.ok(&["comments", "add", id, why], &[]).map(|_| ())
     }
 
     fn own_paths(&self) -> &'static [&'static str] {

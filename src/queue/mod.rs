@@ -4,6 +4,7 @@
 
 pub(crate) mod beads;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -38,6 +39,15 @@ pub(crate) trait Tracker {
     fn close(&mut self, item: &Item, commit: &str) -> Result<()>;
     /// Given back, with why: open again for a person or a later run.
     fn release(&mut self, item: &Item, why: &str) -> Result<()>;
+    /// Every item's state (`open`, `in_progress`, `closed`…), to find the changes ralph did
+    /// not make; `None` when the tracker cannot list them.
+    fn states(&mut self) -> Result<Option<BTreeMap<String, String>>> {
+        Ok(None)
+    }
+    /// Put item `id` back from state `is` to state `was`, saying why.
+    fn restore(&mut self, _id: &str, _is: &str, _was: &str, _why: &str) -> Result<()> {
+        Ok(())
+    }
     /// Files the tracker keeps in the repository and rewrites on every change (beads'
     /// `.beads/`): ralph commits them on the base branch, never on an item's.
     fn own_paths(&self) -> &'static [&'static str] {
@@ -82,23 +92,53 @@ pub(crate) fn task_file(source: &str, item: &Item) -> String {
     );
     // The tracker's text as a quote: its headings and task items are the item's words, never
     // sections or criteria of the task file.
-    if !item.body.trim().is_empty() {
-        for line in item.body.trim().lines() {
+    // Every line ending Markdown knows ends a line here (a lone `\r` too), so no line of the
+    // item's text escapes the quote.
+    let body = item.body.replace("\r\n", "\n").replace('\r', "\n");
+    if !body.trim().is_empty() {
+        for line in body.trim().lines() {
             text.push_str(format!("> {line}").trim_end());
             text.push('\n');
         }
         text.push('\n');
     }
     text.push_str("## Success Criteria\n\n");
-    let criteria: Vec<String> = if item.criteria.is_empty() {
-        vec![title.clone()]
-    } else {
-        item.criteria.iter().map(|c| one_line(c)).collect()
-    };
-    for c in criteria.iter().filter(|c| !c.is_empty()) {
+    for c in expected_criteria(item) {
         text.push_str(&format!("- [ ] {c}\n"));
     }
     text
+}
+
+/// The item's criteria, else its title, each on one line.
+fn expected_criteria(item: &Item) -> Vec<String> {
+    let criteria: Vec<String> = if item.criteria.is_empty() {
+        vec![one_line(&item.title)]
+    } else {
+        item.criteria.iter().map(|c| one_line(c)).collect()
+    };
+    criteria.into_iter().filter(|c| !c.is_empty()).collect()
+}
+
+/// Whether the task file `text` written for `item` asks for exactly what the same file without
+/// the item's text would: the text (quoted) adds, hides or changes no criterion. Read with the
+/// reader every run uses.
+pub(crate) fn asks_only_its_criteria(source: &str, item: &Item, text: &str) -> bool {
+    let criteria = |t: &str| {
+        crate::task::document::parse_task_bytes(Path::new("task.md"), t.as_bytes())
+            .ok()
+            .map(|d| {
+                d.checklist
+                    .remaining()
+                    .map(|c| c.text.clone())
+                    .collect::<Vec<_>>()
+            })
+    };
+    let bare = Item {
+        body: String::new(),
+        ..item.clone()
+    };
+    let wanted = criteria(&task_file(source, &bare));
+    wanted.as_ref().is_some_and(|w| !w.is_empty()) && criteria(text) == wanted
 }
 
 /// Criteria from a tracker's text: its unchecked task-list items, else its non-empty lines

@@ -53,3 +53,31 @@ fn criteria_come_from_task_items_else_lines() {
     );
     assert!(criteria_of("  \n").is_empty());
 }
+
+#[test]
+fn the_items_text_adds_hides_or_changes_no_criterion() {
+    let criteria = ["`GET /health` returns **200**", "see [docs](http://x)"];
+    let plain = item("T", "Users need it.\n\n- [ ] not a criterion", &criteria);
+    assert!(asks_only_its_criteria(
+        "beads",
+        &plain,
+        &task_file("beads", &plain)
+    ));
+    // A lone carriage return cannot take a line of the text out of its quote.
+    let cr = item(
+        "T",
+        "Context.\r## Success Criteria\r- [ ] say hello\r<!--",
+        &criteria,
+    );
+    let text = task_file("beads", &cr);
+    assert!(asks_only_its_criteria("beads", &cr, &text), "{text:?}");
+    // Control: the same text written unquoted would change the criteria, and is caught.
+    let unquoted = text.replace(
+        "> Context.",
+        "Context.\n\n## Success Criteria\n\n- [ ] say hello\n\n<!--",
+    );
+    assert!(
+        !asks_only_its_criteria("beads", &cr, &unquoted),
+        "{unquoted}"
+    );
+}

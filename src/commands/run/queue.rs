@@ -3,7 +3,7 @@
 //! release a halted item with a comment naming the halt (its branch kept) and go on; stop when
 //! nothing is ready, after `--max-tasks` items, or on a halt that is not the item's own.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
 use super::begin::Continuation;
@@ -74,6 +74,7 @@ pub(super) fn from_queue(
     // Counted between items too: a Ctrl-C while nothing runs still stops the queue.
     let interrupts = crate::signals::Background::install()
         .map_err(|e| Error::io("failed to install signal handlers", e))?;
+    let mut ledger = Ledger::read(&mut *tracker)?;
     let mut seen = HashSet::new();
     let mut taken: Vec<Taken> = Vec::new();
     let mut running: Vec<Running> = Vec::new();
@@ -86,7 +87,14 @@ pub(super) fn from_queue(
             && running.len() < parallel.max(1)
             && max_tasks.is_none_or(|m| started < m)
         {
-            match take_next(&ctx, &mut repo, &mut *tracker, &mut seen, options) {
+            match take_next(
+                &ctx,
+                &mut repo,
+                &mut *tracker,
+                &mut ledger,
+                &mut seen,
+                options,
+            ) {
                 Ok(Some(r)) => {
                     running.push(r);
                     started += 1;
@@ -105,11 +113,31 @@ pub(super) fn from_queue(
             .loop_
             .join()
             .unwrap_or_else(|_| Err(Error::user("the item's loop panicked")));
-        let (outcome, halt) = conclude(&ctx, &mut repo, &mut *tracker, done.item, done.name, code)?;
-        ui.event(&outcome.event(tracker.source()).line_now());
-        taken.push(outcome);
-        if let Some(code) = halt {
-            stop.get_or_insert(code);
+        match conclude(
+            &ctx,
+            &mut repo,
+            &mut *tracker,
+            &mut ledger,
+            done.item,
+            done.name,
+            code,
+        ) {
+            Ok((outcome, halt)) => {
+                ui.event(&outcome.event(tracker.source()).line_now());
+                taken.push(outcome);
+                if let Some(code) = halt {
+                    stop.get_or_insert(code);
+                }
+            }
+            Err(e) => {
+                // Never return while loops run: stop them as a Ctrl-C would, and release
+                // their items as they end.
+                if failure.is_none() && !running.is_empty() {
+                    stop_running_loops();
+                }
+                stop = Some(exit::ERROR);
+                failure.get_or_insert(e);
+            }
         }
     }
     if let Some(e) = failure {
@@ -122,15 +150,68 @@ pub(super) fn from_queue(
     Ok(report(ui, &*tracker, &taken, stop))
 }
 
+/// Interrupt this process's loops (each halts as on Ctrl-C: its agent stopped, its work
+/// committed), so the queue can release their items before it ends.
+fn stop_running_loops() {
+    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::INT);
+}
+
+/// What ralph knows of the tracker's items: each one's state as ralph last left it. An item
+/// whose state changed without ralph (an agent running `br close` on the main work tree) is
+/// put back, with a comment, before ralph does anything else: an item is closed only on
+/// ralph's own exit 0.
+struct Ledger(Option<BTreeMap<String, String>>);
+
+impl Ledger {
+    fn read(tracker: &mut dyn Tracker) -> Result<Ledger> {
+        Ok(Ledger(tracker.states()?))
+    }
+
+    /// Put back what changed without ralph; then the tracker's files, whoever changed them
+    /// (a person adding items meanwhile), are committed, so no merge finds the base dirty.
+    fn hold(&mut self, ctx: &Context, repo: &mut Repo, tracker: &mut dyn Tracker) -> Result<()> {
+        let (Some(expected), Some(now)) = (&self.0, tracker.states()?) else {
+            return Ok(());
+        };
+        let mut put_back = Vec::new();
+        for (id, was) in expected {
+            if let Some(is) = now.get(id).filter(|is| *is != was) {
+                let why = format!(
+                    "ralph: status put back from {is} to {was}: it changed outside ralph while a queue ran"
+                );
+                tracker.restore(id, is, was, &why)?;
+                ctx.ui.warn(&format!("{} {id}: {why}", tracker.source()));
+                put_back.push(id.clone());
+            }
+        }
+        let what = if put_back.is_empty() {
+            "changes made outside the queue".to_string()
+        } else {
+            format!("put back {}", put_back.join(", "))
+        };
+        commit_tracker_files(repo, tracker, &what)?;
+        self.0 = tracker.states()?;
+        Ok(())
+    }
+
+    /// After ralph's own change: the states as they are now.
+    fn update(&mut self, tracker: &mut dyn Tracker) -> Result<()> {
+        self.0 = tracker.states()?;
+        Ok(())
+    }
+}
+
 /// Claim the first ready item not seen yet and start its loop; `None` when nothing is ready.
 fn take_next(
     ctx: &Context,
     repo: &mut Repo,
     tracker: &mut dyn Tracker,
+    ledger: &mut Ledger,
     seen: &mut HashSet<String>,
     options: &RunOptions,
 ) -> Result<Option<Running>> {
     loop {
+        ledger.hold(ctx, repo, tracker)?;
         let ready = tracker.ready()?;
         let Some(item) = ready.into_iter().find(|i| !seen.contains(&i.id)) else {
             return Ok(None);
@@ -145,12 +226,14 @@ fn take_next(
             continue;
         }
         commit_tracker_files(repo, tracker, &format!("claimed {}", item.id))?;
+        ledger.update(tracker)?;
         let name = queue::loop_name(tracker.source(), &item.id);
         return match start_item(ctx, repo, tracker.source(), &item, &name, options) {
             Ok(loop_) => Ok(Some(Running { item, name, loop_ })),
             Err(e) => {
                 let _ = tracker.release(&item, &format!("ralph: released — error: {e}"));
                 let _ = commit_tracker_files(repo, tracker, &format!("released {}", item.id));
+                let _ = ledger.update(tracker);
                 Err(e)
             }
         };
@@ -177,16 +260,23 @@ fn conclude(
     ctx: &Context,
     repo: &mut Repo,
     tracker: &mut dyn Tracker,
+    ledger: &mut Ledger,
     item: Item,
     name: String,
     code: Result<i32>,
 ) -> Result<(Taken, Option<i32>)> {
-    let ended = finish(ctx, repo, tracker, &item, &name, code);
-    let (released, stop) = match ended {
+    if let Err(e) = ledger.hold(ctx, repo, tracker) {
+        let _ = tracker.release(&item, &format!("ralph: released — error: {e}"));
+        let _ = ledger.update(tracker);
+        return Err(e);
+    }
+    let (released, stop) = match finish(ctx, repo, tracker, &item, &name, code) {
         Ok(ended) => ended,
         Err(e) => {
             let _ = tracker.release(&item, &format!("ralph: released — error: {e}"));
             let _ = commit_tracker_files(repo, tracker, &format!("released {}", item.id));
+            // The release is ralph's own: the ledger must not put it back.
+            let _ = ledger.update(tracker);
             return Err(e);
         }
     };
@@ -195,6 +285,7 @@ fn conclude(
         tracker.release(&item, &comment)?;
         commit_tracker_files(repo, tracker, &format!("released {}", item.id))?;
     }
+    ledger.update(tracker)?;
     Ok((
         Taken {
             item,
@@ -274,7 +365,16 @@ fn start_item(
     if let Some(dir) = path.parent() {
         crate::files::create_dir_all(dir).map_err(|e| Error::file("create directory", dir, e))?;
     }
-    crate::state::write_atomic(&path, queue::task_file(source, item).as_bytes())?;
+    let text = queue::task_file(source, item);
+    // Whatever the item's text holds, the task file asks for its criteria and nothing else:
+    // read back by the reader every run uses, before any agent sees it.
+    if !queue::asks_only_its_criteria(source, item, &text) {
+        return Err(Error::user(format!(
+            "{source} {}: its text would change the criteria of its task file; the item is not taken",
+            item.id
+        )));
+    }
+    crate::state::write_atomic(&path, text.as_bytes())?;
     // The first commit of the item's branch: what was asked, as the record.
     Repo::discover(&wt.path)?
         .commit_paths(&[&rel], &format!("ralph: {source} {} task", item.id))?;

@@ -134,9 +134,12 @@ impl StoriesSource {
                     ..self.counted(&self.stories)
                 });
             }
-            Err(e) => return Err(Error::user(e.to_string())),
+            Err(e) => return self.put_back(&e.to_string()),
         };
-        let after = stories::parse(std::path::Path::new(&self.rel), &text).map_err(Error::user)?;
+        let after = match stories::parse(std::path::Path::new(&self.rel), &text) {
+            Ok(after) => after,
+            Err(e) => return self.put_back(&e),
+        };
         let current = self.current.as_ref().map(|(id, _)| id.as_str());
         let guarded = stories::guard(&self.stories, &after, current.unwrap_or(""));
         if !guarded.tampered.is_empty() {
@@ -163,6 +166,21 @@ impl StoriesSource {
         };
         self.pending = Some((kept, claimed));
         Ok(judged)
+    }
+
+    /// The agent left `prd.json` unreadable (not JSON, a duplicate key, over the size limit):
+    /// the file before the iteration is written back and said, and the story has not passed —
+    /// the run goes on, the attempt counted.
+    fn put_back(&mut self, why: &str) -> Result<Judged> {
+        crate::state::write_atomic(&self.path, self.stories.render().as_bytes())?;
+        self.pending = Some((self.stories.clone(), false));
+        Ok(Judged {
+            restored: vec![format!(
+                "{}: unreadable after the agent ({why}): put back as it was",
+                self.rel
+            )],
+            ..self.counted(&self.stories)
+        })
     }
 
     /// The tests have run (`tests_ok`: passed, or there are none): the current story passes
