@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install beads_rust's `br` (the beads CLI the queue tests drive, SPEC §14) into a project-local
-# root, unless a `br` is on PATH already.
+# Install beads_rust's `br` (the beads CLI the queue tests drive, SPEC §14) into a cache outside
+# the clone, unless a `br` is on PATH already.
 #
 #   scripts/install-beads.sh                  # installs if needed; prints the bin directory
 #   export PATH="$(scripts/install-beads.sh):$PATH"
@@ -9,7 +9,8 @@
 # the nightly one (`cargo +nightly`), `--locked` as its authors pinned it; `--debug` and no
 # default features (self-update) keep the build short — the tests need its behaviour, not its
 # speed. The root (BEADS_ROOT) defaults to a cache outside the clone, ~/.cache/ralph/br-VERSION,
-# so a machine builds it once (about N minutes on 2 cores), not once per clone.
+# so a machine builds it once (measured: 22 minutes on 2 cores, other builds beside it), not
+# once per clone.
 set -euo pipefail
 VERSION=0.7.6
 ROOT="${BEADS_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/ralph/br-$VERSION}"

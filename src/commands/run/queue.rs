@@ -58,9 +58,8 @@ pub(super) fn from_queue(
     limits: (usize, Option<usize>),
     options: &RunOptions,
 ) -> Result<i32> {
-    let (parallel, max_tasks) = limits;
     let ctx = Context::new(dir, ui)?;
-    let mut repo = Repo::discover(&ctx.cwd)?;
+    let repo = Repo::discover(&ctx.cwd)?;
     if repo.is_dirty()? {
         return Err(Error::user(
             "the work tree has uncommitted changes: each item's work merges into this branch",
@@ -68,86 +67,130 @@ pub(super) fn from_queue(
         .with_hint("commit or stash them first"));
     }
     let mut tracker = queue::open(spec, repo.root())?;
-    if parallel > 1 {
+    if limits.0 > 1 {
         crate::live::LiveView::share_terminal();
     }
     // Counted between items too: a Ctrl-C while nothing runs still stops the queue.
     let interrupts = crate::signals::Background::install()
         .map_err(|e| Error::io("failed to install signal handlers", e))?;
-    let mut ledger = Ledger::read(&mut *tracker)?;
-    let mut seen = HashSet::new();
-    let mut taken: Vec<Taken> = Vec::new();
-    let mut running: Vec<Running> = Vec::new();
-    let mut started = 0;
-    let mut stop: Option<i32> = None;
-    let mut failure: Option<Error> = None;
+    let ledger = Ledger::read(&mut *tracker)?;
+    let mut q = Queue {
+        ctx,
+        repo,
+        tracker,
+        ledger,
+        options,
+        limits,
+        seen: HashSet::new(),
+        taken: Vec::new(),
+        running: Vec::new(),
+        started: 0,
+        stop: None,
+        failure: None,
+    };
     loop {
-        while stop.is_none()
-            && interrupts.count() == 0
-            && running.len() < parallel.max(1)
-            && max_tasks.is_none_or(|m| started < m)
-        {
-            match take_next(
-                &ctx,
-                &mut repo,
-                &mut *tracker,
-                &mut ledger,
-                &mut seen,
-                options,
-            ) {
-                Ok(Some(r)) => {
-                    running.push(r);
-                    started += 1;
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    stop = Some(exit::ERROR);
-                    failure = Some(e);
-                }
-            }
-        }
-        let Some(done) = next_finished(&mut running) else {
+        q.fill(&interrupts);
+        let Some(done) = next_finished(&mut q.running) else {
             break;
         };
+        q.settle(done);
+    }
+    if let Some(e) = q.failure {
+        report(ui, &*q.tracker, &q.taken, q.stop);
+        return Err(e);
+    }
+    if interrupts.count() > 0 {
+        q.stop.get_or_insert(exit::INTERRUPTED);
+    }
+    Ok(report(ui, &*q.tracker, &q.taken, q.stop))
+}
+
+/// A queue run under way.
+struct Queue<'a> {
+    ctx: Context,
+    repo: Repo,
+    tracker: Box<dyn Tracker>,
+    ledger: Ledger,
+    options: &'a RunOptions,
+    /// `--parallel`, `--max-tasks`.
+    limits: (usize, Option<usize>),
+    /// Items taken in this run, never taken twice.
+    seen: HashSet<String>,
+    taken: Vec<Taken>,
+    running: Vec<Running>,
+    started: usize,
+    /// The exit code of a halt that is not an item's own: no item is taken after it.
+    stop: Option<i32>,
+    failure: Option<Error>,
+}
+
+impl Queue<'_> {
+    /// Start loops until `--parallel` run, `--max-tasks` were taken, nothing is ready, or
+    /// the queue stops.
+    fn fill(&mut self, interrupts: &crate::signals::Background) {
+        let (parallel, max_tasks) = self.limits;
+        while self.stop.is_none()
+            && interrupts.count() == 0
+            && self.running.len() < parallel.max(1)
+            && max_tasks.is_none_or(|m| self.started < m)
+        {
+            let next = take_next(
+                &self.ctx,
+                &mut self.repo,
+                &mut *self.tracker,
+                &mut self.ledger,
+                &mut self.seen,
+                self.options,
+            );
+            match next {
+                Ok(Some(r)) => {
+                    self.running.push(r);
+                    self.started += 1;
+                }
+                Ok(None) => break,
+                Err(e) => self.fail(e),
+            }
+        }
+    }
+
+    /// One loop ended: its item merged and closed, or released.
+    fn settle(&mut self, done: Running) {
         let code = done
             .loop_
             .join()
             .unwrap_or_else(|_| Err(Error::user("the item's loop panicked")));
-        match conclude(
-            &ctx,
-            &mut repo,
-            &mut *tracker,
-            &mut ledger,
+        let concluded = conclude(
+            &self.ctx,
+            &mut self.repo,
+            &mut *self.tracker,
+            &mut self.ledger,
             done.item,
             done.name,
             code,
-        ) {
+        );
+        match concluded {
             Ok((outcome, halt)) => {
-                ui.event(&outcome.event(tracker.source()).line_now());
-                taken.push(outcome);
+                self.ctx
+                    .ui
+                    .event(&outcome.event(self.tracker.source()).line_now());
+                self.taken.push(outcome);
                 if let Some(code) = halt {
-                    stop.get_or_insert(code);
+                    self.stop.get_or_insert(code);
                 }
             }
-            Err(e) => {
-                // Never return while loops run: stop them as a Ctrl-C would, and release
-                // their items as they end.
-                if failure.is_none() && !running.is_empty() {
-                    stop_running_loops();
-                }
-                stop = Some(exit::ERROR);
-                failure.get_or_insert(e);
-            }
+            Err(e) => self.fail(e),
         }
     }
-    if let Some(e) = failure {
-        report(ui, &*tracker, &taken, stop);
-        return Err(e);
+
+    /// An error: no item is taken after it, and the queue never returns while loops run —
+    /// they are stopped as a Ctrl-C would stop them, and their items released as they end.
+    fn fail(&mut self, e: Error) {
+        if self.failure.is_none() && !self.running.is_empty() {
+            stop_running_loops();
+        }
+        self.stop = Some(exit::ERROR);
+        self.failure.get_or_insert(e);
     }
-    if interrupts.count() > 0 {
-        stop.get_or_insert(exit::INTERRUPTED);
-    }
-    Ok(report(ui, &*tracker, &taken, stop))
 }
 
 /// Interrupt this process's loops (each halts as on Ctrl-C: its agent stopped, its work
