@@ -459,3 +459,42 @@ fn max_tasks_takes_that_many_items_and_leaves_the_rest_untouched() {
         "{first}"
     );
 }
+
+#[test]
+fn ctrl_c_with_two_loops_running_stops_both_and_releases_both() {
+    let Some(b) = Beads::new() else { return };
+    let a = b.create("First", "- [ ] one", 1);
+    let c = b.create("Second", "- [ ] two", 2);
+    b.env.commit_all("items");
+    let agent = format!("'{}'", fake_agent().display());
+    let mut cmd = b.env.ralph_cmd();
+    cmd.args([
+        "run",
+        "--from",
+        "beads",
+        "--parallel",
+        "2",
+        "--agent-cmd",
+        &agent,
+        "--yes",
+        "--grace",
+        "1s",
+    ])
+    .env("FAKE_AGENT_SCRIPT", "churn+hang")
+    .env("RALPH_BEADS_CMD", &b.br);
+    let bg = b.env.spawn(cmd);
+    // Both loops' agents are running (each records its pid for its iteration 1).
+    let pids = b.env.wait_for_pids(1, 2);
+    bg.signal(libc::SIGINT);
+    let (code, out, err) = bg.wait(std::time::Duration::from_secs(30));
+    assert_eq!(code, Some(130), "{out}{err}");
+    assert_all_dead(&pids, std::time::Duration::from_millis(500));
+    for id in [&a, &c] {
+        assert_eq!(b.status(id), "open", "{id}: {out}");
+        assert!(
+            b.show(id).to_string().contains("interrupted"),
+            "{}",
+            b.show(id)
+        );
+    }
+}
