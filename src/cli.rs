@@ -102,7 +102,8 @@ Examples:
   ralph run --yes --test-command 'cargo test' # unattended: never ask
   ralph run --worktree auth docs/auth.md --merge   # a loop of its own on branch ralph/auth
   ralph run prd.json --test-command 'npm test'     # snarktank Ralph's stories, one per iteration
-  ralph run --from beads --parallel 2              # the tracker's ready items, two at a time";
+  ralph run --from beads --parallel 2              # the tracker's ready items, two at a time
+  ralph run --from github --pr                     # labelled issues, a pull request for each";
 
 const RESUME_EXAMPLES: &str = "\
 Examples:
@@ -188,13 +189,19 @@ pub(crate) struct RunArgs {
     pub(crate) reset: bool,
 
     /// Work from a queue: take the tracker's ready items one by one, each in a worktree of its
-    /// own (`ralph/<source>-<id>`), merged and closed when ralph's run completes (`beads`).
+    /// own (`ralph/<source>-<id>`), merged and closed when ralph's run completes (`beads`,
+    /// `github` or `github:OWNER/REPO`).
     #[arg(long, value_name = "SOURCE", conflicts_with_all = ["targets", "resume", "reset", "dry_run"])]
     pub(crate) from: Option<String>,
 
     /// With --from: take at most N items.
     #[arg(long, value_name = "N", requires = "from")]
     pub(crate) max_tasks: Option<usize>,
+
+    /// With --from github: push each completed item's branch to origin and open a pull request
+    /// (`Closes #N`) instead of merging; the issue stays open, labelled `ralph:pr-open`.
+    #[arg(long, requires = "from")]
+    pub(crate) pr: bool,
 
     /// With --from: up to N items at once, each in its own worktree; merges one at a time.
     #[arg(long, value_name = "N", default_value_t = 1, requires = "from",

@@ -121,7 +121,8 @@ pub(crate) struct QueueItem {
     pub(crate) source: &'static str,
     pub(crate) id: String,
     pub(crate) title: String,
-    /// `completed` (merged, closed) or `released` (open again).
+    /// `completed` (merged, closed), `pr-open` (its pull request opened) or `released`
+    /// (open again).
     pub(crate) outcome: &'static str,
     /// The branch its work is on.
     pub(crate) branch: String,

@@ -459,6 +459,15 @@ impl Repo {
         Ok(cksum(&out))
     }
 
+    /// `git push REMOTE BRANCH` (the branch of the same name there): SPEC §14's one exception
+    /// to "ralph never pushes", for `--pr`.
+    pub(crate) fn push_branch(&self, remote: &str, branch: &str) -> Result<(), GitError> {
+        let refspec = format!("refs/heads/{branch}:refs/heads/{branch}");
+        self.git
+            .run(&["push", "--quiet", "--", remote, &refspec], None)
+            .map(|_| ())
+    }
+
     /// The paths under `paths` that `branch` changed since it left HEAD's line of history
     /// (`git diff --name-only HEAD...BRANCH -- PATHS`), sorted.
     pub(crate) fn changed_on_branch(

@@ -3,6 +3,7 @@
 //! already exists, in a worktree of its own, on a task file written from the item.
 
 pub(crate) mod beads;
+pub(crate) mod github;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -39,6 +40,14 @@ pub(crate) trait Tracker {
     fn close(&mut self, item: &Item, commit: &str) -> Result<()>;
     /// Given back, with why: open again for a person or a later run.
     fn release(&mut self, item: &Item, why: &str) -> Result<()>;
+    /// `--pr`: a pull request from `head` into `base` opened for the item, which stays open,
+    /// relabelled so later runs skip it; its URL.
+    fn open_pr(&mut self, _item: &Item, _head: &str, _base: &str, _body: &str) -> Result<String> {
+        Err(Error::usage(format!(
+            "--pr opens pull requests on GitHub: not with --from {}",
+            self.source()
+        )))
+    }
     /// Every item's state (`open`, `in_progress`, `closed`…), to find the changes ralph did
     /// not make; `None` when the tracker cannot list them.
     fn states(&mut self) -> Result<Option<BTreeMap<String, String>>> {
@@ -55,13 +64,25 @@ pub(crate) trait Tracker {
     }
 }
 
-/// `--from SOURCE`: the tracker in the repository at `root`.
-pub(crate) fn open(spec: &str, root: &Path) -> Result<Box<dyn Tracker>> {
-    match spec {
-        "beads" => Ok(Box::new(beads::Beads::find(root)?)),
-        other => {
-            Err(Error::usage(format!("unknown queue `{other}`")).with_hint("use --from beads"))
+/// `--from SOURCE`: the tracker in the repository at `root`; `origin` is the configured
+/// `remote.origin.url` (as written, before any `insteadOf` rewriting), for `github` without
+/// `:OWNER/REPO`.
+pub(crate) fn open(spec: &str, root: &Path, origin: Option<&str>) -> Result<Box<dyn Tracker>> {
+    match spec.split_once(':') {
+        None if spec == "beads" => Ok(Box::new(beads::Beads::find(root)?)),
+        Some(("github", repo)) => Ok(Box::new(github::GitHub::new(repo)?)),
+        None if spec == "github" => {
+            let repo = origin.and_then(github::repo_of_url).ok_or_else(|| {
+                Error::user(format!(
+                    "--from github: remote.origin.url ({}) is not a GitHub repository",
+                    origin.unwrap_or("unset")
+                ))
+                .with_hint("name it: --from github:OWNER/REPO")
+            })?;
+            Ok(Box::new(github::GitHub::new(&repo)?))
         }
+        _ => Err(Error::usage(format!("unknown queue `{spec}`"))
+            .with_hint("use --from beads or --from github[:OWNER/REPO]")),
     }
 }
 

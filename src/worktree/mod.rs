@@ -206,7 +206,8 @@ fn replace(repo: &Repo, records: &Records, wt: &Worktree, loop_repo: &Repo, ui: 
 }
 
 /// The branch checked out in `repo`'s work tree.
-fn current_branch(repo: &Repo) -> Option<String> {
+/// The branch checked out in `repo`'s work tree (`None`: a detached HEAD).
+pub(crate) fn current_branch(repo: &Repo) -> Option<String> {
     let head = repo.git2().head().ok()?;
     head.is_branch()
         .then(|| head.shorthand().ok().map(str::to_string))

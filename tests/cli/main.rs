@@ -30,6 +30,7 @@ mod observe;
 mod own_files;
 mod planted;
 mod queue;
+mod queue_github;
 mod real_agents;
 mod run;
 mod sandbox;

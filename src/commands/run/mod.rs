@@ -54,7 +54,11 @@ const INDEX_LOCK_WAIT: Duration = Duration::from_secs(2);
 /// `ralph run` in `dir` (`-C`): closed whatever way it ends ([`launch`]).
 pub(crate) fn run(ui: Ui, dir: Option<&Path>, args: &RunArgs) -> Result<i32> {
     if let Some(spec) = &args.from {
-        let limits = (usize::from(args.parallel), args.max_tasks);
+        let limits = queue::Limits {
+            parallel: usize::from(args.parallel),
+            max_tasks: args.max_tasks,
+            pr: args.pr,
+        };
         let ran = queue::from_queue(ui, dir, spec, limits, &args.options);
         return Ok(ran.unwrap_or_else(|e| Before::error(ui, e).close()));
     }

@@ -20,8 +20,10 @@ use crate::ui::Ui;
 struct Taken {
     item: Item,
     name: String,
-    /// Closed after its merge; else released, with why.
+    /// Closed after its merge (or its pull request opened); else released, with why.
     released: Option<String>,
+    /// `--pr`: its pull request is open and the item with it.
+    pr_open: bool,
 }
 
 impl Taken {
@@ -31,15 +33,24 @@ impl Taken {
             source,
             id: self.item.id.clone(),
             title: self.item.title.clone(),
-            outcome: if self.released.is_some() {
-                "released"
-            } else {
-                "completed"
+            outcome: match (&self.released, self.pr_open) {
+                (Some(_), _) => "released",
+                (None, true) => "pr-open",
+                (None, false) => "completed",
             },
             branch: format!("ralph/{}", self.name),
             why: self.released.clone(),
         })
     }
+}
+
+/// How a queue runs: `--parallel`, `--max-tasks`, `--pr`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    pub(super) parallel: usize,
+    pub(super) max_tasks: Option<usize>,
+    /// A completed item's branch is pushed and a pull request opened instead of a merge.
+    pub(super) pr: bool,
 }
 
 /// An item whose loop runs on a thread of its own.
@@ -55,7 +66,7 @@ pub(super) fn from_queue(
     ui: Ui,
     dir: Option<&Path>,
     spec: &str,
-    limits: (usize, Option<usize>),
+    limits: Limits,
     options: &RunOptions,
 ) -> Result<i32> {
     let ctx = Context::new(dir, ui)?;
@@ -66,8 +77,9 @@ pub(super) fn from_queue(
         )
         .with_hint("commit or stash them first"));
     }
-    let mut tracker = queue::open(spec, repo.root())?;
-    if limits.0 > 1 {
+    let origin = repo.config_value("remote.origin.url");
+    let mut tracker = queue::open(spec, repo.root(), origin.as_deref())?;
+    if limits.parallel > 1 {
         crate::live::LiveView::share_terminal();
     }
     // Counted between items too: a Ctrl-C while nothing runs still stops the queue.
@@ -112,8 +124,7 @@ struct Queue<'a> {
     tracker: Box<dyn Tracker>,
     ledger: Ledger,
     options: &'a RunOptions,
-    /// `--parallel`, `--max-tasks`.
-    limits: (usize, Option<usize>),
+    limits: Limits,
     /// Items taken in this run, never taken twice.
     seen: HashSet<String>,
     taken: Vec<Taken>,
@@ -128,7 +139,11 @@ impl Queue<'_> {
     /// Start loops until `--parallel` run, `--max-tasks` were taken, nothing is ready, or
     /// the queue stops.
     fn fill(&mut self, interrupts: &crate::signals::Background) {
-        let (parallel, max_tasks) = self.limits;
+        let Limits {
+            parallel,
+            max_tasks,
+            ..
+        } = self.limits;
         while self.stop.is_none()
             && interrupts.count() == 0
             && self.running.len() < parallel.max(1)
@@ -164,8 +179,7 @@ impl Queue<'_> {
             &mut self.repo,
             &mut *self.tracker,
             &mut self.ledger,
-            done.item,
-            done.name,
+            (done.item, done.name, self.limits.pr),
             code,
         );
         match concluded {
@@ -304,8 +318,7 @@ fn conclude(
     repo: &mut Repo,
     tracker: &mut dyn Tracker,
     ledger: &mut Ledger,
-    item: Item,
-    name: String,
+    (item, name, pr): (Item, String, bool),
     code: Result<i32>,
 ) -> Result<(Taken, Option<i32>)> {
     if let Err(e) = ledger.hold(ctx, repo, tracker) {
@@ -313,7 +326,7 @@ fn conclude(
         let _ = ledger.update(tracker);
         return Err(e);
     }
-    let (released, stop) = match finish(ctx, repo, tracker, &item, &name, code) {
+    let (released, stop) = match finish(ctx, repo, tracker, (&item, &name, pr), code) {
         Ok(ended) => ended,
         Err(e) => {
             let _ = tracker.release(&item, &format!("ralph: released — error: {e}"));
@@ -333,6 +346,7 @@ fn conclude(
         Taken {
             item,
             name,
+            pr_open: pr && released.is_none(),
             released,
         },
         stop,
@@ -344,8 +358,7 @@ fn finish(
     ctx: &Context,
     repo: &mut Repo,
     tracker: &mut dyn Tracker,
-    item: &Item,
-    name: &str,
+    (item, name, pr): (&Item, &str, bool),
     code: Result<i32>,
 ) -> Result<(Option<String>, Option<i32>)> {
     let code = match code {
@@ -377,6 +390,9 @@ fn finish(
             None,
         ));
     }
+    if pr {
+        return Ok((open_pr(ctx, repo, tracker, item, name).err(), None));
+    }
     match crate::worktree::merge(repo, name, ctx.ui) {
         Ok(exit::COMPLETE) => {}
         Ok(code) => {
@@ -391,6 +407,32 @@ fn finish(
     tracker.close(item, &commit)?;
     commit_tracker_files(repo, tracker, &format!("closed {}", item.id))?;
     Ok((None, None))
+}
+
+/// `--pr`: the item's branch pushed to `origin` and a pull request opened into the branch the
+/// queue started from; the item stays open. `Err(why)` is the item's halt: it is released.
+fn open_pr(
+    ctx: &Context,
+    repo: &Repo,
+    tracker: &mut dyn Tracker,
+    item: &Item,
+    name: &str,
+) -> std::result::Result<(), String> {
+    let branch = format!("ralph/{name}");
+    let base = crate::worktree::current_branch(repo)
+        .ok_or("completed, but no pull request: the queue runs on a detached HEAD")?;
+    repo.push_branch("origin", &branch)
+        .map_err(|e| format!("completed, but not pushed: {e}"))?;
+    let body = halt_of(repo, name, exit::COMPLETE);
+    let url = tracker
+        .open_pr(item, &branch, &base, &format!("ralph: {branch}, {body}"))
+        .map_err(|e| format!("completed and pushed, but no pull request: {e}"))?;
+    ctx.ui.note(&format!(
+        "{} {}: pull request {url}",
+        tracker.source(),
+        item.id
+    ));
+    Ok(())
 }
 
 /// The item's worktree and task file, then its loop on a thread of its own, unattended.
@@ -483,6 +525,10 @@ fn report(ui: Ui, tracker: &dyn Tracker, taken: &[Taken], stopped: Option<i32>) 
     ui.plain(&format!("## {source}: {} item(s) taken", taken.len()));
     for t in taken {
         match &t.released {
+            None if t.pr_open => ui.plain(&format!(
+                "🔀 {} {}: completed, pull request opened from ralph/{} (the item stays open)",
+                t.item.id, t.item.title, t.name
+            )),
             None => ui.plain(&format!(
                 "✅ {} {}: completed, merged and closed (ralph/{})",
                 t.item.id, t.item.title, t.name

@@ -1,0 +1,341 @@
+//! `--from github` (SPEC §14) against a stand-in of GitHub's issue API (`testing/github_standin.rs`,
+//! loopback, the token checked, every request recorded): labelled issues oldest first across
+//! pages, blockers respected, pull requests and unlabelled issues untouched, closed with
+//! `state_reason: completed` on ralph's own exit 0; a refused token is exit 1 naming it.
+
+use std::io::BufRead;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+const TOKEN: &str = "ghp_standin";
+
+/// The stand-in, running on its state file; killed when dropped.
+struct Api {
+    child: std::process::Child,
+    state: PathBuf,
+    url: String,
+}
+
+impl Api {
+    fn start(env: &TestEnv, issues: Value) -> Api {
+        let state = env.home.join("github.json");
+        let doc = json!({ "token": TOKEN, "login": "ralph-bot", "page_size": 2, "issues": issues });
+        std::fs::write(&state, doc.to_string()).unwrap();
+        let bin = fake_agent().with_file_name("github-standin");
+        let mut child = std::process::Command::new(&bin)
+            .arg(&state)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e} (cargo build --examples)", bin.display()));
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = format!("http://127.0.0.1:{}", line.trim());
+        Api { child, state, url }
+    }
+
+    fn issue(&self, n: u64) -> Value {
+        let state: Value =
+            serde_json::from_str(&std::fs::read_to_string(&self.state).unwrap()).unwrap();
+        state["issues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["number"] == n)
+            .unwrap()
+            .clone()
+    }
+
+    /// The requests, `METHOD PATH` each.
+    fn requests(&self) -> Vec<String> {
+        std::fs::read_to_string(format!("{}.log", self.state.display()))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn issue(n: u64, title: &str, labels: &[&str], extra: Value) -> Value {
+    let mut v = json!({
+        "number": n, "title": title, "body": format!("{title}.\n\n- [ ] {title} works"),
+        "labels": labels, "assignees": [], "state": "open", "blocked_by": [],
+    });
+    if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+        o.extend(e.clone());
+    }
+    v
+}
+
+fn run_queue(env: &TestEnv, api: &Api, token: &str, extra: &[&str]) -> std::process::Output {
+    run_from(env, api, token, "github:o/r", extra)
+}
+
+/// `ralph run --from FROM` against the stand-in, with the token given.
+fn run_from(
+    env: &TestEnv,
+    api: &Api,
+    token: &str,
+    from: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    let agent = format!("'{}'", fake_agent().display());
+    let mut args = vec![
+        "run",
+        "--from",
+        from,
+        "--agent-cmd",
+        &agent,
+        "--yes",
+        "--grace",
+        "1s",
+    ];
+    args.extend_from_slice(extra);
+    env.ralph_with_limit(
+        &args,
+        &[
+            ("FAKE_AGENT_SCRIPT", "check-unless:no such text"),
+            ("GITHUB_API_URL", &api.url),
+            ("GITHUB_TOKEN", token),
+        ],
+        std::time::Duration::from_secs(120),
+    )
+}
+
+#[test]
+fn labelled_issues_run_oldest_first_blockers_respected_and_others_untouched() {
+    let env = TestEnv::new();
+    env.write("README.md", "queue\n");
+    env.commit_all("initial");
+    let api = Api::start(
+        &env,
+        json!([
+            issue(1, "Schema", &["ralph"], json!({})),
+            issue(2, "API", &["ralph"], json!({ "blocked_by": [1] })),
+            issue(
+                3,
+                "A pull request",
+                &["ralph"],
+                json!({ "pull_request": true })
+            ),
+            issue(4, "Not for ralph", &["bug"], json!({})),
+            issue(5, "Docs", &["ralph"], json!({})),
+            issue(
+                6,
+                "Taken by a peer",
+                &["ralph"],
+                json!({ "assignees": ["someone"] })
+            ),
+        ]),
+    );
+    let out = run_queue(&env, &api, TOKEN, &[]);
+    assert_exit(&out, 0);
+    for n in [1, 2, 5] {
+        let i = api.issue(n);
+        assert_eq!(i["state"], "closed", "#{n}: {}", stdout(&out));
+        assert_eq!(i["state_reason"], "completed");
+        assert!(
+            i["comments"][0]
+                .as_str()
+                .unwrap()
+                .starts_with("ralph: complete at ")
+        );
+        assert!(env.repo.join(format!("work/github-{n}-1.txt")).exists());
+    }
+    // Oldest first (page size 2, so the Link pages were followed): #2 is older than #5 and is
+    // taken as soon as #1, its blocker, is closed — not before.
+    let requests = api.requests();
+    let at = |wanted: &str| {
+        requests
+            .iter()
+            .position(|r| r == wanted)
+            .unwrap_or_else(|| panic!("no `{wanted}` in {requests:#?}"))
+    };
+    assert!(at("PATCH /repos/o/r/issues/1") < at("POST /repos/o/r/issues/2/assignees"));
+    assert!(at("PATCH /repos/o/r/issues/2") < at("POST /repos/o/r/issues/5/assignees"));
+    assert!(
+        requests.iter().any(|r| r.contains("page=2")),
+        "the next page was never asked for: {requests:#?}"
+    );
+    // The pull request, the unlabelled issue and the peer's were never touched.
+    for n in [3, 4, 6] {
+        let touched: Vec<String> = api
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.starts_with(&format!("POST /repos/o/r/issues/{n}/"))
+                    || r.starts_with(&format!("PATCH /repos/o/r/issues/{n}"))
+            })
+            .collect();
+        assert!(touched.is_empty(), "#{n} touched: {touched:?}");
+        assert_eq!(api.issue(n)["state"], "open");
+    }
+    // Every request carried the token; none left the loopback stand-in.
+    assert!(api.requests().iter().any(|r| r.contains("direction=asc")));
+}
+
+#[test]
+fn a_refused_token_is_exit_one_naming_the_variables_and_the_401() {
+    let env = TestEnv::new();
+    env.write("README.md", "queue\n");
+    env.commit_all("initial");
+    let api = Api::start(&env, json!([issue(1, "Schema", &["ralph"], json!({}))]));
+    let out = run_queue(&env, &api, "wrong", &[]);
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(err.contains("HTTP 401: Bad credentials"), "{err}");
+    assert!(
+        err.contains("GITHUB_TOKEN") && err.contains("GH_TOKEN"),
+        "{err}"
+    );
+    assert!(!env.agent_ran(1));
+    let i = api.issue(1);
+    assert_eq!(i["assignees"], json!([]));
+    assert_eq!(i["state"], "open");
+}
+
+#[test]
+fn a_stalled_issue_is_released_open_unassigned_with_a_comment() {
+    let env = TestEnv::new();
+    env.write("README.md", "queue\n");
+    env.commit_all("initial");
+    let mut stuck = issue(1, "Hard", &["ralph"], json!({}));
+    stuck["body"] = json!("- [ ] never done");
+    let api = Api::start(&env, json!([stuck]));
+    let agent = format!("'{}'", fake_agent().display());
+    let out = env.ralph_with_limit(
+        &[
+            "run",
+            "--from",
+            "github:o/r",
+            "--agent-cmd",
+            &agent,
+            "--yes",
+            "--grace",
+            "1s",
+        ],
+        &[
+            ("FAKE_AGENT_SCRIPT", "check-unless:never done"),
+            ("GITHUB_API_URL", &api.url),
+            ("GITHUB_TOKEN", TOKEN),
+        ],
+        std::time::Duration::from_secs(120),
+    );
+    assert_exit(&out, 9);
+    let i = api.issue(1);
+    assert_eq!(i["state"], "open");
+    assert_eq!(i["assignees"], json!([]));
+    assert_eq!(i["labels"], json!(["ralph"]));
+    let comment = i["comments"][0].as_str().unwrap().to_string();
+    assert!(
+        comment.contains("stalled") && comment.contains("ralph/github-1"),
+        "{comment}"
+    );
+}
+
+#[test]
+fn owner_and_repo_come_from_origin_as_configured_before_insteadof() {
+    let env = TestEnv::new();
+    // git itself reaches the local bare repository; the configured URL still names o/r.
+    with_origin(&env);
+    let api = Api::start(&env, json!([issue(1, "Schema", &["ralph"], json!({}))]));
+    let out = run_from(&env, &api, TOKEN, "github", &[]);
+    assert_exit(&out, 0);
+    assert_eq!(api.issue(1)["state"], "closed");
+    // Control: an origin that is not GitHub's is refused, naming it.
+    env.git(&["remote", "set-url", "origin", "https://gitlab.com/o/r.git"]);
+    let out = run_from(&env, &api, TOKEN, "github", &[]);
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("https://gitlab.com/o/r.git"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A repository whose `origin` names o/r on github.com, which git reaches as a local bare
+/// repository (`url.<bare>.insteadOf`).
+fn with_origin(env: &TestEnv) -> PathBuf {
+    env.write("README.md", "queue\n");
+    env.commit_all("initial");
+    let bare = env.home.join("origin.git");
+    env.git(&["init", "-q", "--bare", &bare.display().to_string()]);
+    env.git(&["remote", "add", "origin", "https://github.com/o/r.git"]);
+    env.git(&[
+        "config",
+        &format!("url.{}.insteadOf", bare.display()),
+        "https://github.com/o/r.git",
+    ]);
+    bare
+}
+
+#[test]
+fn pr_pushes_the_branch_and_opens_a_pull_request_that_closes_the_issue_left_open() {
+    let env = TestEnv::new();
+    let bare = with_origin(&env);
+    let base = env.git(&["branch", "--show-current"]).trim().to_string();
+    let api = Api::start(&env, json!([issue(1, "Schema", &["ralph"], json!({}))]));
+    let out = run_from(&env, &api, TOKEN, "github", &["--pr", "--json"]);
+    assert_exit(&out, 0);
+    // Pushed to the bare origin, not merged here.
+    let pushed = git_in(&env, &bare, &["log", "--format=%s", "ralph/github-1"]);
+    assert!(pushed.contains("ralph: iteration 1"), "{pushed}");
+    assert!(
+        !env.repo.join("work/github-1-1.txt").exists(),
+        "merged anyway"
+    );
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(&api.state).unwrap()).unwrap();
+    let pull = &state["pulls"][0];
+    assert_eq!(pull["head"], "ralph/github-1");
+    assert_eq!(pull["base"], base.as_str());
+    assert_eq!(pull["title"], "Schema");
+    assert!(
+        pull["body"].as_str().unwrap().ends_with("Closes #1"),
+        "{pull}"
+    );
+    let i = api.issue(1);
+    assert_eq!(i["state"], "open");
+    assert_eq!(i["labels"], json!(["ralph", "ralph:pr-open"]));
+    let items = events_named(&out, "queue_item");
+    assert_eq!(items[0]["outcome"], "pr-open");
+    // A later run skips it.
+    let again = run_from(&env, &api, TOKEN, "github", &["--pr"]);
+    assert_exit(&again, 0);
+    assert!(
+        stdout(&again).contains("github: nothing is ready"),
+        "{}",
+        stdout(&again)
+    );
+}
+
+#[test]
+fn pr_whose_push_fails_is_the_items_halt_never_a_silent_success() {
+    let env = TestEnv::new();
+    let bare = with_origin(&env);
+    std::fs::remove_dir_all(&bare).unwrap();
+    let api = Api::start(&env, json!([issue(1, "Schema", &["ralph"], json!({}))]));
+    let out = run_from(&env, &api, TOKEN, "github", &["--pr"]);
+    assert_exit(&out, 9);
+    let i = api.issue(1);
+    assert_eq!(i["state"], "open");
+    assert_eq!(i["labels"], json!(["ralph"]));
+    assert_eq!(i["assignees"], json!([]));
+    let comment = i["comments"][0].as_str().unwrap().to_string();
+    assert!(comment.contains("not pushed"), "{comment}");
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(&api.state).unwrap()).unwrap();
+    assert!(
+        state["pulls"].is_null(),
+        "a pull request was opened: {state}"
+    );
+}
