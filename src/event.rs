@@ -22,6 +22,7 @@ pub(crate) enum Event {
     Waiting(Waiting),
     Halted(Halted),
     QueueItem(QueueItem),
+    QueueFinished(QueueFinished),
 }
 
 /// The run began (or was resumed), before its first iteration.
@@ -131,6 +132,18 @@ pub(crate) struct QueueItem {
     pub(crate) why: Option<String>,
 }
 
+/// A queue run ended (SPEC §14): what it took and how it ends; `nothing_ready` when it took
+/// nothing because nothing was ready.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct QueueFinished {
+    pub(crate) source: &'static str,
+    pub(crate) taken: usize,
+    pub(crate) completed: usize,
+    pub(crate) released: usize,
+    pub(crate) nothing_ready: bool,
+    pub(crate) exit_code: i32,
+}
+
 /// Where a run stood when it halted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub(crate) struct At {
@@ -160,6 +173,7 @@ impl Event {
             Event::Waiting(_) => "waiting",
             Event::Halted(_) => "halted",
             Event::QueueItem(_) => "queue_item",
+            Event::QueueFinished(_) => "queue_finished",
         }
     }
 
@@ -274,6 +288,14 @@ mod tests {
                 branch: "ralph/beads-bd-12".into(),
                 why: Some("halted: stalled (exit 4)".into()),
             }),
+            Event::QueueFinished(QueueFinished {
+                source: "github",
+                taken: 0,
+                completed: 0,
+                released: 0,
+                nothing_ready: true,
+                exit_code: 0,
+            }),
         ]
     }
 
@@ -292,6 +314,7 @@ mod tests {
         {"event":"halted","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","reason":"complete","exit_code":0,"iteration":2,"done":3,"total":3}
         {"event":"halted","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","reason":"error","exit_code":1,"message":"Git required. Run git init first."}
         {"event":"queue_item","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","source":"beads","id":"bd-12","title":"Add login","outcome":"released","branch":"ralph/beads-bd-12","why":"halted: stalled (exit 4)"}
+        {"event":"queue_finished","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","source":"github","taken":0,"completed":0,"released":0,"nothing_ready":true,"exit_code":0}
         "#);
     }
 
@@ -307,6 +330,7 @@ mod tests {
             "waiting",
             "halted",
             "queue_item",
+            "queue_finished",
         ];
         let events = one_of_each();
         for e in &events {
@@ -318,7 +342,8 @@ mod tests {
                 | Event::Stuck(_)
                 | Event::Waiting(_)
                 | Event::Halted(_)
-                | Event::QueueItem(_) => {}
+                | Event::QueueItem(_)
+                | Event::QueueFinished(_) => {}
             }
             assert!(spec.contains(&e.name()), "{}", e.name());
             let v: serde_json::Value = serde_json::from_str(&e.line("t")).unwrap();

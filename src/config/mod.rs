@@ -55,7 +55,10 @@ impl Hooks {
             Event::Stuck(_) => self.on_stuck.as_ref(),
             Event::Waiting(_) => self.on_waiting.as_ref(),
             Event::Halted(_) => self.on_halt.as_ref(),
-            Event::RunStarted(_) | Event::IterationStarted(_) | Event::QueueItem(_) => None,
+            Event::RunStarted(_)
+            | Event::IterationStarted(_)
+            | Event::QueueItem(_)
+            | Event::QueueFinished(_) => None,
         }
     }
 }

@@ -266,6 +266,13 @@ fn nothing_ready_is_exit_zero_with_its_own_message() {
         "{}",
         stdout(&out)
     );
+    // `--json` says so too.
+    let out = b.run_queue("check", &["--json"]);
+    assert_exit(&out, 0);
+    let end = events_named(&out, "queue_finished");
+    assert_eq!(end.len(), 1, "{}", stdout(&out));
+    assert_eq!(end[0]["nothing_ready"], true);
+    assert_eq!(end[0]["taken"], 0);
 }
 
 #[test]
@@ -428,6 +435,14 @@ fn json_lists_each_items_outcome() {
         "{}",
         items[1]
     );
+    let end = &events_named(&out, "queue_finished")[0];
+    let counts = [
+        &end["taken"],
+        &end["completed"],
+        &end["released"],
+        &end["exit_code"],
+    ];
+    assert_eq!(counts, [2, 1, 1, 9], "{end}");
     // stdout is JSON lines only.
     assert_eq!(json_events(&out).len(), stdout(&out).lines().count());
 }

@@ -518,9 +518,27 @@ fn commit_tracker_files(repo: &mut Repo, tracker: &dyn Tracker, what: &str) -> R
 /// item was released, else 0.
 fn report(ui: Ui, tracker: &dyn Tracker, taken: &[Taken], stopped: Option<i32>) -> i32 {
     let source = tracker.source();
-    if taken.is_empty() && stopped.is_none() {
+    let released = taken.iter().filter(|t| t.released.is_some()).count();
+    let code = match stopped {
+        Some(code) => code,
+        None if released > 0 => exit::PARTIAL,
+        None => exit::COMPLETE,
+    };
+    let nothing_ready = taken.is_empty() && stopped.is_none();
+    ui.event(
+        &crate::event::Event::QueueFinished(crate::event::QueueFinished {
+            source,
+            taken: taken.len(),
+            completed: taken.len() - released,
+            released,
+            nothing_ready,
+            exit_code: code,
+        })
+        .line_now(),
+    );
+    if nothing_ready {
         ui.plain(&format!("{source}: nothing is ready"));
-        return exit::COMPLETE;
+        return code;
     }
     ui.plain(&format!("## {source}: {} item(s) taken", taken.len()));
     for t in taken {
@@ -539,9 +557,5 @@ fn report(ui: Ui, tracker: &dyn Tracker, taken: &[Taken], stopped: Option<i32>) 
             )),
         }
     }
-    match stopped {
-        Some(code) => code,
-        None if taken.iter().any(|t| t.released.is_some()) => exit::PARTIAL,
-        None => exit::COMPLETE,
-    }
+    code
 }
