@@ -97,9 +97,13 @@ fn route(
     match (method, segs.as_slice()) {
         ("GET", ["user"]) => (200, None, json!({ "login": state["login"] })),
         ("GET", ["repos", o, r, "issues"]) => {
+            let wanted = match param("state").as_str() {
+                "" => "open".to_string(),
+                s => s.to_string(),
+            };
             let mut list: Vec<Value> = issues(state)
                 .filter(|i| {
-                    i["state"] == "open"
+                    (wanted == "all" || i["state"] == wanted.as_str())
                         && param("labels")
                             .split(',')
                             .filter(|l| !l.is_empty())

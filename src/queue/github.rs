@@ -4,6 +4,7 @@
 //! or blocked by open issues skipped. Claimed by assigning the token's user plus the label, then
 //! read again; closed with a comment and `state_reason: completed`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -38,6 +39,8 @@ pub(crate) struct GitHub {
 #[derive(Debug, Deserialize)]
 struct Issue {
     number: u64,
+    #[serde(default)]
+    state: String,
     #[serde(default)]
     title: String,
     #[serde(default)]
@@ -149,6 +152,27 @@ impl GitHub {
         Ok((link, text))
     }
 
+    /// The issues labelled `ralph` in `state` (`open`, `all`), oldest first, every page.
+    fn labelled(&self, state: &str) -> Result<Vec<Issue>> {
+        let mut url = format!(
+            "{}/repos/{}/issues?labels={LABEL}&state={state}&sort=created&direction=asc&per_page=100",
+            self.api, self.repo
+        );
+        let mut all = Vec::new();
+        for _ in 0..MAX_PAGES {
+            let (link, text) = self.call("GET", &url, None)?;
+            let issues: Vec<Issue> = serde_json::from_str(&text)
+                .map_err(|e| Error::user(format!("GET {url}: not a list of issues: {e}")))?;
+            all.extend(issues);
+            match link.as_deref().and_then(next_page) {
+                // Only pages of the same API: a `Link` elsewhere would take the token along.
+                Some(next) if next.starts_with(&format!("{}/", self.api)) => url = next,
+                _ => break,
+            }
+        }
+        Ok(all)
+    }
+
     fn issue_url(&self, number: &str) -> String {
         format!("{}/repos/{}/issues/{number}", self.api, self.repo)
     }
@@ -187,16 +211,11 @@ impl Tracker for GitHub {
 
     fn ready(&mut self) -> Result<Vec<Item>> {
         let login = self.login()?;
-        let mut url = format!(
-            "{}/repos/{}/issues?labels={LABEL}&state=open&sort=created&direction=asc&per_page=100",
-            self.api, self.repo
-        );
-        let mut items = Vec::new();
-        for _ in 0..MAX_PAGES {
-            let (link, text) = self.call("GET", &url, None)?;
-            let issues: Vec<Issue> = serde_json::from_str(&text)
-                .map_err(|e| Error::user(format!("GET {url}: not a list of issues: {e}")))?;
-            items.extend(issues.into_iter().filter(|i| ready(i, &login)).map(|i| {
+        let issues = self.labelled("open")?;
+        Ok(issues
+            .into_iter()
+            .filter(|i| ready(i, &login))
+            .map(|i| {
                 let body = i.body.unwrap_or_default();
                 Item {
                     id: i.number.to_string(),
@@ -204,14 +223,29 @@ impl Tracker for GitHub {
                     criteria: task_items(&body),
                     body,
                 }
-            }));
-            match link.as_deref().and_then(next_page) {
-                // Only pages of the same API: a `Link` elsewhere would take the token along.
-                Some(next) if next.starts_with(&format!("{}/", self.api)) => url = next,
-                _ => break,
-            }
+            })
+            .collect())
+    }
+
+    fn states(&mut self) -> Result<Option<BTreeMap<String, String>>> {
+        let issues = self.labelled("all")?;
+        Ok(Some(
+            issues
+                .into_iter()
+                .filter(|i| i.pull_request.is_none())
+                .map(|i| (i.number.to_string(), i.state))
+                .collect(),
+        ))
+    }
+
+    fn restore(&mut self, id: &str, _is: &str, was: &str, why: &str) -> Result<()> {
+        let url = self.issue_url(id);
+        let mut sent = json!({ "state": was });
+        if was == "closed" {
+            sent["state_reason"] = json!("completed");
         }
-        Ok(items)
+        self.call("PATCH", &url, Some(&sent))?;
+        self.comment(id, why)
     }
 
     fn claim(&mut self, item: &Item) -> Result<Claim> {

@@ -339,3 +339,66 @@ fn pr_whose_push_fails_is_the_items_halt_never_a_silent_success() {
         "a pull request was opened: {state}"
     );
 }
+
+#[test]
+fn an_issue_an_agent_closed_through_the_api_is_reopened_and_worked() {
+    let env = TestEnv::new();
+    env.write("README.md", "queue\n");
+    env.commit_all("initial");
+    let api = Api::start(
+        &env,
+        json!([
+            issue(1, "Schema", &["ralph"], json!({})),
+            issue(2, "Docs", &["ralph"], json!({})),
+        ]),
+    );
+    // Working #1, the agent closes #2 with the token it inherited.
+    let script = agent_sh(
+        &env,
+        "close-two",
+        "if grep -q 'Task: Schema' \"$RALPH_TASK_FILE\"; then curl -s -o /dev/null -X PATCH -H \"Authorization: Bearer $GITHUB_TOKEN\" -d '{\"state\":\"closed\"}' \"$GITHUB_API_URL/repos/o/r/issues/2\"; fi",
+    );
+    let agent = format!("'{}'", fake_agent().display());
+    let out = env.ralph_with_limit(
+        &[
+            "run",
+            "--from",
+            "github:o/r",
+            "--agent-cmd",
+            &agent,
+            "--yes",
+            "--grace",
+            "1s",
+        ],
+        &[
+            (
+                "FAKE_AGENT_SCRIPT",
+                &format!("{script}+check-unless:no such text"),
+            ),
+            ("GITHUB_API_URL", &api.url),
+            ("GITHUB_TOKEN", TOKEN),
+        ],
+        std::time::Duration::from_secs(120),
+    );
+    assert_exit(&out, 0);
+    // Control: the agent's PATCH reached the API.
+    let requests = api.requests();
+    let patches = requests
+        .iter()
+        .filter(|r| *r == "PATCH /repos/o/r/issues/2")
+        .count();
+    assert!(
+        patches >= 3,
+        "the agent's close, ralph's reopen, ralph's close: {requests:#?}"
+    );
+    let two = api.issue(2);
+    let comments = two["comments"].to_string();
+    assert!(
+        comments.contains("status put back from closed to open"),
+        "{comments}"
+    );
+    // Then worked as any other: closed by ralph's own run, its work merged.
+    assert_eq!(two["state"], "closed");
+    assert!(comments.contains("ralph: complete at"), "{comments}");
+    assert!(env.repo.join("work/github-2-1.txt").exists());
+}
