@@ -172,7 +172,14 @@ fn change(issue: &mut Value, method: &str, rest: &[&str], sent: &Value) -> Optio
     match (method, rest) {
         ("GET", []) => {}
         ("PATCH", []) => {
-            for k in ["state", "state_reason", "title", "body"] {
+            for k in [
+                "state",
+                "state_reason",
+                "title",
+                "body",
+                "labels",
+                "assignees",
+            ] {
                 if !sent[k].is_null() {
                     issue[k] = sent[k].clone();
                 }

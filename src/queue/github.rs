@@ -33,6 +33,8 @@ pub(crate) struct GitHub {
     /// Where the token came from, for errors.
     token_from: &'static str,
     login: Option<String>,
+    /// Every issue the ledger has seen: read by number when it no longer carries the label.
+    known: std::collections::BTreeSet<String>,
 }
 
 /// An issue as the API gives it (other fields ignored).
@@ -95,6 +97,7 @@ impl GitHub {
             token,
             token_from,
             login: None,
+            known: Default::default(),
         })
     }
 
@@ -106,6 +109,29 @@ impl GitHub {
         url: &str,
         body: Option<&Value>,
     ) -> Result<(Option<String>, String)> {
+        self.call_allowing(method, url, body, &[])
+            .map(|(_, link, text)| (link, text))
+    }
+
+    /// Remove `label` from issue `number`; one already gone is no error, any other failure is.
+    fn unlabel(&self, number: &str, label: &str) -> Result<()> {
+        let url = format!(
+            "{}/labels/{}",
+            self.issue_url(number),
+            label.replace(':', "%3A")
+        );
+        self.call_allowing("DELETE", &url, None, &[404]).map(|_| ())
+    }
+
+    /// As [`GitHub::call`], a status in `also` answered as no error: the status, the `Link`
+    /// header and the body.
+    fn call_allowing(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<&Value>,
+        also: &[u16],
+    ) -> Result<(u16, Option<String>, String)> {
         let auth = format!("Bearer {}", self.token);
         let req = ureq::http::Request::builder()
             .method(method)
@@ -135,7 +161,7 @@ impl GitHub {
             .limit(BODY_LIMIT)
             .read_to_string()
             .map_err(|e| Error::user(format!("{method} {url}: {e}")))?;
-        if !(200..300).contains(&status) {
+        if !(200..300).contains(&status) && !also.contains(&status) {
             let said = serde_json::from_str::<Value>(&text)
                 .ok()
                 .and_then(|v| v["message"].as_str().map(str::to_string))
@@ -149,7 +175,7 @@ impl GitHub {
             }
             return Err(err);
         }
-        Ok((link, text))
+        Ok((status, link, text))
     }
 
     /// The issues labelled `ralph` in `state` (`open`, `all`), oldest first, every page.
@@ -227,24 +253,46 @@ impl Tracker for GitHub {
             .collect())
     }
 
+    /// Each issue's state, assignees and labels (`open|alice|ralph,ralph:in-progress`): the
+    /// labelled ones, and every one seen before that lost the label since.
     fn states(&mut self) -> Result<Option<BTreeMap<String, String>>> {
-        let issues = self.labelled("all")?;
-        Ok(Some(
-            issues
-                .into_iter()
-                .filter(|i| i.pull_request.is_none())
-                .map(|i| (i.number.to_string(), i.state))
-                .collect(),
-        ))
+        let mut states: BTreeMap<String, String> = self
+            .labelled("all")?
+            .iter()
+            .filter(|i| i.pull_request.is_none())
+            .map(|i| (i.number.to_string(), standing(i)))
+            .collect();
+        for id in self.known.clone() {
+            if !states.contains_key(&id) {
+                states.insert(id.clone(), standing(&self.issue(&id)?));
+            }
+        }
+        self.known.extend(states.keys().cloned());
+        Ok(Some(states))
     }
 
     fn restore(&mut self, id: &str, _is: &str, was: &str, why: &str) -> Result<()> {
-        let url = self.issue_url(id);
-        let mut sent = json!({ "state": was });
-        if was == "closed" {
+        let mut parts = was.split('|');
+        let (state, assignees, labels) = (
+            parts.next().unwrap_or("open"),
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+        );
+        let list = |s: &str| -> Vec<String> {
+            s.split(',')
+                .filter(|x| !x.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        let mut sent = json!({
+            "state": state,
+            "assignees": list(assignees),
+            "labels": list(labels),
+        });
+        if state == "closed" {
             sent["state_reason"] = json!("completed");
         }
-        self.call("PATCH", &url, Some(&sent))?;
+        self.call("PATCH", &self.issue_url(id), Some(&sent))?;
         self.comment(id, why)
     }
 
@@ -274,6 +322,8 @@ impl Tracker for GitHub {
     }
 
     fn close(&mut self, item: &Item, commit: &str) -> Result<()> {
+        // The claim's label first: an issue is never left closed and still claimed.
+        self.unlabel(&item.id, IN_PROGRESS)?;
         self.comment(&item.id, &format!("ralph: complete at {commit}"))?;
         let url = self.issue_url(&item.id);
         self.call(
@@ -281,10 +331,17 @@ impl Tracker for GitHub {
             &url,
             Some(&json!({ "state": "closed", "state_reason": "completed" })),
         )?;
-        let label = format!("{url}/labels/{}", IN_PROGRESS.replace(':', "%3A"));
-        // A label already gone is no error.
-        let _ = self.call("DELETE", &label, None);
         Ok(())
+    }
+
+    fn mark_pr_open(&mut self, item: &Item) -> Result<()> {
+        let issue = self.issue_url(&item.id);
+        self.call(
+            "POST",
+            &format!("{issue}/labels"),
+            Some(&json!({ "labels": [PR_OPEN] })),
+        )?;
+        self.unlabel(&item.id, IN_PROGRESS)
     }
 
     fn open_pr(&mut self, item: &Item, head: &str, base: &str, body: &str) -> Result<String> {
@@ -300,26 +357,16 @@ impl Tracker for GitHub {
             .ok()
             .and_then(|v| v["html_url"].as_str().map(str::to_string))
             .ok_or_else(|| Error::user(format!("POST {url}: no pull request in the answer")))?;
-        let issue = self.issue_url(&item.id);
-        let _ = self.call(
-            "DELETE",
-            &format!("{issue}/labels/{}", IN_PROGRESS.replace(':', "%3A")),
-            None,
-        );
-        self.call(
-            "POST",
-            &format!("{issue}/labels"),
-            Some(&json!({ "labels": [PR_OPEN] })),
-        )?;
-        self.comment(&item.id, &format!("ralph: pull request {pr}"))?;
+        // Opened and labelled: the comment only says where (its failure changes nothing).
+        let _ = self.comment(&item.id, &format!("ralph: pull request {pr}"));
         Ok(pr)
     }
 
     fn release(&mut self, item: &Item, why: &str) -> Result<()> {
         let login = self.login()?;
         let url = self.issue_url(&item.id);
-        let label = format!("{url}/labels/{}", IN_PROGRESS.replace(':', "%3A"));
-        let _ = self.call("DELETE", &label, None);
+        self.unlabel(&item.id, IN_PROGRESS)?;
+        self.unlabel(&item.id, PR_OPEN)?;
         self.call(
             "DELETE",
             &format!("{url}/assignees"),
@@ -327,6 +374,15 @@ impl Tracker for GitHub {
         )?;
         self.comment(&item.id, why)
     }
+}
+
+/// An issue's standing as the ledger keeps it: its state, assignees and labels (sorted).
+fn standing(i: &Issue) -> String {
+    let mut assignees: Vec<&str> = i.assignees.iter().map(|a| a.login.as_str()).collect();
+    let mut labels: Vec<&str> = i.labels.iter().map(|l| l.name.as_str()).collect();
+    assignees.sort_unstable();
+    labels.sort_unstable();
+    format!("{}|{}|{}", i.state, assignees.join(","), labels.join(","))
 }
 
 /// Whether an open labelled issue is free to take: no pull request, no claim, nobody else

@@ -40,8 +40,15 @@ pub(crate) trait Tracker {
     fn close(&mut self, item: &Item, commit: &str) -> Result<()>;
     /// Given back, with why: open again for a person or a later run.
     fn release(&mut self, item: &Item, why: &str) -> Result<()>;
-    /// `--pr`: a pull request from `head` into `base` opened for the item, which stays open,
-    /// relabelled so later runs skip it; its URL.
+    /// `--pr`, before anything is pushed: the item marked as having its pull request (so a
+    /// later run skips it), no longer claimed.
+    fn mark_pr_open(&mut self, _item: &Item) -> Result<()> {
+        Err(Error::usage(format!(
+            "--pr opens pull requests on GitHub: not with --from {}",
+            self.source()
+        )))
+    }
+    /// `--pr`: the pull request from `head` into `base` opened for the item; its URL.
     fn open_pr(&mut self, _item: &Item, _head: &str, _base: &str, _body: &str) -> Result<String> {
         Err(Error::usage(format!(
             "--pr opens pull requests on GitHub: not with --from {}",

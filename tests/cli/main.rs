@@ -19,6 +19,7 @@ mod git_links;
 mod git_props;
 mod help;
 mod hooks;
+mod hostile_github;
 mod hostile_queue_stories;
 mod init;
 mod integrity;

@@ -394,7 +394,7 @@ fn an_issue_an_agent_closed_through_the_api_is_reopened_and_worked() {
     let two = api.issue(2);
     let comments = two["comments"].to_string();
     assert!(
-        comments.contains("status put back from closed to open"),
+        comments.contains("put back from `closed||ralph` to `open||ralph`"),
         "{comments}"
     );
     // Then worked as any other: closed by ralph's own run, its work merged.

@@ -217,11 +217,19 @@ fn stop_running_loops() {
 /// whose state changed without ralph (an agent running `br close` on the main work tree) is
 /// put back, with a comment, before ralph does anything else: an item is closed only on
 /// ralph's own exit 0.
-struct Ledger(Option<BTreeMap<String, String>>);
+struct Ledger(Option<BTreeMap<String, String>>, Option<HashSet<String>>);
 
 impl Ledger {
+    /// The states now; the items the tracker has now are the ones this queue may take.
     fn read(tracker: &mut dyn Tracker) -> Result<Ledger> {
-        Ok(Ledger(tracker.states()?))
+        let states = tracker.states()?;
+        let start = states.as_ref().map(|s| s.keys().cloned().collect());
+        Ok(Ledger(states, start))
+    }
+
+    /// Whether the tracker had item `id` when the queue started (without a ledger: any).
+    fn known(&self, id: &str) -> bool {
+        self.1.as_ref().is_none_or(|start| start.contains(id))
     }
 
     /// Put back what changed without ralph; then the tracker's files, whoever changed them
@@ -234,7 +242,7 @@ impl Ledger {
         for (id, was) in expected {
             if let Some(is) = now.get(id).filter(|is| *is != was) {
                 let why = format!(
-                    "ralph: status put back from {is} to {was}: it changed outside ralph while a queue ran"
+                    "ralph: put back from `{is}` to `{was}`: it changed outside ralph while a queue ran"
                 );
                 tracker.restore(id, is, was, &why)?;
                 ctx.ui.warn(&format!("{} {id}: {why}", tracker.source()));
@@ -270,11 +278,17 @@ fn take_next(
     loop {
         ledger.hold(ctx, repo, tracker)?;
         let ready = tracker.ready()?;
-        let Some(item) = ready.into_iter().find(|i| !seen.contains(&i.id)) else {
+        // Only items the tracker had when the queue started: one that turns up while loops
+        // run (an agent labelling an issue `ralph`) waits for a run a person starts.
+        let Some(item) = ready
+            .into_iter()
+            .find(|i| !seen.contains(&i.id) && ledger.known(&i.id))
+        else {
             return Ok(None);
         };
         seen.insert(item.id.clone());
-        if tracker.claim(&item)? == Claim::Taken {
+        let claimed = tracker.claim(&item);
+        if matches!(claimed, Ok(Claim::Taken)) {
             ctx.ui.note(&format!(
                 "{} {}: claimed by someone else, next",
                 tracker.source(),
@@ -282,10 +296,14 @@ fn take_next(
             ));
             continue;
         }
-        commit_tracker_files(repo, tracker, &format!("claimed {}", item.id))?;
-        ledger.update(tracker)?;
         let name = queue::loop_name(tracker.source(), &item.id);
-        return match start_item(ctx, repo, tracker.source(), &item, &name, options) {
+        // From the first claim call on, whatever fails leaves the item released.
+        let started = claimed.and_then(|_| {
+            commit_tracker_files(repo, tracker, &format!("claimed {}", item.id))?;
+            ledger.update(tracker)?;
+            start_item(ctx, repo, tracker.source(), &item, &name, options)
+        });
+        return match started {
             Ok(loop_) => Ok(Some(Running { item, name, loop_ })),
             Err(e) => {
                 let _ = tracker.release(&item, &format!("ralph: released — error: {e}"));
@@ -421,6 +439,11 @@ fn open_pr(
     let branch = format!("ralph/{name}");
     let base = crate::worktree::current_branch(repo)
         .ok_or("completed, but no pull request: the queue runs on a detached HEAD")?;
+    // The issue says so before anything is pushed: a pull request is never left open behind
+    // an issue a later run would take again, nor a branch pushed for nothing.
+    tracker
+        .mark_pr_open(item)
+        .map_err(|e| format!("completed, but not marked for its pull request: {e}"))?;
     repo.push_branch("origin", &branch)
         .map_err(|e| format!("completed, but not pushed: {e}"))?;
     let body = halt_of(repo, name, exit::COMPLETE);
