@@ -81,3 +81,17 @@ fn the_items_text_adds_hides_or_changes_no_criterion() {
         "{unquoted}"
     );
 }
+
+#[test]
+fn a_title_naming_success_criteria_still_asks_only_its_criteria() {
+    let it = item(
+        "Write the Success Criteria page",
+        "- [ ] in the body",
+        &["page written"],
+    );
+    let text = task_file("beads", &it);
+    assert!(asks_only_its_criteria("beads", &it, &text), "{text}");
+    let doc = parse_task_bytes(Path::new("t.md"), text.as_bytes()).unwrap();
+    let read: Vec<&str> = doc.checklist.remaining().map(|c| c.text.as_str()).collect();
+    assert_eq!(read, ["page written"]);
+}

@@ -287,6 +287,17 @@ fn take_next(
             return Ok(None);
         };
         seen.insert(item.id.clone());
+        // An item whose text would change its task file's criteria is never claimed: skipped,
+        // said, the queue goes on (one hostile issue does not stop the others).
+        let text = queue::task_file(tracker.source(), &item);
+        if !queue::asks_only_its_criteria(tracker.source(), &item, &text) {
+            ctx.ui.warn(&format!(
+                "{} {}: its text would change the criteria of its task file; not taken",
+                tracker.source(),
+                item.id
+            ));
+            continue;
+        }
         let claimed = tracker.claim(&item);
         if matches!(claimed, Ok(Claim::Taken)) {
             ctx.ui.note(&format!(
@@ -474,14 +485,6 @@ fn start_item(
         crate::files::create_dir_all(dir).map_err(|e| Error::file("create directory", dir, e))?;
     }
     let text = queue::task_file(source, item);
-    // Whatever the item's text holds, the task file asks for its criteria and nothing else:
-    // read back by the reader every run uses, before any agent sees it.
-    if !queue::asks_only_its_criteria(source, item, &text) {
-        return Err(Error::user(format!(
-            "{source} {}: its text would change the criteria of its task file; the item is not taken",
-            item.id
-        )));
-    }
     crate::state::write_atomic(&path, text.as_bytes())?;
     // The first commit of the item's branch: what was asked, as the record.
     Repo::discover(&wt.path)?
