@@ -43,6 +43,8 @@ pub(crate) struct Findings {
     limit: Option<Limit>,
     retrying: Option<Limit>,
     auth_error: Option<String>,
+    /// The shell's words when the agent never started (exit 126/127, nothing else printed).
+    cannot_start: Option<String>,
     pub(super) session_id: Option<String>,
     /// The latest assistant message (JSON formats).
     pub(super) last_text: Option<String>,
@@ -86,6 +88,7 @@ impl Findings {
             limit: None,
             retrying: None,
             auth_error: None,
+            cannot_start: None,
             session_id: None,
             last_text: None,
             newest_first: None,
@@ -146,6 +149,29 @@ impl Findings {
 
     pub(crate) fn auth_error(&self) -> Option<&str> {
         self.auth_error.as_deref()
+    }
+
+    /// The agent never started: what the shell said.
+    pub(crate) fn cannot_start(&self) -> Option<&str> {
+        self.cannot_start.as_deref()
+    }
+
+    /// The agent exited 126/127 having printed only `lines`, each the shell's word that a
+    /// program cannot run (not found, no such file, permission denied…): it never started.
+    pub(super) fn not_started(&mut self, lines: &[TailLine]) {
+        const REFUSALS: [&str; 6] = [
+            ": No such file or directory",
+            ": command not found",
+            ": not found",
+            ": Permission denied",
+            ": Is a directory",
+            "cannot execute",
+        ];
+        let refused = |l: &TailLine| REFUSALS.iter().any(|r| l.text.contains(r));
+        if !lines.is_empty() && lines.iter().all(refused) {
+            let said: Vec<&str> = lines.iter().map(|l| l.text.trim()).collect();
+            self.cannot_start = Some(clip(&said.join("; ")));
+        }
     }
 
     #[cfg(test)]

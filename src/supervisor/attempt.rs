@@ -59,6 +59,8 @@ impl Loop {
                     }
                     stop => stop,
                 }
+            } else if let Some(said) = observer.cannot_start() {
+                Some(self.cannot_start(said, finished.exit_code))
             } else {
                 observer.auth_error().map(|auth| Halt::Error {
                     message: format!("agent `{}` cannot work: {auth}", self.setup.agent.name),
@@ -77,6 +79,27 @@ impl Loop {
                 ended_at: crate::state::now_rfc3339(),
                 stop,
             });
+        }
+    }
+
+    /// The agent never started (the shell could not run it): the run halts at once, naming
+    /// the command and what the shell said — under `--sandbox`, a path in a directory the
+    /// sandbox makes private is said to be one.
+    fn cannot_start(&self, said: &str, code: i32) -> Halt {
+        let private = ["/tmp/", "/run/", "/var/run/", "/dev/shm/"];
+        let hint = if self.setup.settings.sandbox.is_some()
+            && private.iter().any(|p| said.contains(p))
+        {
+            "under --sandbox, /tmp, /run and /dev/shm are the sandbox's own, empty: put the agent's script in the repository or your home"
+        } else {
+            "check the path in --agent-cmd (relative paths start in the repository) and that the file is executable"
+        };
+        Halt::Error {
+            message: format!(
+                "agent `{}` could not start (exit {code}): {said}",
+                self.setup.agent.name
+            ),
+            hint: hint.into(),
         }
     }
 

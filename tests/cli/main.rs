@@ -3,6 +3,7 @@
 
 mod agents;
 mod authority;
+mod cannot_start;
 mod commit_guard;
 mod common;
 mod completion;

@@ -204,6 +204,10 @@ impl Observer {
         self.seen.flush_activity();
         if exit != Some(0) {
             let tail = self.failed_tail();
+            // Everything it printed, and all of it the shell's refusal: it never started.
+            if matches!(exit, Some(126 | 127)) && self.plain_lines == tail.len() as u64 {
+                self.seen.not_started(&tail);
+            }
             self.format.cli.failed_tail(&tail, &mut self.seen);
         }
         self.seen.end();
@@ -258,6 +262,11 @@ impl Observer {
                     })
             })
         })
+    }
+
+    /// The agent never started (exit 126/127 with only the shell's refusal): what it said.
+    pub(crate) fn cannot_start(&self) -> Option<&str> {
+        self.seen.cannot_start()
     }
 
     /// An authentication failure (`Invalid API key`, `Not logged in · Please run /login`, 401):
