@@ -5,77 +5,12 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
 use crate::common::*;
-
-const TOKEN: &str = "ghp_standin";
-
-/// The stand-in, on its state file; killed when dropped.
-struct Api {
-    child: std::process::Child,
-    state: PathBuf,
-    port: u16,
-}
-
-impl Api {
-    fn start(env: &TestEnv, issues: Value, page_size: u64) -> Api {
-        let state = env.home.join("github.json");
-        let doc = json!({ "token": TOKEN, "login": "ralph-bot", "page_size": page_size, "issues": issues });
-        std::fs::write(&state, doc.to_string()).unwrap();
-        let bin = fake_agent().with_file_name("github-standin");
-        let mut child = std::process::Command::new(&bin)
-            .arg(&state)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e} (cargo build --examples)", bin.display()));
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        Api {
-            child,
-            state,
-            port: line.trim().parse().unwrap(),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn doc(&self) -> Value {
-        serde_json::from_str(&std::fs::read_to_string(&self.state).unwrap()).unwrap()
-    }
-
-    fn issue(&self, n: u64) -> Value {
-        self.doc()["issues"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|i| i["number"] == n)
-            .unwrap()
-            .clone()
-    }
-
-    fn requests(&self) -> Vec<String> {
-        std::fs::read_to_string(format!("{}.log", self.state.display()))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-}
-
-impl Drop for Api {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::queue_github::{Api, TOKEN, fresh, issue, with_origin};
 
 /// A fault: the `nth` request (1-based; 0 = every one) whose `METHOD PATH` (query left off)
 /// is `want` is answered with `raw` (a whole HTTP response) instead of being forwarded.
@@ -227,24 +162,6 @@ fn trap() -> (u16, Arc<Mutex<Vec<String>>>) {
         }
     });
     (port, got)
-}
-
-fn issue(n: u64, title: &str, labels: &[&str], extra: Value) -> Value {
-    let mut v = json!({
-        "number": n, "title": title, "body": format!("{title}.\n\n- [ ] {title} works"),
-        "labels": labels, "assignees": [], "state": "open", "blocked_by": [],
-    });
-    if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
-        o.extend(e.clone());
-    }
-    v
-}
-
-fn fresh() -> TestEnv {
-    let env = TestEnv::new();
-    env.write("README.md", "queue\n");
-    env.commit_all("initial");
-    env
 }
 
 /// `ralph run --from FROM` against `url`, the fake agent running `script` then completing.
@@ -613,21 +530,6 @@ fn pr_labelling_that_fails_opens_no_pull_request_and_the_next_run_opens_one() {
     let second = run_at(&env, &api.url(), "github", None, &["--pr"]);
     assert_eq!(second.status.code(), Some(0), "{}", stdout(&second));
     assert_eq!(api.doc()["pulls"].as_array().map_or(0, Vec::len), 1);
-}
-
-/// A repository whose `origin` names o/r on github.com, reached as a local bare repository.
-fn with_origin(env: &TestEnv) -> PathBuf {
-    env.write("README.md", "queue\n");
-    env.commit_all("initial");
-    let bare = env.home.join("origin.git");
-    env.git(&["init", "-q", "--bare", &bare.display().to_string()]);
-    env.git(&["remote", "add", "origin", "https://github.com/o/r.git"]);
-    env.git(&[
-        "config",
-        &format!("url.{}.insteadOf", bare.display()),
-        "https://github.com/o/r.git",
-    ]);
-    bare
 }
 
 /// Attack: `--pr` on a detached HEAD. Promise: the item's halt (released, exit 9), never a

@@ -28,13 +28,13 @@ fn br() -> Option<PathBuf> {
 }
 
 /// A repository with a beads workspace, and `br` run in it.
-struct Beads {
-    env: TestEnv,
-    br: PathBuf,
+pub(crate) struct Beads {
+    pub(crate) env: TestEnv,
+    pub(crate) br: PathBuf,
 }
 
 impl Beads {
-    fn new() -> Option<Beads> {
+    pub(crate) fn new() -> Option<Beads> {
         let br = br()?;
         let env = TestEnv::new();
         env.write("README.md", "queue\n");
@@ -44,7 +44,7 @@ impl Beads {
         Some(b)
     }
 
-    fn run(&self, args: &[&str]) -> std::process::Output {
+    pub(crate) fn run(&self, args: &[&str]) -> std::process::Output {
         self.env
             .command(&self.br.display().to_string())
             .args(args)
@@ -54,7 +54,7 @@ impl Beads {
     }
 
     #[track_caller]
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
         assert!(
             out.status.success(),
@@ -66,13 +66,24 @@ impl Beads {
     }
 
     /// A new item; its id.
-    fn create(&self, title: &str, criteria: &str, priority: u32) -> String {
+    pub(crate) fn create(&self, title: &str, criteria: &str, priority: u32) -> String {
+        self.create_with(title, &format!("{title}, please."), criteria, priority)
+    }
+
+    /// A new item with this description; its id.
+    pub(crate) fn create_with(
+        &self,
+        title: &str,
+        description: &str,
+        criteria: &str,
+        priority: u32,
+    ) -> String {
         let out = self.ok(&[
             "create",
             "--title",
             title,
             "--description",
-            &format!("{title}, please."),
+            description,
             "--acceptance-criteria",
             criteria,
             "--priority",
@@ -84,18 +95,28 @@ impl Beads {
         v["id"].as_str().expect("an id").to_string()
     }
 
-    fn show(&self, id: &str) -> serde_json::Value {
+    pub(crate) fn show(&self, id: &str) -> serde_json::Value {
         let v: serde_json::Value =
             serde_json::from_str(&self.ok(&["show", id, "--json"])).expect("show --json");
         if v.is_array() { v[0].clone() } else { v }
     }
 
-    fn status(&self, id: &str) -> String {
+    pub(crate) fn status(&self, id: &str) -> String {
         self.show(id)["status"].as_str().unwrap_or("?").to_string()
     }
 
     /// `ralph run --from beads` with the fake agent following `script`.
-    fn run_queue(&self, script: &str, extra: &[&str]) -> std::process::Output {
+    pub(crate) fn run_queue(&self, script: &str, extra: &[&str]) -> std::process::Output {
+        self.run_queue_with(script, &self.br.display().to_string(), extra)
+    }
+
+    /// The same, with `cmd` as the beads CLI (a wrapper that fails on purpose).
+    pub(crate) fn run_queue_with(
+        &self,
+        script: &str,
+        cmd: &str,
+        extra: &[&str],
+    ) -> std::process::Output {
         let agent = format!("'{}'", fake_agent().display());
         let mut args = vec![
             "run",
@@ -108,10 +129,9 @@ impl Beads {
             "1s",
         ];
         args.extend_from_slice(extra);
-        let cmd = self.br.display().to_string();
         self.env.ralph_with_limit(
             &args,
-            &[("FAKE_AGENT_SCRIPT", script), ("RALPH_BEADS_CMD", &cmd)],
+            &[("FAKE_AGENT_SCRIPT", script), ("RALPH_BEADS_CMD", cmd)],
             std::time::Duration::from_secs(120),
         )
     }

@@ -3,26 +3,26 @@
 //! pages, blockers respected, pull requests and unlabelled issues untouched, closed with
 //! `state_reason: completed` on ralph's own exit 0; a refused token is exit 1 naming it.
 
-use std::io::BufRead;
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
 use crate::common::*;
 
-const TOKEN: &str = "ghp_standin";
+pub(crate) const TOKEN: &str = "ghp_standin";
 
-/// The stand-in, running on its state file; killed when dropped.
-struct Api {
+/// The stand-in, on its state file (`page_size` issues a page); killed when dropped.
+pub(crate) struct Api {
     child: std::process::Child,
     state: PathBuf,
-    url: String,
+    pub(crate) port: u16,
 }
 
 impl Api {
-    fn start(env: &TestEnv, issues: Value) -> Api {
+    pub(crate) fn start(env: &TestEnv, issues: Value, page_size: u64) -> Api {
         let state = env.home.join("github.json");
-        let doc = json!({ "token": TOKEN, "login": "ralph-bot", "page_size": 2, "issues": issues });
+        let doc = json!({ "token": TOKEN, "login": "ralph-bot", "page_size": page_size, "issues": issues });
         std::fs::write(&state, doc.to_string()).unwrap();
         let bin = fake_agent().with_file_name("github-standin");
         let mut child = std::process::Command::new(&bin)
@@ -31,17 +31,26 @@ impl Api {
             .spawn()
             .unwrap_or_else(|e| panic!("{}: {e} (cargo build --examples)", bin.display()));
         let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
+        BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let url = format!("http://127.0.0.1:{}", line.trim());
-        Api { child, state, url }
+        Api {
+            child,
+            state,
+            port: line.trim().parse().unwrap(),
+        }
     }
 
-    fn issue(&self, n: u64) -> Value {
-        let state: Value =
-            serde_json::from_str(&std::fs::read_to_string(&self.state).unwrap()).unwrap();
-        state["issues"]
+    pub(crate) fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub(crate) fn doc(&self) -> Value {
+        serde_json::from_str(&std::fs::read_to_string(&self.state).unwrap()).unwrap()
+    }
+
+    pub(crate) fn issue(&self, n: u64) -> Value {
+        self.doc()["issues"]
             .as_array()
             .unwrap()
             .iter()
@@ -50,8 +59,7 @@ impl Api {
             .clone()
     }
 
-    /// The requests, `METHOD PATH` each.
-    fn requests(&self) -> Vec<String> {
+    pub(crate) fn requests(&self) -> Vec<String> {
         std::fs::read_to_string(format!("{}.log", self.state.display()))
             .unwrap_or_default()
             .lines()
@@ -67,7 +75,8 @@ impl Drop for Api {
     }
 }
 
-fn issue(n: u64, title: &str, labels: &[&str], extra: Value) -> Value {
+/// An open issue `n` with one task item in its body; `extra` overrides or adds fields.
+pub(crate) fn issue(n: u64, title: &str, labels: &[&str], extra: Value) -> Value {
     let mut v = json!({
         "number": n, "title": title, "body": format!("{title}.\n\n- [ ] {title} works"),
         "labels": labels, "assignees": [], "state": "open", "blocked_by": [],
@@ -76,6 +85,29 @@ fn issue(n: u64, title: &str, labels: &[&str], extra: Value) -> Value {
         o.extend(e.clone());
     }
     v
+}
+
+/// A repository with one commit.
+pub(crate) fn fresh() -> TestEnv {
+    let env = TestEnv::new();
+    env.write("README.md", "queue\n");
+    env.commit_all("initial");
+    env
+}
+
+/// A repository whose `origin` names o/r on github.com, reached as a local bare repository.
+pub(crate) fn with_origin(env: &TestEnv) -> PathBuf {
+    env.write("README.md", "queue\n");
+    env.commit_all("initial");
+    let bare = env.home.join("origin.git");
+    env.git(&["init", "-q", "--bare", &bare.display().to_string()]);
+    env.git(&["remote", "add", "origin", "https://github.com/o/r.git"]);
+    env.git(&[
+        "config",
+        &format!("url.{}.insteadOf", bare.display()),
+        "https://github.com/o/r.git",
+    ]);
+    bare
 }
 
 fn run_queue(env: &TestEnv, api: &Api, token: &str, extra: &[&str]) -> std::process::Output {
@@ -106,7 +138,7 @@ fn run_from(
         &args,
         &[
             ("FAKE_AGENT_SCRIPT", "check-unless:no such text"),
-            ("GITHUB_API_URL", &api.url),
+            ("GITHUB_API_URL", &api.url()),
             ("GITHUB_TOKEN", token),
         ],
         std::time::Duration::from_secs(120),
@@ -115,9 +147,7 @@ fn run_from(
 
 #[test]
 fn labelled_issues_run_oldest_first_blockers_respected_and_others_untouched() {
-    let env = TestEnv::new();
-    env.write("README.md", "queue\n");
-    env.commit_all("initial");
+    let env = fresh();
     let api = Api::start(
         &env,
         json!([
@@ -138,6 +168,7 @@ fn labelled_issues_run_oldest_first_blockers_respected_and_others_untouched() {
                 json!({ "assignees": ["someone"] })
             ),
         ]),
+        2,
     );
     let out = run_queue(&env, &api, TOKEN, &[]);
     assert_exit(&out, 0);
@@ -187,10 +218,8 @@ fn labelled_issues_run_oldest_first_blockers_respected_and_others_untouched() {
 
 #[test]
 fn a_refused_token_is_exit_one_naming_the_variables_and_the_401() {
-    let env = TestEnv::new();
-    env.write("README.md", "queue\n");
-    env.commit_all("initial");
-    let api = Api::start(&env, json!([issue(1, "Schema", &["ralph"], json!({}))]));
+    let env = fresh();
+    let api = Api::start(&env, json!([issue(1, "Schema", &["ralph"], json!({}))]), 2);
     let out = run_queue(&env, &api, "wrong", &[]);
     assert_exit(&out, 1);
     let err = stderr(&out);
@@ -207,12 +236,10 @@ fn a_refused_token_is_exit_one_naming_the_variables_and_the_401() {
 
 #[test]
 fn a_stalled_issue_is_released_open_unassigned_with_a_comment() {
-    let env = TestEnv::new();
-    env.write("README.md", "queue\n");
-    env.commit_all("initial");
+    let env = fresh();
     let mut stuck = issue(1, "Hard", &["ralph"], json!({}));
     stuck["body"] = json!("- [ ] never done");
-    let api = Api::start(&env, json!([stuck]));
+    let api = Api::start(&env, json!([stuck]), 2);
     let agent = format!("'{}'", fake_agent().display());
     let out = env.ralph_with_limit(
         &[
@@ -227,7 +254,7 @@ fn a_stalled_issue_is_released_open_unassigned_with_a_comment() {
         ],
         &[
             ("FAKE_AGENT_SCRIPT", "check-unless:never done"),
-            ("GITHUB_API_URL", &api.url),
+            ("GITHUB_API_URL", &api.url()),
             ("GITHUB_TOKEN", TOKEN),
         ],
         std::time::Duration::from_secs(120),
@@ -249,7 +276,7 @@ fn owner_and_repo_come_from_origin_as_configured_before_insteadof() {
     let env = TestEnv::new();
     // git itself reaches the local bare repository; the configured URL still names o/r.
     with_origin(&env);
-    let api = Api::start(&env, json!([issue(1, "Schema", &["ralph"], json!({}))]));
+    let api = Api::start(&env, json!([issue(1, "Schema", &["ralph"], json!({}))]), 2);
     let out = run_from(&env, &api, TOKEN, "github", &[]);
     assert_exit(&out, 0);
     assert_eq!(api.issue(1)["state"], "closed");
@@ -264,28 +291,12 @@ fn owner_and_repo_come_from_origin_as_configured_before_insteadof() {
     );
 }
 
-/// A repository whose `origin` names o/r on github.com, which git reaches as a local bare
-/// repository (`url.<bare>.insteadOf`).
-fn with_origin(env: &TestEnv) -> PathBuf {
-    env.write("README.md", "queue\n");
-    env.commit_all("initial");
-    let bare = env.home.join("origin.git");
-    env.git(&["init", "-q", "--bare", &bare.display().to_string()]);
-    env.git(&["remote", "add", "origin", "https://github.com/o/r.git"]);
-    env.git(&[
-        "config",
-        &format!("url.{}.insteadOf", bare.display()),
-        "https://github.com/o/r.git",
-    ]);
-    bare
-}
-
 #[test]
 fn pr_pushes_the_branch_and_opens_a_pull_request_that_closes_the_issue_left_open() {
     let env = TestEnv::new();
     let bare = with_origin(&env);
     let base = env.git(&["branch", "--show-current"]).trim().to_string();
-    let api = Api::start(&env, json!([issue(1, "Schema", &["ralph"], json!({}))]));
+    let api = Api::start(&env, json!([issue(1, "Schema", &["ralph"], json!({}))]), 2);
     let out = run_from(&env, &api, TOKEN, "github", &["--pr", "--json"]);
     assert_exit(&out, 0);
     // Pushed to the bare origin, not merged here.
@@ -324,7 +335,7 @@ fn pr_whose_push_fails_is_the_items_halt_never_a_silent_success() {
     let env = TestEnv::new();
     let bare = with_origin(&env);
     std::fs::remove_dir_all(&bare).unwrap();
-    let api = Api::start(&env, json!([issue(1, "Schema", &["ralph"], json!({}))]));
+    let api = Api::start(&env, json!([issue(1, "Schema", &["ralph"], json!({}))]), 2);
     let out = run_from(&env, &api, TOKEN, "github", &["--pr"]);
     assert_exit(&out, 9);
     let i = api.issue(1);
@@ -342,15 +353,14 @@ fn pr_whose_push_fails_is_the_items_halt_never_a_silent_success() {
 
 #[test]
 fn an_issue_an_agent_closed_through_the_api_is_reopened_and_worked() {
-    let env = TestEnv::new();
-    env.write("README.md", "queue\n");
-    env.commit_all("initial");
+    let env = fresh();
     let api = Api::start(
         &env,
         json!([
             issue(1, "Schema", &["ralph"], json!({})),
             issue(2, "Docs", &["ralph"], json!({})),
         ]),
+        2,
     );
     // Working #1, the agent closes #2 with the token it inherited.
     let script = agent_sh(
@@ -375,7 +385,7 @@ fn an_issue_an_agent_closed_through_the_api_is_reopened_and_worked() {
                 "FAKE_AGENT_SCRIPT",
                 &format!("{script}+check-unless:no such text"),
             ),
-            ("GITHUB_API_URL", &api.url),
+            ("GITHUB_API_URL", &api.url()),
             ("GITHUB_TOKEN", TOKEN),
         ],
         std::time::Duration::from_secs(120),

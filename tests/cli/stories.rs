@@ -39,7 +39,8 @@ const PRD: &str = r#"{
 }
 "#;
 
-fn setup(prd: &str) -> TestEnv {
+/// A repository whose one commit holds `prd` as `prd.json`.
+pub(crate) fn setup(prd: &str) -> TestEnv {
     let env = TestEnv::new();
     env.write("prd.json", prd);
     env.commit_all("initial");
