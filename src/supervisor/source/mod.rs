@@ -346,6 +346,22 @@ impl Source {
     }
 }
 
+/// A file the source reads after the agent: its text; `Err(Ok(line))` when it is gone or no
+/// longer a regular file (tampering, the line to say); `Err(Err(e))` when it cannot be read.
+pub(super) fn read_after_agent(
+    path: &Path,
+    rel: &str,
+) -> std::result::Result<String, std::result::Result<String, crate::files::ReadError>> {
+    match crate::files::read_text(path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.is_missing() => Err(Ok(format!("{rel} was deleted or renamed"))),
+        Err(e) if matches!(e, crate::files::ReadError::NotRegular { .. }) => {
+            Err(Ok(format!("{rel} {e}")))
+        }
+        Err(e) => Err(Err(e)),
+    }
+}
+
 pub(crate) fn table_error(e: crate::task::table::TableError) -> Error {
     let hint = e.hint();
     let err = Error::user(e.to_string());

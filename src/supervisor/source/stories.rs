@@ -121,20 +121,15 @@ impl StoriesSource {
     /// stopped in between (interrupted, killed) never resumes with a story its tests did not
     /// pass.
     pub(crate) fn judge(&mut self) -> Result<Judged> {
-        let text = match crate::files::read_text(&self.path) {
+        let text = match super::read_after_agent(&self.path, &self.rel) {
             Ok(t) => t,
-            Err(e) if e.is_missing() || matches!(e, crate::files::ReadError::NotRegular { .. }) => {
-                let how = if e.is_missing() {
-                    "was deleted or renamed".to_string()
-                } else {
-                    e.to_string()
-                };
+            Err(Ok(gone)) => {
                 return Ok(Judged {
-                    tampered: vec![format!("{} {how}", self.rel)],
+                    tampered: vec![gone],
                     ..self.counted(&self.stories)
                 });
             }
-            Err(e) => return self.put_back(&e.to_string()),
+            Err(Err(e)) => return self.put_back(&e.to_string()),
         };
         let after = match stories::parse(std::path::Path::new(&self.rel), &text) {
             Ok(after) => after,

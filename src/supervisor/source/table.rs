@@ -89,20 +89,15 @@ impl TableSource {
     /// Notes are put back, and rows removed, added or renumbered are tampering).
     pub(crate) fn judge(&mut self) -> Result<Judged> {
         let (k, _) = self.current.unwrap_or((0, 1));
-        let original = match crate::files::read_text(&self.progress_path) {
+        let original = match super::read_after_agent(&self.progress_path, &self.progress_rel) {
             Ok(t) => t,
-            Err(e) if e.is_missing() || matches!(e, crate::files::ReadError::NotRegular { .. }) => {
-                let how = if e.is_missing() {
-                    "was deleted or renamed".to_string()
-                } else {
-                    e.to_string()
-                };
+            Err(Ok(gone)) => {
                 return Ok(Judged {
-                    tampered: vec![format!("{} {how}", self.progress_rel)],
+                    tampered: vec![gone],
                     ..self.counts_now()
                 });
             }
-            Err(e) => return Err(Error::user(e.to_string())),
+            Err(Err(e)) => return Err(Error::user(e.to_string())),
         };
         let after = table::parse_progress(Path::new(&self.progress_rel), &original)
             .map_err(super::table_error)?;

@@ -56,7 +56,12 @@ impl Ledger {
             format!("put back {}", put_back.join(", "))
         };
         commit_tracker_files(repo, tracker, &what)?;
-        self.0 = tracker.states()?;
+        // Read again only when something was put back: otherwise `now` is the standing.
+        self.0 = if put_back.is_empty() {
+            Some(now)
+        } else {
+            tracker.states()?
+        };
         Ok(())
     }
 
