@@ -232,6 +232,15 @@ pub(crate) struct RunOptions {
     #[arg(long, env = "RALPH_AGENT_CMD", value_name = "TEMPLATE")]
     pub(crate) agent_cmd: Option<String>,
 
+    /// A preset to run while the agent is usage-limited (repeatable: tried in order).
+    #[arg(
+        long = "fallback-agent",
+        env = "RALPH_FALLBACK_AGENTS",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    pub(crate) fallback_agents: Vec<String>,
+
     /// Stop after N iterations (default 50).
     #[arg(long, env = "RALPH_MAX_ITERATIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_iterations: Option<u32>,

@@ -33,6 +33,9 @@ pub(crate) struct RunStarted {
     pub(crate) task_file: String,
     pub(crate) mode: Mode,
     pub(crate) agent: String,
+    /// The presets that take over while the agent is usage-limited, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) fallback_agents: Vec<String>,
     pub(crate) max_iterations: u32,
     /// The iteration the run has done (0 on a fresh run).
     pub(crate) iteration: u32,
@@ -46,6 +49,8 @@ pub(crate) struct RunStarted {
 pub(crate) struct IterationStarted {
     pub(crate) run_id: String,
     pub(crate) iteration: u32,
+    /// The agent the iteration starts with.
+    pub(crate) agent: String,
     pub(crate) max_iterations: u32,
     pub(crate) done: usize,
     pub(crate) total: usize,
@@ -58,6 +63,8 @@ pub(crate) struct IterationStarted {
 pub(crate) struct IterationFinished {
     pub(crate) run_id: String,
     pub(crate) iteration: u32,
+    /// The agent whose attempt ended the iteration (after a usage limit, a fallback's).
+    pub(crate) agent: String,
     pub(crate) done: usize,
     pub(crate) total: usize,
     /// The ITER record's figures (`2/3 criteria`).
@@ -93,6 +100,8 @@ pub(crate) struct Stuck {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Waiting {
     pub(crate) iteration: u32,
+    /// The agent that will run when the wait is over.
+    pub(crate) agent: String,
     pub(crate) kind: LimitKind,
     pub(crate) message: String,
     /// When the limit lifts, as the agent said (RFC 3339), if it did.
@@ -215,6 +224,7 @@ mod tests {
                 task_file: "RALPH_TASK.md".into(),
                 mode: Mode::Checklist,
                 agent: "claude".into(),
+                fallback_agents: vec!["qwen".into()],
                 max_iterations: 5,
                 iteration: 0,
                 done: 1,
@@ -224,6 +234,7 @@ mod tests {
             Event::IterationStarted(IterationStarted {
                 run_id: run_id.clone(),
                 iteration: 1,
+                agent: "claude".into(),
                 max_iterations: 5,
                 done: 1,
                 total: 3,
@@ -232,6 +243,7 @@ mod tests {
             Event::IterationFinished(IterationFinished {
                 run_id: run_id.clone(),
                 iteration: 1,
+                agent: "qwen".into(),
                 done: 2,
                 total: 3,
                 figures: "2/3 criteria".into(),
@@ -256,6 +268,7 @@ mod tests {
             }),
             Event::Waiting(Waiting {
                 iteration: 2,
+                agent: "claude".into(),
                 kind: LimitKind::FiveHour,
                 message: "You've hit your limit".into(),
                 reset_at: Some("2025-01-01T17:00:00+00:00".into()),
@@ -306,11 +319,11 @@ mod tests {
             .map(|e| e.line("2025-01-01T12:00:00+00:00"))
             .collect();
         insta::assert_snapshot!(lines.join("\n"), @r#"
-        {"event":"run_started","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","task":"Build the thing","task_file":"RALPH_TASK.md","mode":"checklist","agent":"claude","max_iterations":5,"iteration":0,"done":1,"total":3,"resumed":false}
-        {"event":"iteration_started","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","iteration":1,"max_iterations":5,"done":1,"total":3,"stuck_alert":false}
-        {"event":"iteration_finished","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","iteration":1,"done":2,"total":3,"figures":"2/3 criteria","exit_code":0,"error":false,"verdict_exit_code":null,"timed_out":false,"commit":"abc1234","committed":true,"commit_refused":false,"fingerprint":"4294967295 0","duration_s":1.5,"cost_usd":0.25,"total_cost_usd":0.5,"input_tokens":1000,"output_tokens":50,"turns":3}
+        {"event":"run_started","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","task":"Build the thing","task_file":"RALPH_TASK.md","mode":"checklist","agent":"claude","fallback_agents":["qwen"],"max_iterations":5,"iteration":0,"done":1,"total":3,"resumed":false}
+        {"event":"iteration_started","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","iteration":1,"agent":"claude","max_iterations":5,"done":1,"total":3,"stuck_alert":false}
+        {"event":"iteration_finished","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","iteration":1,"agent":"qwen","done":2,"total":3,"figures":"2/3 criteria","exit_code":0,"error":false,"verdict_exit_code":null,"timed_out":false,"commit":"abc1234","committed":true,"commit_refused":false,"fingerprint":"4294967295 0","duration_s":1.5,"cost_usd":0.25,"total_cost_usd":0.5,"input_tokens":1000,"output_tokens":50,"turns":3}
         {"event":"stuck","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","iteration":3,"no_progress_iterations":3}
-        {"event":"waiting","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","iteration":2,"kind":"five_hour","message":"You've hit your limit","reset_at":"2025-01-01T17:00:00+00:00","wait_s":60.0}
+        {"event":"waiting","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","iteration":2,"agent":"claude","kind":"five_hour","message":"You've hit your limit","reset_at":"2025-01-01T17:00:00+00:00","wait_s":60.0}
         {"event":"halted","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","reason":"complete","exit_code":0,"iteration":2,"done":3,"total":3}
         {"event":"halted","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","reason":"error","exit_code":1,"message":"Git required. Run git init first."}
         {"event":"queue_item","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","source":"beads","id":"bd-12","title":"Add login","outcome":"released","branch":"ralph/beads-bd-12","why":"halted: stalled (exit 4)"}

@@ -47,6 +47,8 @@ pub(crate) struct IterRecord {
     pub(crate) figures: String,
     /// The exit field's value (`3`, `error`, or whatever was written).
     pub(crate) exit: String,
+    /// The agent of the iteration, when the run has fallback agents (`agent NAME`).
+    pub(crate) agent: Option<String>,
     /// The short HEAD or `no-commit`.
     pub(crate) commit: String,
     /// The `git status --porcelain | cksum` output.
@@ -62,13 +64,23 @@ impl IterRecord {
 }
 
 /// Parse an `ITER` record; fields are read from both ends so figures containing ` | ` survive.
+/// A run with fallback agents writes `agent NAME` between the exit and the commit.
 pub(crate) fn parse_iter_record(line: &str) -> Option<IterRecord> {
     let line = line.trim();
     let rest = line.strip_prefix("ITER ")?;
-    let fields: Vec<&str> = rest.split(" | ").collect();
+    let mut fields: Vec<&str> = rest.split(" | ").collect();
     if fields.len() < 5 {
         return None;
     }
+    let n = fields.len();
+    let agent = match fields[n - 3].trim().strip_prefix("agent ") {
+        Some(name) if n >= 6 => {
+            let name = name.trim().to_string();
+            fields.remove(n - 3);
+            Some(name)
+        }
+        _ => None,
+    };
     let n = fields.len();
     let exit = fields[n - 3].trim();
     let exit = exit.strip_prefix("exit").map_or(exit, str::trim);
@@ -76,6 +88,7 @@ pub(crate) fn parse_iter_record(line: &str) -> Option<IterRecord> {
         iteration: fields[0].trim().parse().ok(),
         figures: fields[1..n - 3].join(" | ").trim().to_string(),
         exit: exit.to_string(),
+        agent,
         commit: fields[n - 2].trim().to_string(),
         fingerprint: fields[n - 1].trim().to_string(),
     })
@@ -121,6 +134,17 @@ impl IterKey {
         )
     }
 
+    /// [`IterKey::record`] naming the agent of the iteration (a run with fallback agents).
+    pub(crate) fn record_by(&self, n: u32, exit: IterExit, agent: Option<&str>) -> String {
+        match agent {
+            Some(name) => format!(
+                "ITER {n} | {} | exit {exit} | agent {name} | {} | {}",
+                self.figures, self.commit, self.fingerprint
+            ),
+            None => self.record(n, exit),
+        }
+    }
+
     /// The same figures, commit and fingerprint — the STALLED rule's "no change". A commit or
     /// fingerprint ralph could not read ([`UNKNOWN`]) proves no sameness.
     pub(crate) fn same_as(&self, other: &IterKey) -> bool {
@@ -155,6 +179,32 @@ mod tests {
                 .figures,
             "1/2 criteria"
         );
+    }
+
+    #[test]
+    fn a_record_naming_its_agent_reads_back() {
+        let key = IterKey {
+            figures: "SUMMARY a | b".into(),
+            commit: "abc1234".into(),
+            fingerprint: "1 2".into(),
+        };
+        let line = key.record_by(2, IterExit::Code(0), Some("qwen"));
+        assert_eq!(
+            line,
+            "ITER 2 | SUMMARY a | b | exit 0 | agent qwen | abc1234 | 1 2"
+        );
+        let r = parse_iter_record(&line).unwrap();
+        assert_eq!(r.agent.as_deref(), Some("qwen"));
+        assert_eq!(r.figures, "SUMMARY a | b");
+        assert_eq!(r.ended(), Some(IterExit::Code(0)));
+        assert_eq!(r.commit, "abc1234");
+        // Without an agent: the record as before, no agent read.
+        let plain = parse_iter_record(&key.record_by(2, IterExit::Code(0), None)).unwrap();
+        assert_eq!(plain.agent, None);
+        assert_eq!(plain.figures, "SUMMARY a | b");
+        // Figures that merely say `agent …` are figures: only the field after the exit names one.
+        let r = parse_iter_record("ITER 3 | agent x | exit 1 | abc | 1 2").unwrap();
+        assert_eq!((r.agent, r.figures.as_str()), (None, "agent x"));
     }
 
     #[test]

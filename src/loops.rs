@@ -211,6 +211,9 @@ pub(crate) fn to_json(s: &Status) -> serde_json::Value {
         "cost_usd": st.map_or(0.0, |s| s.cost_usd),
         "input_tokens": st.map_or(0, |s| s.input_tokens),
         "output_tokens": st.map_or(0, |s| s.output_tokens),
+        // The agent of the latest iteration, and what each agent of the run did.
+        "agent": st.and_then(|s| s.agent.clone()),
+        "agents": st.map(|s| &s.agents),
         "elapsed_s": s.elapsed_s,
         "started_at": st.map(|s| s.started_at.clone()),
         "updated_at": st.map(|s| s.updated_at.clone()),

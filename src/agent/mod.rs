@@ -7,6 +7,7 @@
 //! reset-time parser (`reset`), text signals (`signal`) and helpers (`text`); above them, the
 //! [`stream::Observer`] that reads an attempt's output (`crate::proc` runs it).
 
+pub(crate) mod chain;
 pub(crate) mod cli;
 pub(crate) mod findings;
 pub(crate) mod output;
@@ -28,6 +29,7 @@ mod testkit;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+pub(crate) use chain::Chain;
 pub(crate) use cli::{Cli, Format, Launch, Part};
 
 use crate::error::{Error, Result};

@@ -141,6 +141,25 @@ fn print_run(ui: Ui, s: &Status, st: &RunState) {
             st.cost_usd, st.input_tokens, st.output_tokens
         ));
     }
+    print_agents(ui, st);
+}
+
+/// A run with fallback agents: the agent of the latest iteration, and what each one did.
+fn print_agents(ui: Ui, st: &RunState) {
+    let fallbacks = st.pinned.as_ref().map_or(0, |p| p.fallback_agents.len());
+    if fallbacks == 0 && st.agents.len() < 2 {
+        return;
+    }
+    if let Some(agent) = &st.agent {
+        ui.plain(&format!("Agent: {agent} (latest iteration)"));
+    }
+    for (name, used) in &st.agents {
+        let s = if used.iterations == 1 { "" } else { "s" };
+        ui.plain(&format!(
+            "  {name}: {} iteration{s}, ${:.4}, tokens: {} in / {} out",
+            used.iterations, used.cost_usd, used.input_tokens, used.output_tokens
+        ));
+    }
 }
 
 /// The last `ITER` records, and what they say together (stalled, an error).

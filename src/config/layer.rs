@@ -18,6 +18,8 @@ use crate::task::document::Frontmatter;
 pub(crate) struct Layer {
     pub(crate) agent: Option<String>,
     pub(crate) agent_cmd: Option<String>,
+    /// Presets that take over while the agent is usage-limited, in order (SPEC §4).
+    pub(crate) fallback_agents: Option<Vec<String>>,
     pub(crate) max_iterations: Option<u32>,
     pub(crate) timeout: Option<String>,
     pub(crate) idle_timeout: Option<String>,
@@ -71,6 +73,7 @@ impl Layer {
         Layer {
             agent: o.agent.clone(),
             agent_cmd: o.agent_cmd.clone(),
+            fallback_agents: (!o.fallback_agents.is_empty()).then(|| o.fallback_agents.clone()),
             max_iterations: o.max_iterations,
             timeout: dur(&o.timeout),
             idle_timeout: dur(&o.idle_timeout),
@@ -101,6 +104,8 @@ impl Layer {
         Layer {
             agent: f.agent.clone(),
             agent_cmd: f.agent_cmd.clone(),
+            // A config-file key (`document::CONFIG_FILE_ONLY`), like those below.
+            fallback_agents: None,
             max_iterations: f.max_iterations,
             timeout: f.timeout.clone(),
             idle_timeout: f.idle_timeout.clone(),

@@ -20,6 +20,7 @@ pub(crate) fn merge(layers: &[Source]) -> Result<Settings> {
     let nonzero = |d: Option<Duration>| d.filter(|d| !d.is_zero());
     Ok(Settings {
         agent: l.agent()?,
+        fallback_agents: l.fallback_agents(),
         max_iterations: l
             .at_least_one("max_iterations", |l| &l.max_iterations)?
             .unwrap_or(DEFAULT_MAX_ITERATIONS),
@@ -81,6 +82,22 @@ impl Layers<'_> {
             }
         }
         Ok(AgentChoice::Preset(DEFAULT_AGENT.to_string()))
+    }
+
+    /// The highest layer's fallback presets, blank names and repeats left out.
+    fn fallback_agents(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for name in self
+            .first(|l| &l.fallback_agents)
+            .map(|(_, v)| v)
+            .unwrap_or_default()
+        {
+            let name = name.trim();
+            if !name.is_empty() && !names.iter().any(|n| n == name) {
+                names.push(name.to_owned());
+            }
+        }
+        names
     }
 
     fn duration(

@@ -77,6 +77,8 @@ pub(crate) struct Source {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Settings {
     pub(crate) agent: AgentChoice,
+    /// Presets run while the agent is usage-limited, in order (`--fallback-agent`).
+    pub(crate) fallback_agents: Vec<String>,
     pub(crate) max_iterations: u32,
     pub(crate) timeout: Option<Duration>,
     pub(crate) idle_timeout: Option<Duration>,

@@ -18,6 +18,7 @@ impl Settings {
         crate::state::Pinned {
             agent,
             agent_cmd,
+            fallback_agents: self.fallback_agents.clone(),
             test_command: self.test_command.clone(),
             verdict_command: self.verdict_command.clone(),
             sandbox: self
@@ -106,6 +107,9 @@ impl Settings {
                 (Some(p), None) => self.agent = AgentChoice::Preset(p.clone()),
                 (None, None) => {}
             }
+        }
+        if now.fallback_agents.is_none() {
+            self.fallback_agents.clone_from(&pinned.fallback_agents);
         }
         if now.test_command.is_none() {
             self.test_command.clone_from(&pinned.test_command);

@@ -114,13 +114,14 @@ pub(crate) struct Sandbox {
 }
 
 impl Sandbox {
-    /// Resolve the sandbox for `agent` (a preset name, or `custom`) on `repo`. Creates (unless
+    /// Resolve the sandbox for `agents` (preset names, or `custom`: the run's agent and its
+    /// fallbacks) on `repo`. Creates (unless
     /// `make` is a dry run) the preset's missing state directory (mode 0700), and, empty, what a
     /// CLI or git would run or read that does not exist yet where the agent could write it.
     pub(crate) fn new(
         config: &Config,
         repo: RepoPaths,
-        agent: &str,
+        agents: &[&str],
         home: Option<&Path>,
         make: Make,
     ) -> Result<Self> {
@@ -134,10 +135,12 @@ impl Sandbox {
         }
         let bwrap = find_bwrap()?;
         let userns = probe(&bwrap)?;
-        let mut writable = match home {
-            Some(h) => cli_state::writable_state(h, agent, make)?,
-            None => Vec::new(),
-        };
+        let mut writable = Vec::new();
+        if let Some(h) = home {
+            for agent in agents {
+                writable.extend(cli_state::writable_state(h, agent, make)?);
+            }
+        }
         writable.extend(config.writable.iter().filter(|p| p.exists()).cloned());
         let binds = repo::repo_binds(&repo, &writable, make)?;
         let mut read_only = binds.read_only;

@@ -185,10 +185,27 @@ pub(crate) struct RunState {
     /// Failed attempts per story id (`prd.json`, SPEC §14): three skip a story.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub(crate) story_attempts: std::collections::BTreeMap<String, u32>,
+    /// The agent of the latest iteration (a run with fallback agents changes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) agent: Option<String>,
+    /// What each agent of the run did: its iterations, cost and tokens (their sums are the
+    /// run's).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(crate) agents: std::collections::BTreeMap<String, AgentUse>,
     /// What the run was started with that a resume keeps (SPEC §2.3: the same run), unless a
     /// flag of the resume says otherwise. `None` in a state from an older ralph.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) pinned: Option<Pinned>,
+}
+
+/// What one agent did in a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct AgentUse {
+    /// The iterations it ended.
+    pub(crate) iterations: u32,
+    pub(crate) cost_usd: f64,
+    pub(crate) input_tokens: u64,
+    pub(crate) output_tokens: u64,
 }
 
 /// The agent and the checks a run was started with. A resume takes them from here, not from
@@ -202,6 +219,9 @@ pub(crate) struct Pinned {
     /// A custom command template (`--agent-cmd`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) agent_cmd: Option<String>,
+    /// The presets that take over while the agent is usage-limited (`--fallback-agent`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) fallback_agents: Vec<String>,
     /// Whatever its source, a command kept here runs as the repository's on resume (the agent
     /// can write `state.json`): in the sandbox under `--sandbox`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

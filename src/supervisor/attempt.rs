@@ -7,7 +7,10 @@ use super::Loop;
 use super::checks::run_failed;
 use super::decide::Halt;
 use super::prepare::Prepared;
-use crate::agent::stream::{Observer, Usage, format_for};
+use std::time::Duration;
+
+use crate::agent::chain::Next;
+use crate::agent::stream::{Limit, Observer, Usage, format_for};
 use crate::agent::views::Watched;
 use crate::error::Result;
 use crate::event::{Event, Waiting};
@@ -32,7 +35,6 @@ pub(super) struct Attempted {
 impl Loop {
     pub(super) async fn attempt(&mut self, prep: &mut Prepared) -> Result<Attempted> {
         let mut usage = Usage::default();
-        let mut limited = 0u32;
         loop {
             let (finished, observer) = match self.run_agent(prep).await? {
                 Ok(ran) => ran,
@@ -46,14 +48,14 @@ impl Loop {
             let stop = if interrupted {
                 Some(Halt::Interrupted)
             } else if let Some(limit) = observer.limit().cloned() {
-                limited += 1;
-                match self.wait_for_limit(prep, &limit, limited).await? {
+                match self.after_limit(prep, &limit).await? {
                     None => {
                         use std::io::Write;
                         let _ = writeln!(
                             prep.transcript,
-                            "\n--- ralph: usage limit; retrying iteration {} ---",
-                            prep.n
+                            "\n--- ralph: usage limit; retrying iteration {} with {} ---",
+                            prep.n,
+                            self.agents.current().name
                         );
                         continue;
                     }
@@ -63,11 +65,14 @@ impl Loop {
                 Some(self.cannot_start(said, finished.exit_code))
             } else {
                 observer.auth_error().map(|auth| Halt::Error {
-                    message: format!("agent `{}` cannot work: {auth}", self.setup.agent.name),
+                    message: format!("agent `{}` cannot work: {auth}", self.agents.current().name),
                     hint: "log the agent CLI in (or set its API key), then continue with `ralph resume`"
                         .into(),
                 })
             };
+            if observer.limit().is_none() {
+                self.agents.worked();
+            }
             // The agent may have deleted .ralph/: the logs must be writable again.
             self.tree.rd.ensure_runtime()?;
             self.source.mark_planning_ran();
@@ -97,7 +102,7 @@ impl Loop {
         Halt::Error {
             message: format!(
                 "agent `{}` could not start (exit {code}): {said}",
-                self.setup.agent.name
+                self.agents.current().name
             ),
             hint: hint.into(),
         }
@@ -110,7 +115,8 @@ impl Loop {
         &mut self,
         prep: &mut Prepared,
     ) -> Result<std::result::Result<(Finished, Observer), Halt>> {
-        let mut observer = Observer::new(format_for(&self.setup.agent.name), chrono::Utc::now());
+        let mut observer =
+            Observer::new(format_for(&self.agents.current().name), chrono::Utc::now());
         let view = (!self.setup.stream && !self.setup.ui.quiet && LiveView::available())
             .then(|| self.live_view(prep.n));
         // The latest activity for `ralph watch`; dropped (its last line written) with this run.
@@ -173,10 +179,16 @@ impl Loop {
         }
     }
 
+    /// Count an attempt's cost and tokens: the run's, and the current agent's.
     pub(super) fn add_usage(&mut self, u: &Usage) {
         self.state.cost_usd += u.cost_usd;
         self.state.input_tokens += u.input_tokens;
         self.state.output_tokens += u.output_tokens;
+        let name = self.agents.current().name.clone();
+        let mine = self.state.agents.entry(name).or_default();
+        mine.cost_usd += u.cost_usd;
+        mine.input_tokens += u.input_tokens;
+        mine.output_tokens += u.output_tokens;
     }
 
     /// Where `--stream` copies the agent's output.
@@ -261,15 +273,12 @@ impl Loop {
         }
     }
 
-    /// A usage limit ended the attempt: wait until it lifts (or back off), showing the wait.
-    /// `None`: run the attempt again. `Some(halt)`: the iteration ends here (interrupted, or
+    /// A usage limit ended the attempt. The limited agent waits out its reset; the next
+    /// attempt goes at once to the first agent of the chain that is not limited, or, when all
+    /// are, to the one whose limit lifts first, after waiting for it. `None`: run the attempt
+    /// again (`prep.inv` is the agent's). `Some(halt)`: the iteration ends here (interrupted, or
     /// the waiting or cost budget is spent); the record phase still closes it.
-    async fn wait_for_limit(
-        &mut self,
-        prep: &Prepared,
-        limit: &crate::agent::stream::Limit,
-        attempt: u32,
-    ) -> Result<Option<Halt>> {
+    async fn after_limit(&mut self, prep: &mut Prepared, limit: &Limit) -> Result<Option<Halt>> {
         let n = prep.n;
         if let Some(max) = self.setup.settings.max_cost
             && self.state.cost_usd >= max
@@ -282,7 +291,30 @@ impl Loop {
                 "the total cost reached --max-cost".into(),
             )));
         }
-        let wait = limit_wait(limit, self.setup.settings.limit_backoff, attempt);
+        let strikes = self.agents.strike();
+        let own = limit_wait(limit, self.setup.settings.limit_backoff, strikes);
+        let now = std::time::Instant::now();
+        self.agents.limited_for(own, now);
+        let was = self.agents.current().name.clone();
+        let next = self.agents.next(now);
+        if !next.wait.is_zero()
+            && let Some(halt) = self.wait_for_limit(n, limit, next).await?
+        {
+            return Ok(Some(halt));
+        }
+        let to = self.agents.switch(next.agent).name.clone();
+        if to != was {
+            self.announce_switch(n, limit, &was, &to, own);
+        }
+        prep.inv = self.invocation(n, &prep.prompt, &prep.prompt_file)?;
+        self.state.agent = Some(to);
+        Ok(None)
+    }
+
+    /// Every agent of the chain is limited: wait `next.wait`, the earliest reset (bounded by
+    /// `--max-wait`), showing the wait. `Some(halt)` when the iteration ends instead.
+    async fn wait_for_limit(&mut self, n: u32, limit: &Limit, next: Next) -> Result<Option<Halt>> {
+        let wait = next.wait;
         let waited = std::time::Duration::from_secs_f64(self.state.waited_s);
         if waited + wait > self.setup.settings.max_wait {
             let why = format!(
@@ -294,7 +326,12 @@ impl Loop {
             self.log(&format!("Iteration {n}: {}: {why}", limit.message));
             return Ok(Some(Halt::Budget(why)));
         }
-        self.announce_wait(n, limit, wait);
+        let agent = self
+            .agents
+            .agents()
+            .nth(next.agent)
+            .map_or_else(String::new, |a| a.name.clone());
+        self.announce_wait(n, limit, wait, agent);
         self.run_hooks().await;
         if self
             .sleep_interruptibly(wait, &limit.kind.to_string())
@@ -308,12 +345,21 @@ impl Loop {
         Ok(None)
     }
 
-    fn announce_wait(
-        &mut self,
-        n: u32,
-        limit: &crate::agent::stream::Limit,
-        wait: std::time::Duration,
-    ) {
+    /// The limited agent `was` hands the attempt to `to`, at once.
+    fn announce_switch(&mut self, n: u32, limit: &Limit, was: &str, to: &str, own: Duration) {
+        self.log(&format!(
+            "Iteration {n}: usage limit of {was} ({}: {}); {to} takes over at once ({was} is limited for {})",
+            limit.kind,
+            limit.message,
+            human_duration(own)
+        ));
+        self.setup.ui.alert(&format!(
+            "⇄ Usage limit of {was} ({}): iteration {n} runs again with {to}",
+            limit.kind
+        ));
+    }
+
+    fn announce_wait(&mut self, n: u32, limit: &Limit, wait: Duration, agent: String) {
         let until = limit.reset_at.map(|t| {
             t.with_timezone(&chrono::Local)
                 .to_rfc3339_opts(chrono::SecondsFormat::Secs, false)
@@ -335,6 +381,7 @@ impl Loop {
         ));
         self.emit(Event::Waiting(Waiting {
             iteration: n,
+            agent,
             kind: limit.kind.clone(),
             message: limit.message.clone(),
             reset_at: limit.reset_at.map(|t| t.to_rfc3339()),
@@ -380,11 +427,7 @@ impl Loop {
 /// How long to wait before retrying: until a little past the reported reset, else a backoff
 /// from `--limit-backoff` (never under 1 s) that doubles with each limited attempt. A limit met
 /// again right after its reset also backs off, so a misread reset never spins.
-fn limit_wait(
-    limit: &crate::agent::stream::Limit,
-    base: std::time::Duration,
-    attempt: u32,
-) -> std::time::Duration {
+fn limit_wait(limit: &Limit, base: Duration, attempt: u32) -> Duration {
     use crate::agent::stream::backoff;
     let base = base.max(std::time::Duration::from_secs(1));
     match limit.reset_at {

@@ -107,9 +107,16 @@ impl Loop {
         let usage = &attempted.usage;
         let fin = &attempted.finished;
         let key = &recorded.key;
+        let agent = self.agents.current().name.clone();
+        self.state
+            .agents
+            .entry(agent.clone())
+            .or_default()
+            .iterations += 1;
         self.emit(Event::IterationFinished(IterationFinished {
             run_id: self.state.run_id.clone(),
             iteration: n,
+            agent,
             done: recorded.done,
             total: recorded.total,
             figures: key.figures.clone(),
@@ -171,7 +178,12 @@ impl Loop {
             crate::files::create_dir_all(dir)
                 .map_err(|e| Error::file("create directory", dir, e))?;
         }
-        state::append_line(&iter_log, &recorded.key.record(n, recorded.exit))
+        // A run with fallback agents names the agent of each iteration.
+        let agent = self
+            .agents
+            .has_fallbacks()
+            .then(|| self.agents.current().name.as_str());
+        state::append_line(&iter_log, &recorded.key.record_by(n, recorded.exit, agent))
     }
 
     /// No progress for twice the threshold: ask in a terminal, halt when unattended.

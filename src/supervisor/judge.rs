@@ -111,12 +111,15 @@ impl Loop {
         let prompt_file = run_dir.join(format!("iter-{:03}.review.prompt.md", prep.n));
         crate::files::write_own(&prompt_file, prompt.as_bytes())
             .map_err(|e| Error::file("write", &prompt_file, e))?;
-        let mut inv = self.setup.agent.invocation(&prompt, &prompt_file)?;
-        inv.env.extend(self.ralph_env(prep.n));
-        let mut observer = Observer::new(format_for(&self.setup.agent.name), chrono::Utc::now());
+        let inv = self.invocation(prep.n, &prompt, &prompt_file)?;
+        let mut observer =
+            Observer::new(format_for(&self.agents.current().name), chrono::Utc::now());
         let watchers = Watchers::default().with(&mut observer);
         let check = Check {
-            what: format!("review of task {k}: a fresh {} run", self.setup.agent.name),
+            what: format!(
+                "review of task {k}: a fresh {} run",
+                self.agents.current().name
+            ),
             inv: self.setup.settings.confine(inv, true),
             echo: Echo::None,
             limits: self.agent_limits(),

@@ -35,7 +35,7 @@ use tracing::{Instrument, info_span};
 
 pub(crate) use commit::{commit_message, guarded_commit};
 
-use crate::agent::Agent;
+use crate::agent::Chain;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::git::Repo;
@@ -57,6 +57,8 @@ pub(crate) struct Loop {
     /// The work tree the loop commits in.
     pub(crate) tree: Tree,
     pub(crate) source: Source,
+    /// The run's agent and its fallbacks, and which of them is usage-limited.
+    pub(crate) agents: Chain,
     /// The run's record, saved as `state.json`.
     pub(crate) state: RunState,
     /// What the decision carries from one iteration to the next.
@@ -69,7 +71,6 @@ pub(crate) struct Loop {
 /// What a run is and how it runs, as `ralph run` resolved it; no phase changes it.
 pub(crate) struct Setup {
     pub(crate) settings: Settings,
-    pub(crate) agent: Agent,
     pub(crate) task_name: String,
     pub(crate) ui: Ui,
     pub(crate) started: Instant,

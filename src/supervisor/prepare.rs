@@ -21,6 +21,8 @@ pub(super) struct Prepared {
     pub(crate) transcript: std::fs::File,
     pub(crate) transcript_path: PathBuf,
     pub(crate) inv: Invocation,
+    /// Where the prompt was saved (an agent taking over after a limit gets it again).
+    pub(crate) prompt_file: PathBuf,
     pub(crate) head_before: Option<String>,
     /// Lines for the report block, gathered by every phase.
     pub(crate) notes: Vec<String>,
@@ -52,8 +54,8 @@ impl Loop {
         let transcript_path = run_dir.join(format!("iter-{n:03}.log"));
         let transcript = crate::files::open_own(&transcript_path, true)
             .map_err(|e| Error::file("create", &transcript_path, e))?;
-        let mut inv = self.setup.agent.invocation(&prompt, &prompt_file)?;
-        inv.env.extend(self.ralph_env(n));
+        self.state.agent = Some(self.agents.choose(Instant::now()).name.clone());
+        let inv = self.invocation(n, &prompt, &prompt_file)?;
         let head_before = self.tree.repo.head()?.map(|c| c.id);
         self.spend(n)?;
         self.announce(n, stuck_alert);
@@ -65,9 +67,22 @@ impl Loop {
             transcript,
             transcript_path,
             inv,
+            prompt_file,
             head_before,
             notes: Vec::new(),
         })
+    }
+
+    /// The current agent's invocation for iteration `n`'s prompt.
+    pub(super) fn invocation(
+        &self,
+        n: u32,
+        prompt: &str,
+        prompt_file: &std::path::Path,
+    ) -> Result<Invocation> {
+        let mut inv = self.agents.current().invocation(prompt, prompt_file)?;
+        inv.env.extend(self.ralph_env(n));
+        Ok(inv)
     }
 
     /// Spend iteration number `n`: `state.json` names it before its agent starts, so a ralph
@@ -87,12 +102,13 @@ impl Loop {
         self.setup.ui.line(&format!(
             "▶ Iteration {n}/{} — {} ({done}/{total} {})",
             self.setup.settings.max_iterations,
-            self.setup.agent.name,
+            self.agents.current().name,
             self.source.unit()
         ));
         self.emit(Event::IterationStarted(IterationStarted {
             run_id: self.state.run_id.clone(),
             iteration: n,
+            agent: self.agents.current().name.clone(),
             max_iterations: self.setup.settings.max_iterations,
             done,
             total,

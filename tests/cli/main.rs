@@ -13,6 +13,7 @@ mod endings;
 mod errors;
 mod escapes;
 mod events;
+mod fallback;
 mod files;
 mod git_bookkeeping;
 mod git_exact;

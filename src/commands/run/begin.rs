@@ -2,7 +2,7 @@
 //! interrupted iteration's) committed first; `state.json` written; the activity log told.
 
 use super::plan::Plan;
-use crate::agent::Agent;
+use crate::agent::Chain;
 use crate::cli::RunOptions;
 use crate::config::Settings;
 use crate::error::{Error, Result};
@@ -98,7 +98,7 @@ pub(super) struct Begin<'a> {
     pub(crate) rd: &'a RalphDir,
     pub(crate) repo: &'a mut Repo,
     pub(crate) settings: &'a Settings,
-    pub(crate) agent: &'a Agent,
+    pub(crate) agents: &'a Chain,
     pub(crate) plan: &'a Plan,
     pub(crate) unit: &'static str,
 }
@@ -143,7 +143,7 @@ impl Begin<'_> {
             "Run {} resumed at iteration {}: agent {}, max iterations {}",
             p.run_id,
             p.iteration + 1,
-            self.agent.name,
+            self.agents.describe(),
             self.settings.max_iterations
         ));
         self.ui.line(&format!(
@@ -152,7 +152,7 @@ impl Begin<'_> {
             p.iteration + 1,
             self.settings.max_iterations,
             self.unit,
-            self.agent.name
+            self.agents.describe()
         ));
         Ok(p)
     }
@@ -219,7 +219,7 @@ impl Begin<'_> {
             "ralph: {} — {done}/{total} {}, agent {}, up to {} iterations (run {run_id})",
             self.plan.name(),
             self.unit,
-            self.agent.name,
+            self.agents.describe(),
             self.settings.max_iterations
         ));
         let mut st = self.fresh_state(run_id);
@@ -228,7 +228,7 @@ impl Begin<'_> {
             "Run {run_id} started: {} \"{}\", agent {}, max iterations {}",
             self.plan.mode(),
             self.plan.name(),
-            self.agent.name,
+            self.agents.describe(),
             self.settings.max_iterations
         ));
         Ok(st)
@@ -283,6 +283,8 @@ impl Begin<'_> {
             feedback: None,
             annotations: Vec::new(),
             story_attempts: Default::default(),
+            agent: None,
+            agents: Default::default(),
             pinned: Some(self.settings.pinned()),
         }
     }

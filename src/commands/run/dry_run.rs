@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::Resolved;
 use super::plan::{Plan, build_source};
 use super::planning::find_docs_plan;
-use crate::agent::{Agent, AgentChoice};
+use crate::agent::{AgentChoice, Chain};
 use crate::cli::RunOptions;
 use crate::commands::Context;
 use crate::config::Settings;
@@ -25,7 +25,7 @@ pub(super) fn report(
     r: &Resolved,
     options: &RunOptions,
     rollup: Option<PathBuf>,
-    agent: &Agent,
+    agents: &Chain,
 ) -> Result<i32> {
     let ui = ctx.ui;
     if let Plan::Describe(description) = &r.plan {
@@ -43,7 +43,7 @@ pub(super) fn report(
         return Ok(exit::COMPLETE);
     }
     let mut source = build_source(&r.plan, &r.root, options, rollup, &r.settings)?;
-    dry_run_report(ctx, &r.plan, &mut source, &r.settings, agent, &r.rd)
+    dry_run_report(ctx, &r.plan, &mut source, &r.settings, agents, &r.rd)
 }
 
 fn dry_run_report(
@@ -51,9 +51,10 @@ fn dry_run_report(
     plan: &Plan,
     source: &mut Source,
     settings: &Settings,
-    agent: &Agent,
+    agents: &Chain,
     rd: &RalphDir,
 ) -> Result<i32> {
+    let agent = agents.primary();
     let ui = ctx.ui;
     source.select_next();
     let first = source.prompt(&PromptCtx {
@@ -75,6 +76,12 @@ fn dry_run_report(
         AgentChoice::Template(t) => format!("--agent-cmd `{t}`"),
     };
     ui.plain(&format!("agent: {agent_source}"));
+    if agents.has_fallbacks() {
+        ui.plain(&format!(
+            "fallback agents (while it is usage-limited, in order): {}",
+            agents.fallback_names().join(", ")
+        ));
+    }
     ui.plain(&format!("argv: {}", inv.display()));
     for note in &agent.notes {
         ui.plain(&format!("note: {note}"));

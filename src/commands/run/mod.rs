@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use tracing::{Instrument, info_span};
 
 use super::Context;
-use crate::agent::Agent;
+use crate::agent::Chain;
 use crate::cli::{ResumeArgs, RunArgs, RunOptions};
 use crate::error::{Error, Result};
 use crate::event::{Event, RunStarted};
@@ -144,11 +144,11 @@ fn start_once(
     // The probe runs the installed CLI outside, and under --sandbox the CLI may have been
     // changed in its own (writable) state: no probe then.
     let probe = !dry_run && r.settings.sandbox.is_none();
-    let agent = info_span!("agent").in_scope(|| Agent::resolve(&r.settings.agent, probe))?;
-    info_span!("sandbox").in_scope(|| resolve::sandbox(ui, &mut r, &agent, dry_run))?;
+    let agents = info_span!("agent").in_scope(|| resolve::agents(&r.settings, probe))?;
+    info_span!("sandbox").in_scope(|| resolve::sandbox(ui, &mut r, &agents, dry_run))?;
     let rollup = resolve::resolve_rollup(ui, &r.plan, options)?;
     if dry_run {
-        let code = dry_run::report(ctx, &r, options, rollup, &agent)?;
+        let code = dry_run::report(ctx, &r, options, rollup, &agents)?;
         return Ok(Supervised::Ended(code));
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -159,7 +159,7 @@ fn start_once(
         ctx,
         options,
         r,
-        agent,
+        agents,
     };
     runtime.block_on(supervise(run, how, rollup))
 }
@@ -169,7 +169,8 @@ struct Startup<'a> {
     ctx: &'a Context,
     options: &'a RunOptions,
     r: Resolved,
-    agent: Agent,
+    /// The run's agent and its fallbacks.
+    agents: Chain,
 }
 
 /// Under the run's lock, its start-up steps in order, then its loop.
@@ -259,7 +260,7 @@ impl Startup<'_> {
             &r.root,
             &r.rd,
             &description,
-            &self.agent,
+            self.agents.primary(),
             &r.settings,
             &mut r.repo,
         );
@@ -359,7 +360,7 @@ impl Startup<'_> {
         if matches!(source, Source::Stories(_)) && self.r.settings.test_command.is_none() {
             ui.warn("no test command: nothing but the agent's own `passes` flag gates a story (give one with --test-command or `test_command` in .ralph/config.toml)");
         }
-        for note in &self.agent.notes {
+        for note in self.agents.agents().flat_map(|a| &a.notes) {
             ui.note(note);
         }
         let r = &self.r;
@@ -387,7 +388,7 @@ impl Startup<'_> {
             rd: &r.rd,
             repo: &mut r.repo,
             settings: &r.settings,
-            agent: &self.agent,
+            agents: &self.agents,
             plan: &r.plan,
             unit,
         }
@@ -405,14 +406,19 @@ impl Startup<'_> {
 
     /// The loop, and its `run_started` event.
     fn into_loop(self, source: Source, run_state: RunState, interrupts: Interrupts) -> Loop {
-        let (ui, r, agent) = (self.ctx.ui, self.r, self.agent);
+        let (ui, r, agents) = (self.ctx.ui, self.r, self.agents);
         let (done, total) = r.plan.counts();
         let event = Event::RunStarted(RunStarted {
             run_id: run_state.run_id.clone(),
             task: run_state.task.clone(),
             task_file: run_state.task_file.clone(),
             mode: run_state.mode,
-            agent: agent.name.clone(),
+            agent: agents.primary().name.clone(),
+            fallback_agents: agents
+                .fallback_names()
+                .iter()
+                .map(|n| n.to_string())
+                .collect(),
             max_iterations: r.settings.max_iterations,
             iteration: run_state.iteration,
             done,
@@ -430,7 +436,6 @@ impl Startup<'_> {
                 task_name: r.plan.name(),
                 unattended: !supervisor::is_interactive(self.options.yes),
                 settings: r.settings,
-                agent,
                 ui,
                 started: Instant::now(),
                 stream: self.options.stream,
@@ -441,6 +446,7 @@ impl Startup<'_> {
                 watch: None,
             },
             source,
+            agents,
             state: run_state,
             counters,
             interrupts,

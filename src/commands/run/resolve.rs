@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::begin::{self, Continuation};
 use super::plan::{self, Plan};
-use crate::agent::{Agent, AgentChoice};
+use crate::agent::{Agent, AgentChoice, Chain};
 use crate::cli::RunOptions;
 use crate::commands::Context;
 use crate::config::{self, Layer, Settings, Source as ConfigSource};
@@ -28,7 +28,7 @@ pub(super) struct Resolved {
 
 /// `--sandbox`: resolve the sandbox for this repository and agent (refusing without a usable
 /// bwrap), and pin ralph's own git commands (SPEC §4).
-pub(super) fn sandbox(ui: Ui, r: &mut Resolved, agent: &Agent, dry_run: bool) -> Result<()> {
+pub(super) fn sandbox(ui: Ui, r: &mut Resolved, agents: &Chain, dry_run: bool) -> Result<()> {
     let Some(config) = &r.settings.sandbox else {
         return Ok(());
     };
@@ -49,7 +49,8 @@ pub(super) fn sandbox(ui: Ui, r: &mut Resolved, agent: &Agent, dry_run: bool) ->
     } else {
         crate::sandbox::Make::Create
     };
-    let sandbox = crate::sandbox::Sandbox::new(config, paths, &agent.name, home.as_deref(), make)?;
+    let names: Vec<&str> = agents.agents().map(|a| a.name.as_str()).collect();
+    let sandbox = crate::sandbox::Sandbox::new(config, paths, &names, home.as_deref(), make)?;
     if let Some(open) = sandbox.open_here() {
         ui.warn(&open);
     }
@@ -61,6 +62,29 @@ pub(super) fn sandbox(ui: Ui, r: &mut Resolved, agent: &Agent, dry_run: bool) ->
     }
     r.settings.sandboxed = Some(std::sync::Arc::new(sandbox));
     Ok(())
+}
+
+/// The run's agent and its fallbacks (`--fallback-agent`), each found on PATH. A fallback is
+/// a preset; one that names the run's own agent again is left out.
+pub(super) fn agents(settings: &Settings, probe: bool) -> Result<Chain> {
+    let primary = Agent::resolve(&settings.agent, probe)?;
+    let mut fallbacks = Vec::new();
+    for name in &settings.fallback_agents {
+        if *name == primary.name {
+            continue;
+        }
+        if crate::agent::preset(name).is_none() {
+            let names: Vec<&str> = crate::agent::PRESETS.iter().map(|c| c.name()).collect();
+            return Err(
+                Error::user(format!("unknown fallback agent `{name}`")).with_hint(format!(
+                    "a fallback is a preset: one of {}",
+                    names.join(", ")
+                )),
+            );
+        }
+        fallbacks.push(Agent::resolve(&AgentChoice::Preset(name.clone()), probe)?);
+    }
+    Ok(Chain::new(primary, fallbacks))
 }
 
 /// Find the repository, the recorded run, the plan and the settings.

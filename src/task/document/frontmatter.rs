@@ -37,7 +37,8 @@ pub(crate) const TASK_KEYS: [&str; 15] = [
 ];
 
 /// ralph's configuration keys that only configuration files set.
-pub(crate) const CONFIG_FILE_ONLY: [&str; 9] = [
+pub(crate) const CONFIG_FILE_ONLY: [&str; 10] = [
+    "fallback_agents",
     "no_commit",
     "no_verify",
     "max_file_size",
