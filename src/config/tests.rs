@@ -362,3 +362,45 @@ fn sandbox_env_keep_is_the_users_and_holds_names() {
         .to_string();
     assert!(e.contains("u.toml") && e.contains("`A=B`"), "{e}");
 }
+
+#[test]
+fn fallback_agents_come_from_the_highest_layer_and_a_resume_keeps_them() {
+    let file = Layer::parse_toml(
+        Path::new("cfg.toml"),
+        "fallback_agents = [\"qwen\", \" droid \", \"qwen\", \"\"]\n",
+    )
+    .unwrap();
+    let s = merge(&[src("cfg.toml", file.clone())]).unwrap();
+    assert_eq!(
+        s.fallback_agents,
+        ["qwen", "droid"],
+        "trimmed, repeats and blanks left out"
+    );
+    let flags = Layer {
+        fallback_agents: Some(vec!["codex".into()]),
+        ..Layer::default()
+    };
+    let s = merge(&[src("flags", flags), src("cfg.toml", file.clone())]).unwrap();
+    assert_eq!(
+        s.fallback_agents,
+        ["codex"],
+        "the flags' list replaces the file's"
+    );
+    let e = Layer::parse_toml(Path::new("cfg.toml"), "fallback_agents = \"qwen\"\n").unwrap_err();
+    assert!(e.to_string().starts_with("cfg.toml:1: "), "{e}");
+    // A resume keeps the run's chain unless its flags give one.
+    let pinned = s.pinned();
+    assert_eq!(pinned.fallback_agents, ["codex"]);
+    let mut resumed = merge(&[src("cfg.toml", file)]).unwrap();
+    resumed
+        .keep_pinned(&pinned, &[src("flags", Layer::default())])
+        .unwrap();
+    assert_eq!(resumed.fallback_agents, ["codex"]);
+    let now = Layer {
+        fallback_agents: Some(vec!["gemini".into()]),
+        ..Layer::default()
+    };
+    let mut resumed = merge(&[src("flags", now.clone())]).unwrap();
+    resumed.keep_pinned(&pinned, &[src("flags", now)]).unwrap();
+    assert_eq!(resumed.fallback_agents, ["gemini"]);
+}
