@@ -45,6 +45,9 @@ pub(crate) struct Findings {
     auth_error: Option<String>,
     /// The shell's words when the agent never started (exit 126/127, nothing else printed).
     cannot_start: Option<String>,
+    /// The CLI's own word on why its run failed (droid's `error` events: `Exec ended early:
+    /// insufficient permission to proceed…`), shown with a non-zero exit.
+    failure: Option<String>,
     pub(super) session_id: Option<String>,
     /// The latest assistant message (JSON formats).
     pub(super) last_text: Option<String>,
@@ -89,6 +92,7 @@ impl Findings {
             retrying: None,
             auth_error: None,
             cannot_start: None,
+            failure: None,
             session_id: None,
             last_text: None,
             newest_first: None,
@@ -154,6 +158,23 @@ impl Findings {
     /// The agent never started: what the shell said.
     pub(crate) fn cannot_start(&self) -> Option<&str> {
         self.cannot_start.as_deref()
+    }
+
+    /// What the CLI said its run failed on, if it said.
+    pub(crate) fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// Adds a message to what the CLI said its run failed on (`; ` between them, bounded).
+    pub(super) fn failed_with(&mut self, message: &str) {
+        let message = one_line(message);
+        if message.is_empty() {
+            return;
+        }
+        self.failure = Some(match self.failure.take() {
+            Some(said) => clip(&format!("{said}; {message}")),
+            None => clip(&message),
+        });
     }
 
     /// The agent exited 126/127 having printed only `lines`, each the shell's word that a

@@ -21,6 +21,7 @@ mod claude;
 mod codex;
 mod copilot;
 mod custom;
+mod droid;
 mod gemini;
 
 #[cfg(test)]
@@ -53,6 +54,7 @@ pub(crate) const PRESETS: &[&dyn Cli] = &[
     &claude::Claude,
     &codex::Codex,
     &gemini::Gemini,
+    &droid::Droid,
 ];
 
 /// The preset named `name`.
@@ -283,6 +285,10 @@ mod tests {
                 vec!["exec", "--dangerously-bypass-approvals-and-sandbox", "hi"],
             ),
             ("gemini", vec!["-p", "hi", "--yolo"]),
+            (
+                "droid",
+                vec!["exec", "--auto", "high", "-o", "stream-json", "hi"],
+            ),
         ];
         for (name, want) in cases {
             let inv = Agent::preset(name).unwrap().invocation("hi", file).unwrap();
@@ -388,9 +394,9 @@ mod tests {
     #[test]
     fn every_preset_names_its_program_and_install_hint() {
         let names: Vec<&str> = PRESETS.iter().map(|cli| cli.name()).collect();
-        assert_eq!(names, ["copilot", "claude", "codex", "gemini"]);
+        assert_eq!(names, ["copilot", "claude", "codex", "gemini", "droid"]);
         for cli in PRESETS {
-            assert!(cli.install_hint().unwrap().starts_with("npm install -g @"));
+            assert!(cli.install_hint().unwrap().starts_with("npm install -g "));
             assert!(preset(cli.name()).is_some());
             let agent = Agent::preset(cli.name()).unwrap();
             assert_eq!(agent.cli.name(), cli.name());

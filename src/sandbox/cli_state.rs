@@ -114,6 +114,30 @@ const CLIS: &[Cli] = &[
             (".gemini/policies", IfExists),
         ],
     },
+    Cli {
+        name: "droid",
+        // `FACTORY_HOME_OVERRIDE` moves the home `.factory` lies in, not `.factory` itself.
+        moved_by: None,
+        state: &[".factory"],
+        runs: &[
+            // `customModels` (a base URL and key), `hooks`, `mcpServers`; droid only reads it.
+            (".factory/settings.json", File("{}")),
+            (".factory/settings.local.json", IfExists),
+            (".factory/config.json", IfExists),
+            (".factory/mcp.json", File("{}")),
+            (".factory/hooks.json", IfExists),
+            (".factory/AGENTS.md", File("")),
+            (".factory/hooks", Dir),
+            (".factory/commands", Dir),
+            (".factory/skills", Dir),
+            // Custom droids (subagents); droid writes its built-in ones here at start, and
+            // goes on without them when it cannot.
+            (".factory/droids", Dir),
+            (".factory/output-styles", IfExists),
+            (".factory/plugins", IfExists),
+            (".factory/bin", IfExists),
+        ],
+    },
 ];
 
 impl Cli {

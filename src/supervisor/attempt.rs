@@ -76,7 +76,7 @@ impl Loop {
             // The agent may have deleted .ralph/: the logs must be writable again.
             self.tree.rd.ensure_runtime()?;
             self.source.mark_planning_ran();
-            self.note_agent_end(prep, &finished);
+            self.note_agent_end(prep, &finished, observer.failure());
             return Ok(Attempted {
                 final_message: observer.final_message(),
                 finished,
@@ -221,8 +221,9 @@ impl Loop {
         )
     }
 
-    /// Log what happened to the agent process and collect report notes.
-    fn note_agent_end(&self, prep: &mut Prepared, f: &Finished) {
+    /// Log what happened to the agent process and collect report notes; `failure`: what the
+    /// CLI said its run failed on, shown with a non-zero exit.
+    fn note_agent_end(&self, prep: &mut Prepared, f: &Finished, failure: Option<&str>) {
         let n = prep.n;
         let limits = self.agent_limits();
         let how = if f.killed { "SIGKILL" } else { "SIGTERM" };
@@ -248,10 +249,13 @@ impl Loop {
                 ));
                 None
             }
-            None if f.exit_code != 0 => Some((
-                format!("agent exited with code {}", f.exit_code),
-                format!("Agent exited with code {}", f.exit_code),
-            )),
+            None if f.exit_code != 0 => {
+                let said = failure.map_or_else(String::new, |s| format!(": {s}"));
+                Some((
+                    format!("agent exited with code {}{said}", f.exit_code),
+                    format!("Agent exited with code {}{said}", f.exit_code),
+                ))
+            }
             None => None,
         };
         if let Some((line, note)) = said {

@@ -37,6 +37,7 @@ import argparse
 import gzip
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -217,6 +218,10 @@ class State:
             if self.rate_limited_left > 0 and due:
                 self.rate_limited_left -= 1
                 return {"action": "rate_limit"}
+            if (self.rate_limit.get("until_reset") and due and self.reset_at is not None
+                    and time.time() < self.reset_at):
+                # Limited until the reset passes, however often the client comes back.
+                return {"action": "rate_limit"}
             if not is_main:
                 return {"action": "text", "text": SIDE_TEXT, "side": True}
             self.main_n += 1
@@ -392,6 +397,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if act["action"] == "rate_limit":
                 rec["status"] = self._rate_limit(api)
+                if self.state.reset_at is not None:
+                    rec["reset_at"] = self.state.reset_at
             elif act["action"] == "error":
                 status = int(act.get("status", 500))
                 rec["status"] = status
@@ -399,7 +406,9 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 rec["status"] = 200
                 if act["action"] == "tool":
-                    tool, args = pick_tool(api, info["tools"], act["command"])
+                    tool, args = pick_tool(api, info["tools"], act["command"],
+                                           act.get("risk_level",
+                                                   self.state.scenario.get("risk_level", "low")))
                     rec["tool"] = tool
                     rec["tool_args"] = args
                     self._answer(api, info, body, tool=(tool, args))
@@ -433,6 +442,19 @@ class Handler(BaseHTTPRequestHandler):
         headers = {"retry-after": str(retry_after)} if retry_after is not None else {}
         if rl.get("no_retry"):
             headers["x-should-retry"] = "false"
+        if kind == "quota":
+            # A provider's quota message with its reset time as a time of day (UTC, to the
+            # second), in the API's error shape: droid gives up at once on "quota exhausted" /
+            # "limit will reset at <time>" instead of retrying (a plain 429 it retries ~80 s).
+            with self.state.lock:
+                if self.state.reset_at is None:
+                    self.state.reset_at = time.time() + float(rl.get("resets_in", 5))
+                reset = self.state.reset_at
+            when = time.strftime("%H:%M:%S UTC", time.gmtime(math.ceil(reset)))
+            msg = rl.get("message", "Usage quota exhausted for this key. Your limit will reset "
+                                    "at {reset}.").replace("{reset}", when)
+            self._error(api, status, msg, headers, code=rl.get("code"))
+            return status
         if kind == "usage_limit":
             with self.state.lock:
                 if self.state.reset_at is None:
@@ -659,9 +681,15 @@ def _split_text(t: str) -> list[str]:
     return [t[:mid], t[mid:]]
 
 
-def pick_tool(api: str, offered: list[str], command: str) -> tuple[str, dict]:
-    """Choose the shell tool the client offered and build its arguments."""
+def pick_tool(api: str, offered: list[str], command: str,
+              risk_level: str = "low") -> tuple[str, dict]:
+    """Choose the shell tool the client offered and build its arguments (`risk_level`: droid's
+    rating of the call, which its `--auto` level is held against)."""
     names = set(offered)
+    if "Execute" in names:  # droid
+        return "Execute", {"command": command, "summary": "Check the first unchecked criterion",
+                           "riskLevel": risk_level,
+                           "riskLevelReason": f"stand-in: rated {risk_level}"}
     if api == "anthropic":
         name = "Bash" if "Bash" in names or not names else next(
             (n for n in offered if n.lower() == "bash"), "Bash")

@@ -2,7 +2,7 @@
 # Run a command (typically `ralph run ...` in a test repository) with the stand-in model server up
 # and the environment pointing one real agent CLI at it: for tests.
 #
-#   testing/standin/with-standin.sh --cli claude|copilot|codex --work DIR \
+#   testing/standin/with-standin.sh --cli claude|copilot|codex|droid --work DIR \
 #       [--scenario FILE] [--claude-oauth] [--is-sandbox] [--no-netns] [--idle-timeout S] \
 #       -- COMMAND [ARGS...]
 #
@@ -11,7 +11,8 @@
 #   host network is used and only the configuration keeps traffic on 127.0.0.1.
 # * The server log (JSON Lines, one record per request) is DIR/standin.requests.jsonl, its port
 #   DIR/standin.port, its own output DIR/standin.out. HOME is DIR/home (created fresh if absent);
-#   Codex gets CODEX_HOME=DIR/home/.codex with a config.toml provider entry.
+#   Codex gets CODEX_HOME=DIR/home/.codex with a config.toml provider entry; droid a
+#   DIR/home/.factory/settings.json whose custom model (BYOK) is the server.
 # * COMMAND inherits the caller's environment plus: PATH with the agent-CLI bin dir first,
 #   HOME, the offline/telemetry switches, and the CLI's endpoint settings (README.md). IS_SANDBOX is
 #   NOT set for claude unless --is-sandbox (ralph must set it itself as root). --claude-oauth uses
@@ -41,10 +42,10 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ -n "$CLI" && -n "$WORK" && $# -gt 0 ]] || {
-  echo "usage: with-standin.sh --cli claude|copilot|codex --work DIR [--scenario FILE] -- COMMAND..." >&2
+  echo "usage: with-standin.sh --cli claude|copilot|codex|droid --work DIR [--scenario FILE] -- COMMAND..." >&2
   exit 2
 }
-case "$CLI" in claude|copilot|codex) ;; *) echo "with-standin: unknown CLI '$CLI'" >&2; exit 2 ;; esac
+case "$CLI" in claude|copilot|codex|droid) ;; *) echo "with-standin: unknown CLI '$CLI'" >&2; exit 2 ;; esac
 
 BIN_DIR="${AGENT_CLIS_BIN:-$("$REPO/scripts/install-agent-clis.sh" --print-bin-dir)}"
 PREFIX="$(dirname "$BIN_DIR")"
@@ -93,6 +94,18 @@ case "$CLI" in
     # shellcheck source=codex-config.sh
     . "$HERE/codex-config.sh"
     write_codex_config "$CODEX_HOME" "$PORT"
+    ;;
+  droid)
+    # No Factory login for a custom (BYOK) model; the air-gap switch skips Factory's services.
+    export FACTORY_AIRGAP_ENABLED=1
+    unset FACTORY_API_KEY
+    mkdir -p "$HOME_DIR/.factory"
+    cat > "$HOME_DIR/.factory/settings.json" <<JSON
+{"customModels": [{"model": "standin-model", "displayName": "Standin",
+  "baseUrl": "http://127.0.0.1:$PORT/v1", "apiKey": "standin-key",
+  "provider": "generic-chat-completion-api", "maxOutputTokens": 4096}],
+ "sessionDefaultSettings": {"model": "custom:Standin-0"}}
+JSON
     ;;
 esac
 

@@ -35,6 +35,7 @@ mod planted;
 mod queue;
 mod queue_github;
 mod real_agents;
+mod real_droid;
 mod run;
 mod sandbox;
 mod sandbox_doors;

@@ -264,6 +264,11 @@ impl Observer {
         })
     }
 
+    /// What the CLI said its failed run ended on (droid's `Exec ended early: …`), if it said.
+    pub(crate) fn failure(&self) -> Option<&str> {
+        self.seen.failure()
+    }
+
     /// The agent never started (exit 126/127 with only the shell's refusal): what it said.
     pub(crate) fn cannot_start(&self) -> Option<&str> {
         self.seen.cannot_start()
