@@ -264,7 +264,7 @@ mod tests {
         let o = run(QUOTA, 1);
         let limit = o.limit().expect("limit");
         assert_eq!(limit.kind, LimitKind::UsageLimit);
-        assert_eq!(limit.reset_at, Some(at("2026-03-10T10:31:00Z")));
+        assert_eq!(limit.reset_at, Some(at("2026-03-10T10:31:41Z")));
         assert!(limit.message.contains("quota exhausted"), "{limit:?}");
         assert!(o.auth_error().is_none());
         // In a zone of its own, and in droid's other words for it.

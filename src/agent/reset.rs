@@ -202,6 +202,7 @@ fn parse_clock(s: &str) -> Option<(NaiveTime, &str)> {
     let hour: u32 = s[..digits].parse().ok()?;
     let mut rest = &s[digits..];
     let mut minute = None;
+    let mut second = 0;
     if let Some(r) = rest.strip_prefix(':') {
         let m = r.bytes().take_while(u8::is_ascii_digit).count();
         if m != 2 {
@@ -209,10 +210,11 @@ fn parse_clock(s: &str) -> Option<(NaiveTime, &str)> {
         }
         minute = Some(r[..2].parse::<u32>().ok()?);
         rest = &r[2..];
-        // Seconds, if any.
+        // Seconds, if any: a reset a few seconds away is waited for to the second.
         if let Some(r) = rest.strip_prefix(':')
             && r.bytes().take_while(u8::is_ascii_digit).count() == 2
         {
+            second = r[..2].parse::<u32>().ok()?;
             rest = &r[2..];
         }
     }
@@ -242,7 +244,10 @@ fn parse_clock(s: &str) -> Option<(NaiveTime, &str)> {
     if rest.starts_with(|c: char| c.is_ascii_digit()) {
         return None;
     }
-    Some((NaiveTime::from_hms_opt(hour, minute.unwrap_or(0), 0)?, rest))
+    Some((
+        NaiveTime::from_hms_opt(hour, minute.unwrap_or(0), second)?,
+        rest,
+    ))
 }
 
 /// `3 days 6 hours 57 minutes`, `47 minutes`, `1h 30m`: seconds (at most 60 days).
@@ -500,6 +505,12 @@ mod tests {
         assert_eq!(parse_clock("12am").map(|x| x.0), Some(t(0, 0)));
         assert_eq!(parse_clock("3:28 PM.").map(|x| x.0), Some(t(15, 28)));
         assert_eq!(parse_clock("17:05").map(|x| x.0), Some(t(17, 5)));
+        // Seconds are kept: a reset seconds away is not read as the minute before it.
+        assert_eq!(
+            parse_clock("10:41:53 UTC").map(|x| x.0),
+            NaiveTime::from_hms_opt(10, 41, 53)
+        );
+        assert_eq!(parse_clock("10:41:99"), None);
         assert_eq!(parse_clock("5 apples"), None);
         assert_eq!(parse_clock("13pm"), None);
         assert_eq!(parse_clock("25:00"), None);
