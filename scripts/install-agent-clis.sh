@@ -2,7 +2,7 @@
 # Install the real agent CLIs (Claude Code, Copilot CLI, Codex) from npm into a project-local
 # prefix, for the tests that run them against the stand-in model server (testing/standin/).
 #
-#   scripts/install-agent-clis.sh [claude] [copilot] [codex]     # default: all three
+#   scripts/install-agent-clis.sh [claude] [copilot] [codex] [opencode]   # default: all of them
 #   export PATH="$(scripts/install-agent-clis.sh --print-bin-dir):$PATH"
 #
 # Idempotent: a CLI already installed at the wanted version is skipped. Versions are pinned to the
@@ -12,9 +12,11 @@
 #   CLAUDE_CODE_VERSION     default 2.1.197   (@anthropic-ai/claude-code)
 #   COPILOT_VERSION         default 1.0.102   (@github/copilot)
 #   CODEX_VERSION           default 0.171.0   (@openai/codex)
+#   OPENCODE_VERSION        default 1.18.33   (opencode-ai)
 #   AGENT_CLIS_LATEST=1     ignore the pins, install/upgrade to the latest
 # Only the npm registry is contacted (the packages ship their native binaries as npm packages).
-# Sizes: Claude ~235 MB, Copilot ~190 MB (+ ~235 MB unpacked on first run), Codex ~425 MB.
+# Sizes: Claude ~235 MB, Copilot ~190 MB (+ ~235 MB unpacked on first run), Codex ~425 MB,
+# opencode ~355 MB.
 # The last line printed on stdout is the bin directory to put on PATH (all else goes to stderr).
 set -euo pipefail
 
@@ -35,13 +37,16 @@ if ! command -v npm >/dev/null 2>&1; then
 fi
 
 declare -A PKG=([claude]=@anthropic-ai/claude-code [copilot]=@github/copilot [codex]=@openai/codex)
+PKG[opencode]=opencode-ai
 declare -A PIN=([claude]="${CLAUDE_CODE_VERSION:-2.1.197}" [copilot]="${COPILOT_VERSION:-1.0.102}"
                 [codex]="${CODEX_VERSION:-0.171.0}")
+PIN[opencode]="${OPENCODE_VERSION:-1.18.33}"
+
 
 wanted=("$@")
-[[ ${#wanted[@]} -eq 0 ]] && wanted=(claude copilot codex)
+[[ ${#wanted[@]} -eq 0 ]] && wanted=(claude copilot codex opencode)
 for w in "${wanted[@]}"; do
-  [[ -n "${PKG[$w]:-}" ]] || { log "error: unknown CLI '$w' (claude, copilot, codex)"; exit 2; }
+  [[ -n "${PKG[$w]:-}" ]] || { log "error: unknown CLI '$w' (${!PKG[*]})"; exit 2; }
 done
 
 mkdir -p "$PREFIX"
@@ -60,7 +65,8 @@ offline() {
   mkdir -p "$vhome/codex"
   local envs=(HOME="$vhome" CODEX_HOME="$vhome/codex" COPILOT_PKG_CACHE_HOME="$COPILOT_PKG_CACHE"
               DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
-              COPILOT_OFFLINE=true COPILOT_AUTO_UPDATE=false NO_UPDATE_NOTIFIER=1)
+              COPILOT_OFFLINE=true COPILOT_AUTO_UPDATE=false NO_UPDATE_NOTIFIER=1
+              OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1)
   if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null 2>&1 && unshare --net true 2>/dev/null; then
     env "${envs[@]}" timeout 60 unshare --net "$@"
   else
