@@ -21,6 +21,7 @@ mod codex;
 mod copilot;
 mod custom;
 mod gemini;
+mod opencode;
 
 #[cfg(test)]
 mod testkit;
@@ -51,6 +52,7 @@ pub(crate) const PRESETS: &[&dyn Cli] = &[
     &claude::Claude,
     &codex::Codex,
     &gemini::Gemini,
+    &opencode::Opencode,
 ];
 
 /// The preset named `name`.
@@ -386,9 +388,9 @@ mod tests {
     #[test]
     fn every_preset_names_its_program_and_install_hint() {
         let names: Vec<&str> = PRESETS.iter().map(|cli| cli.name()).collect();
-        assert_eq!(names, ["copilot", "claude", "codex", "gemini"]);
+        assert_eq!(names, ["copilot", "claude", "codex", "gemini", "opencode"]);
         for cli in PRESETS {
-            assert!(cli.install_hint().unwrap().starts_with("npm install -g @"));
+            assert!(cli.install_hint().unwrap().starts_with("npm install -g "));
             assert!(preset(cli.name()).is_some());
             let agent = Agent::preset(cli.name()).unwrap();
             assert_eq!(agent.cli.name(), cli.name());
