@@ -2,7 +2,7 @@
 # Install the real agent CLIs (Claude Code, Copilot CLI, Codex, droid) from npm into a project-local
 # prefix, for the tests that run them against the stand-in model server (testing/standin/).
 #
-#   scripts/install-agent-clis.sh [claude] [copilot] [codex] [droid]   # default: all of them
+#   scripts/install-agent-clis.sh [claude] [copilot] [codex] [droid] [opencode] [qwen]   # default: all
 #   export PATH="$(scripts/install-agent-clis.sh --print-bin-dir):$PATH"
 #
 # Idempotent: a CLI already installed at the wanted version is skipped. Versions are pinned to the
@@ -13,10 +13,11 @@
 #   COPILOT_VERSION         default 1.0.102   (@github/copilot)
 #   CODEX_VERSION           default 0.171.0   (@openai/codex)
 #   DROID_VERSION           default 0.215.0   (droid)
+#   OPENCODE_VERSION        default 1.18.33   (opencode-ai)
 #   AGENT_CLIS_LATEST=1     ignore the pins, install/upgrade to the latest
 # Only the npm registry is contacted (the packages ship their native binaries as npm packages).
 # Sizes: Claude ~235 MB, Copilot ~190 MB (+ ~235 MB unpacked on first run), Codex ~425 MB,
-# droid ~295 MB.
+# droid ~295 MB, opencode ~355 MB.
 # The last line printed on stdout is the bin directory to put on PATH (all else goes to stderr).
 set -euo pipefail
 
@@ -40,7 +41,8 @@ declare -A PKG=([claude]=@anthropic-ai/claude-code [copilot]=@github/copilot [co
 declare -A PIN=([claude]="${CLAUDE_CODE_VERSION:-2.1.197}" [copilot]="${COPILOT_VERSION:-1.0.102}"
                 [codex]="${CODEX_VERSION:-0.171.0}")
 PKG[droid]=droid PIN[droid]="${DROID_VERSION:-0.215.0}"
-ALL=(claude copilot codex droid)
+PKG[opencode]=opencode-ai PIN[opencode]="${OPENCODE_VERSION:-1.18.33}"
+ALL=(claude copilot codex droid opencode)
 
 wanted=("$@")
 [[ ${#wanted[@]} -eq 0 ]] && wanted=("${ALL[@]}")
@@ -64,7 +66,8 @@ offline() {
   mkdir -p "$vhome/codex"
   local envs=(HOME="$vhome" CODEX_HOME="$vhome/codex" COPILOT_PKG_CACHE_HOME="$COPILOT_PKG_CACHE"
               DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
-              COPILOT_OFFLINE=true COPILOT_AUTO_UPDATE=false NO_UPDATE_NOTIFIER=1)
+              COPILOT_OFFLINE=true COPILOT_AUTO_UPDATE=false NO_UPDATE_NOTIFIER=1
+              OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1)
   if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null 2>&1 && unshare --net true 2>/dev/null; then
     env "${envs[@]}" timeout 60 unshare --net "$@"
   else

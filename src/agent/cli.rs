@@ -97,6 +97,13 @@ pub(crate) trait Cli: fmt::Debug + Sync {
     /// The limit, retry and login messages it prints as text.
     fn signals(&self) -> &'static Patterns;
 
+    /// Whether, having printed a retry message of its [`Cli::signals`] as its last line, it
+    /// sleeps out the wait printing nothing (opencode sleeps a 429's `retry-after` however long
+    /// it is): that silence is then no hang for the idle timeout. No by default.
+    fn retries_quietly(&self) -> bool {
+        false
+    }
+
     /// Reads the last plain lines of an attempt that did not exit 0 for a limit or a login
     /// failure (SPEC §6: never the lines of an attempt that exited 0). By default, with its
     /// [`Cli::signals`].

@@ -23,6 +23,7 @@ mod copilot;
 mod custom;
 mod droid;
 mod gemini;
+mod opencode;
 
 #[cfg(test)]
 mod testkit;
@@ -55,6 +56,7 @@ pub(crate) const PRESETS: &[&dyn Cli] = &[
     &codex::Codex,
     &gemini::Gemini,
     &droid::Droid,
+    &opencode::Opencode,
 ];
 
 /// The preset named `name`.
@@ -394,7 +396,10 @@ mod tests {
     #[test]
     fn every_preset_names_its_program_and_install_hint() {
         let names: Vec<&str> = PRESETS.iter().map(|cli| cli.name()).collect();
-        assert_eq!(names, ["copilot", "claude", "codex", "gemini", "droid"]);
+        assert_eq!(
+            names,
+            ["copilot", "claude", "codex", "gemini", "droid", "opencode"]
+        );
         for cli in PRESETS {
             assert!(cli.install_hint().unwrap().starts_with("npm install -g "));
             assert!(preset(cli.name()).is_some());

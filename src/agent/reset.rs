@@ -31,6 +31,11 @@ impl Clock {
         self
     }
 
+    /// The moment the attempt is judged at.
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        self.now
+    }
+
     /// Reads when a limit lifts from the text after the signal (`lower` is its ASCII-lowercase
     /// copy, same length).
     pub(crate) fn parse_reset(&mut self, text: &str, lower: &str) -> Option<DateTime<Utc>> {

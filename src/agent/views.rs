@@ -88,6 +88,10 @@ impl Watcher for Watched<'_> {
             self.output();
         }
     }
+
+    fn waiting(&self) -> bool {
+        self.observer.waiting()
+    }
 }
 
 #[cfg(test)]

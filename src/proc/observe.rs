@@ -38,6 +38,13 @@ pub(crate) enum Observation<'a> {
 /// `activity::Sink` does).
 pub(crate) trait Watcher {
     fn observe(&mut self, what: &Observation<'_>);
+
+    /// Whether the process, quiet now, said it is waiting (a rate limit it retries by itself
+    /// after a silent sleep): its silence is then no hang. Asked only when the idle timer
+    /// fires. No by default.
+    fn waiting(&self) -> bool {
+        false
+    }
 }
 
 /// The watchers of one supervised run, each given every observation in the order listed.
@@ -63,6 +70,11 @@ impl<'a> Watchers<'a> {
         for w in &mut self.0 {
             w.observe(what);
         }
+    }
+
+    /// Whether any watcher says the process is waiting ([`Watcher::waiting`]).
+    pub(crate) fn waiting(&self) -> bool {
+        self.0.iter().any(|w| w.waiting())
     }
 }
 

@@ -186,6 +186,11 @@ impl Relay<'_, '_> {
         self.watchers.publish(what);
     }
 
+    /// Whether a watcher says the quiet process is waiting, not hung.
+    pub(super) fn waiting(&self) -> bool {
+        self.watchers.waiting()
+    }
+
     /// The process is over and all its output relayed.
     fn end(&mut self, exit: Option<i32>) {
         if self.write_error.is_none()

@@ -107,7 +107,12 @@ impl Supervision {
                     self.stop(StopCause::Timeout, orders);
                 }
                 () = &mut idle, if self.running() && self.stopped.is_none() => {
-                    if Instant::now() >= self.idle_deadline {
+                    if Instant::now() >= self.idle_deadline && relay.waiting() {
+                        // It said it is sleeping out a rate limit: quiet, not hung. Asked
+                        // again after another idle time (the --timeout still holds).
+                        self.idle_deadline = Instant::now() + self.idle_timeout.unwrap_or_default();
+                        idle.as_mut().reset(self.idle_deadline);
+                    } else if Instant::now() >= self.idle_deadline {
                         self.stop(StopCause::IdleTimeout, orders);
                     } else {
                         // Output came since it was armed: wait for the rest of the idle time.

@@ -138,6 +138,40 @@ const CLIS: &[Cli] = &[
             (".factory/bin", IfExists),
         ],
     },
+    Cli {
+        name: "opencode",
+        moved_by: None,
+        // Sessions, snapshots, `auth.json` and logs; locks; downloads; and its config directory,
+        // where it writes a `.gitignore` (and installs plugins' packages) at start.
+        state: &[
+            ".local/share/opencode",
+            ".local/state/opencode",
+            ".cache/opencode",
+            ".config/opencode",
+        ],
+        runs: &[
+            // `permission`, `mcp` (commands), `plugin`, `provider`, … ; merged, in this order.
+            (".config/opencode/config.json", IfExists),
+            (".config/opencode/opencode.json", File("{}")),
+            (".config/opencode/opencode.jsonc", IfExists),
+            (".config/opencode/AGENTS.md", File("")),
+            (".config/opencode/agents", Dir),
+            (".config/opencode/agent", IfExists),
+            (".config/opencode/commands", Dir),
+            (".config/opencode/command", IfExists),
+            (".config/opencode/plugins", Dir),
+            (".config/opencode/plugin", IfExists),
+            (".config/opencode/tools", Dir),
+            (".config/opencode/tool", IfExists),
+            (".config/opencode/modes", IfExists),
+            (".config/opencode/skills", IfExists),
+            (".config/opencode/package.json", IfExists),
+            (".config/opencode/node_modules", IfExists),
+            // Programs it downloads (ripgrep, language servers) and plugin packages it installs.
+            (".cache/opencode/bin", Dir),
+            (".cache/opencode/node_modules", IfExists),
+        ],
+    },
 ];
 
 impl Cli {

@@ -2,7 +2,7 @@
 # Run a command (typically `ralph run ...` in a test repository) with the stand-in model server up
 # and the environment pointing one real agent CLI at it: for tests.
 #
-#   testing/standin/with-standin.sh --cli claude|copilot|codex|droid --work DIR \
+#   testing/standin/with-standin.sh --cli claude|copilot|codex|droid|opencode --work DIR \
 #       [--scenario FILE] [--claude-oauth] [--is-sandbox] [--no-netns] [--idle-timeout S] \
 #       -- COMMAND [ARGS...]
 #
@@ -42,10 +42,10 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ -n "$CLI" && -n "$WORK" && $# -gt 0 ]] || {
-  echo "usage: with-standin.sh --cli claude|copilot|codex|droid --work DIR [--scenario FILE] -- COMMAND..." >&2
+  echo "usage: with-standin.sh --cli claude|copilot|codex|droid|opencode --work DIR [--scenario FILE] -- COMMAND..." >&2
   exit 2
 }
-case "$CLI" in claude|copilot|codex|droid) ;; *) echo "with-standin: unknown CLI '$CLI'" >&2; exit 2 ;; esac
+case "$CLI" in claude|copilot|codex|droid|opencode) ;; *) echo "with-standin: unknown CLI '$CLI'" >&2; exit 2 ;; esac
 
 BIN_DIR="${AGENT_CLIS_BIN:-$("$REPO/scripts/install-agent-clis.sh" --print-bin-dir)}"
 PREFIX="$(dirname "$BIN_DIR")"
@@ -105,6 +105,19 @@ case "$CLI" in
   "baseUrl": "http://127.0.0.1:$PORT/v1", "apiKey": "standin-key",
   "provider": "generic-chat-completion-api", "maxOutputTokens": 4096}],
  "sessionDefaultSettings": {"model": "custom:Standin-0"}}
+JSON
+    ;;
+  opencode)
+    # A custom OpenAI-compatible provider (its SDK is bundled), priced so that `cost` is not 0;
+    # no models.dev fetch, no self-update, no login. README.md: "opencode".
+    export OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_AUTOUPDATE=1
+    mkdir -p "$HOME_DIR/.config/opencode"
+    cat > "$HOME_DIR/.config/opencode/opencode.json" <<JSON
+{"provider": {"standin": {"npm": "@ai-sdk/openai-compatible", "name": "Stand-in",
+   "options": {"baseURL": "http://127.0.0.1:$PORT/v1", "apiKey": "standin-key"},
+   "models": {"standin-model": {"name": "Stand-in model", "tool_call": true,
+     "cost": {"input": 3, "output": 15}}}}},
+ "model": "standin/standin-model", "autoupdate": false, "share": "disabled"}
 JSON
     ;;
 esac

@@ -36,6 +36,7 @@ mod queue;
 mod queue_github;
 mod real_agents;
 mod real_droid;
+mod real_opencode;
 mod run;
 mod sandbox;
 mod sandbox_doors;

@@ -31,8 +31,11 @@ impl Observer {
         let mut run = Run::default();
         if let Some(line) = older {
             match json_body(line) {
-                Some(body) if cli.skips(body) => self.seen.progress(),
-                Some(body) if cli.supersedable(body) => run.older = true,
+                Some(body) if cli.skips(body) => self.skipped(),
+                Some(body) if cli.supersedable(body) => {
+                    run.older = true;
+                    self.event_since_plain = true;
+                }
                 _ => {
                     self.read_stash();
                     self.line(line, is_stderr);
@@ -44,8 +47,9 @@ impl Observer {
             let end = find_newline(&lines[at..]).map_or(lines.len(), |nl| at + nl);
             let line = &lines[at..end.min(at + MAX_LINE)];
             match json_body(line) {
-                Some(body) if cli.skips(body) => self.seen.progress(),
+                Some(body) if cli.skips(body) => self.skipped(),
                 Some(body) if cli.supersedable(body) => {
+                    self.event_since_plain = true;
                     let start = run.lines.as_ref().map_or(at, |r| r.start);
                     run.lines = Some(start..end);
                 }
@@ -130,6 +134,12 @@ impl Observer {
         aside
     }
 
+    /// An event not worth parsing: still, the agent moved on.
+    fn skipped(&mut self) {
+        self.event_since_plain = true;
+        self.seen.progress();
+    }
+
     pub(super) fn line(&mut self, line: &[u8], is_stderr: bool) {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(first) = line.iter().position(|b| !b.is_ascii_whitespace()) else {
@@ -138,11 +148,12 @@ impl Observer {
         let body = &line[first..];
         if self.format.output == Output::JsonLines && body[0] == b'{' {
             if self.format.cli.skips(body) {
-                self.seen.progress();
+                self.skipped();
                 return;
             }
             if let Ok(v) = serde_json::from_slice::<Value>(body) {
                 if v.is_object() {
+                    self.event_since_plain = true;
                     self.format.cli.event(&v, body, &mut self.seen);
                     return;
                 }

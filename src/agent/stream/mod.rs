@@ -81,6 +81,8 @@ pub(crate) struct Observer {
     last_err: LastLines,
     /// How many plain lines were kept so far (their order across the two streams).
     plain_lines: u64,
+    /// A JSON event came after the last plain line kept.
+    event_since_plain: bool,
     /// The last non-empty lines of a chunk of text, newest first, as ranges of `kept`.
     newest: Vec<std::ops::Range<usize>>,
     kept: Vec<u8>,
@@ -111,6 +113,7 @@ impl Observer {
             last_out: LastLines::default(),
             last_err: LastLines::default(),
             plain_lines: 0,
+            event_since_plain: false,
             newest: Vec::new(),
             kept: Vec::new(),
             stash: Vec::new(),
@@ -269,6 +272,30 @@ impl Observer {
         self.seen.failure()
     }
 
+    /// Whether the agent, quiet now, is sleeping out a rate limit it retries by itself: a CLI
+    /// that does so silently ([`Cli::retries_quietly`]) printed a retry message of its own as
+    /// the last thing (a plain line opening with it, no event after). Only asked when the idle
+    /// timer fires.
+    ///
+    /// [`Cli::retries_quietly`]: crate::agent::Cli::retries_quietly
+    pub(crate) fn waiting(&self) -> bool {
+        let cli = self.format.cli;
+        if !cli.retries_quietly() || self.event_since_plain || self.finished {
+            return false;
+        }
+        let newest = [&self.last_out, &self.last_err]
+            .into_iter()
+            .filter_map(|last| last.lines.back())
+            .max_by_key(|(n, _)| *n);
+        let Some((_, line)) = newest else {
+            return false;
+        };
+        let text = String::from_utf8_lossy(line);
+        let lower = text.to_ascii_lowercase();
+        super::signal::find(&text, &lower, super::signal::Scope::Plain, cli.signals())
+            .is_some_and(|found| found.class == super::signal::Class::Retry)
+    }
+
     /// The agent never started (exit 126/127 with only the shell's refusal): what it said.
     pub(crate) fn cannot_start(&self) -> Option<&str> {
         self.seen.cannot_start()
@@ -344,6 +371,10 @@ impl Watcher for Observer {
             }
             Observation::Stopping(_) | Observation::Killed => {}
         }
+    }
+
+    fn waiting(&self) -> bool {
+        Observer::waiting(self)
     }
 }
 

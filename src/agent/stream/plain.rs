@@ -88,6 +88,7 @@ impl Observer {
             last.push(self.plain_lines, &self.kept[range.clone()]);
             self.plain_lines += 1;
         }
+        self.event_since_plain = false;
     }
 
     /// A plain line among JSON events: the activity, the tail (stdout), the failed-attempt
@@ -113,6 +114,7 @@ impl Observer {
             };
             last.push(self.plain_lines, trimmed);
             self.plain_lines += 1;
+            self.event_since_plain = false;
         }
         if scratch.capacity() > 64 * 1024 {
             scratch = Vec::new();
