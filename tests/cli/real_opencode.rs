@@ -95,7 +95,7 @@ fn opencode_429_it_gives_up_on_is_waited_out_without_counting_an_iteration() {
         transcript.contains(r#""type":"error""#) && transcript.contains(r#""statusCode":429"#),
         "{transcript}"
     );
-    assert!(transcript.contains("--- ralph: usage limit; retrying iteration 1 ---"));
+    assert!(transcript.contains("--- ralph: usage limit; retrying iteration 1 with opencode ---"));
 }
 
 /// SPEC §4: the prompt goes on stdin. As an argument (`--agent-cmd '… {prompt}'`, the control)
