@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Install the real agent CLIs (Claude Code, Copilot CLI, Codex) from npm into a project-local
+# Install the real agent CLIs (Claude Code, Copilot CLI, Codex, Qwen Code) from npm into a project-local
 # prefix, for the tests that run them against the stand-in model server (testing/standin/).
 #
-#   scripts/install-agent-clis.sh [claude] [copilot] [codex]     # default: all three
+#   scripts/install-agent-clis.sh [claude] [copilot] [codex] [qwen]     # default: all of them
 #   export PATH="$(scripts/install-agent-clis.sh --print-bin-dir):$PATH"
 #
 # Idempotent: a CLI already installed at the wanted version is skipped. Versions are pinned to the
@@ -12,6 +12,8 @@
 #   CLAUDE_CODE_VERSION     default 2.1.197   (@anthropic-ai/claude-code)
 #   COPILOT_VERSION         default 1.0.102   (@github/copilot)
 #   CODEX_VERSION           default 0.171.0   (@openai/codex)
+#   QWEN_VERSION            default 0.24.4    (@qwen-code/qwen-code; the tests also use 0.15.10,
+#                           installed with AGENT_CLIS_PREFIX=<repo>/.cache/agent-clis-qwen-0.15.10)
 #   AGENT_CLIS_LATEST=1     ignore the pins, install/upgrade to the latest
 # Only the npm registry is contacted (the packages ship their native binaries as npm packages).
 # Sizes: Claude ~235 MB, Copilot ~190 MB (+ ~235 MB unpacked on first run), Codex ~425 MB.
@@ -34,14 +36,15 @@ if ! command -v npm >/dev/null 2>&1; then
   exit 1
 fi
 
-declare -A PKG=([claude]=@anthropic-ai/claude-code [copilot]=@github/copilot [codex]=@openai/codex)
+declare -A PKG=([claude]=@anthropic-ai/claude-code [copilot]=@github/copilot [codex]=@openai/codex
+               [qwen]=@qwen-code/qwen-code)
 declare -A PIN=([claude]="${CLAUDE_CODE_VERSION:-2.1.197}" [copilot]="${COPILOT_VERSION:-1.0.102}"
-                [codex]="${CODEX_VERSION:-0.171.0}")
+                [codex]="${CODEX_VERSION:-0.171.0}" [qwen]="${QWEN_VERSION:-0.24.4}")
 
 wanted=("$@")
-[[ ${#wanted[@]} -eq 0 ]] && wanted=(claude copilot codex)
+[[ ${#wanted[@]} -eq 0 ]] && wanted=(claude copilot codex qwen)
 for w in "${wanted[@]}"; do
-  [[ -n "${PKG[$w]:-}" ]] || { log "error: unknown CLI '$w' (claude, copilot, codex)"; exit 2; }
+  [[ -n "${PKG[$w]:-}" ]] || { log "error: unknown CLI '$w' (claude, copilot, codex, qwen)"; exit 2; }
 done
 
 mkdir -p "$PREFIX"

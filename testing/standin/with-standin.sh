@@ -2,7 +2,7 @@
 # Run a command (typically `ralph run ...` in a test repository) with the stand-in model server up
 # and the environment pointing one real agent CLI at it: for tests.
 #
-#   testing/standin/with-standin.sh --cli claude|copilot|codex --work DIR \
+#   testing/standin/with-standin.sh --cli claude|copilot|codex|qwen --work DIR \
 #       [--scenario FILE] [--claude-oauth] [--is-sandbox] [--no-netns] [--idle-timeout S] \
 #       -- COMMAND [ARGS...]
 #
@@ -41,10 +41,10 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ -n "$CLI" && -n "$WORK" && $# -gt 0 ]] || {
-  echo "usage: with-standin.sh --cli claude|copilot|codex --work DIR [--scenario FILE] -- COMMAND..." >&2
+  echo "usage: with-standin.sh --cli claude|copilot|codex|qwen --work DIR [--scenario FILE] -- COMMAND..." >&2
   exit 2
 }
-case "$CLI" in claude|copilot|codex) ;; *) echo "with-standin: unknown CLI '$CLI'" >&2; exit 2 ;; esac
+case "$CLI" in claude|copilot|codex|qwen) ;; *) echo "with-standin: unknown CLI '$CLI'" >&2; exit 2 ;; esac
 
 BIN_DIR="${AGENT_CLIS_BIN:-$("$REPO/scripts/install-agent-clis.sh" --print-bin-dir)}"
 PREFIX="$(dirname "$BIN_DIR")"
@@ -93,6 +93,19 @@ case "$CLI" in
     # shellcheck source=codex-config.sh
     . "$HERE/codex-config.sh"
     write_codex_config "$CODEX_HOME" "$PORT"
+    ;;
+  qwen)
+    # OpenAI-compatible endpoint from the environment; no auth type, login or onboarding needed.
+    # Settings: no update check, no telemetry, no usage statistics.
+    export OPENAI_BASE_URL="http://127.0.0.1:$PORT/v1" OPENAI_API_KEY=standin-key \
+           OPENAI_MODEL=standin-model
+    unset QWEN_HOME QWEN_RUNTIME_DIR
+    mkdir -p "$HOME_DIR/.qwen"
+    [[ -f "$HOME_DIR/.qwen/settings.json" ]] || cat > "$HOME_DIR/.qwen/settings.json" <<'JSON'
+{"general": {"enableAutoUpdate": false},
+ "privacy": {"usageStatisticsEnabled": false},
+ "telemetry": {"enabled": false}}
+JSON
     ;;
 esac
 
