@@ -21,6 +21,7 @@ mod codex;
 mod copilot;
 mod custom;
 mod gemini;
+mod qwen;
 
 #[cfg(test)]
 mod testkit;
@@ -51,6 +52,7 @@ pub(crate) const PRESETS: &[&dyn Cli] = &[
     &claude::Claude,
     &codex::Codex,
     &gemini::Gemini,
+    &qwen::Qwen,
 ];
 
 /// The preset named `name`.
@@ -281,6 +283,7 @@ mod tests {
                 vec!["exec", "--dangerously-bypass-approvals-and-sandbox", "hi"],
             ),
             ("gemini", vec!["-p", "hi", "--yolo"]),
+            ("qwen", vec!["hi", "--yolo", "-o", "stream-json"]),
         ];
         for (name, want) in cases {
             let inv = Agent::preset(name).unwrap().invocation("hi", file).unwrap();
@@ -301,6 +304,7 @@ mod tests {
                 vec!["exec", "--dangerously-bypass-approvals-and-sandbox", "-"],
             ),
             ("gemini", vec!["--yolo"]),
+            ("qwen", vec!["--yolo", "-o", "stream-json"]),
         ] {
             let inv = Agent::preset(name).unwrap().invocation(&big, file).unwrap();
             assert_eq!(args(&inv), want, "{name}");
@@ -386,7 +390,7 @@ mod tests {
     #[test]
     fn every_preset_names_its_program_and_install_hint() {
         let names: Vec<&str> = PRESETS.iter().map(|cli| cli.name()).collect();
-        assert_eq!(names, ["copilot", "claude", "codex", "gemini"]);
+        assert_eq!(names, ["copilot", "claude", "codex", "gemini", "qwen"]);
         for cli in PRESETS {
             assert!(cli.install_hint().unwrap().starts_with("npm install -g @"));
             assert!(preset(cli.name()).is_some());
