@@ -12,8 +12,9 @@
 #   CLAUDE_CODE_VERSION     default 2.1.197   (@anthropic-ai/claude-code)
 #   COPILOT_VERSION         default 1.0.102   (@github/copilot)
 #   CODEX_VERSION           default 0.171.0   (@openai/codex)
-#   QWEN_VERSION            default 0.24.4    (@qwen-code/qwen-code; the tests also use 0.15.10,
-#                           installed with AGENT_CLIS_PREFIX=<repo>/.cache/agent-clis-qwen-0.15.10)
+#   QWEN_VERSION            default 0.24.4    (@qwen-code/qwen-code)
+#   QWEN_OLD_VERSION        default 0.15.10   (installed with qwen into <prefix>/qwen-<version>, for
+#                           the tests of its older output; empty: not installed)
 #   AGENT_CLIS_LATEST=1     ignore the pins, install/upgrade to the latest
 # Only the npm registry is contacted (the packages ship their native binaries as npm packages).
 # Sizes: Claude ~235 MB, Copilot ~190 MB (+ ~235 MB unpacked on first run), Codex ~425 MB.
@@ -110,6 +111,12 @@ for w in "${wanted[@]}"; do
     if [[ -n "$v" ]]; then log "$w: $v"; else log "warning: '$BIN_DIR/$w --version' failed"; status=1; fi
   fi
 done
+# Qwen Code's older version (API errors reported as a successful result), in a prefix of its own.
+old_qwen="${QWEN_OLD_VERSION-0.15.10}"
+if [[ " ${wanted[*]} " == *" qwen "* && -n "$old_qwen" && -z "${AGENT_CLIS_NESTED:-}" ]]; then
+  AGENT_CLIS_NESTED=1 AGENT_CLIS_PREFIX="$PREFIX/qwen-$old_qwen" QWEN_VERSION="$old_qwen" \
+    AGENT_CLIS_LATEST='' bash "${BASH_SOURCE[0]}" qwen >&2 || status=1
+fi
 log "put this on PATH:  export PATH=\"$BIN_DIR:\$PATH\""
 echo "$BIN_DIR"
 exit $status

@@ -4,6 +4,7 @@
 #
 #   testing/standin/with-standin.sh --cli claude|copilot|codex|qwen --work DIR \
 #       [--scenario FILE] [--claude-oauth] [--is-sandbox] [--no-netns] [--idle-timeout S] \
+#       [--bin DIR] \
 #       -- COMMAND [ARGS...]
 #
 # * As root, with unshare and ip available, everything (server, COMMAND, the agent CLI it spawns)
@@ -18,7 +19,8 @@
 #   CLAUDE_CODE_OAUTH_TOKEN instead of ANTHROPIC_API_KEY (needed for Claude's rate_limit_event).
 # * COMMAND's stdin, stdout and stderr are passed through untouched; its exit status is returned.
 #   The server is stopped when COMMAND ends. Exit 3 (and a message on stderr) when the agent CLI is
-#   not installed: tests should skip then.
+#   not installed: tests should skip then. --bin DIR takes the CLI from DIR instead of the install
+#   script's bin directory (e.g. <prefix>/qwen-0.15.10/bin, Qwen Code's older version).
 set -uo pipefail
 
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
@@ -26,7 +28,7 @@ HERE="$(dirname "$SELF")"
 REPO="$(cd "$HERE/../.." && pwd)"
 
 ORIG_ARGS=("$@")
-CLI="" WORK="" SCENARIO="" OAUTH=0 SANDBOX=0 NO_NETNS=0 IDLE=600
+CLI="" WORK="" SCENARIO="" OAUTH=0 SANDBOX=0 NO_NETNS=0 IDLE=600 BIN=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --cli) CLI="$2"; shift 2 ;;
@@ -36,6 +38,7 @@ while [[ $# -gt 0 ]]; do
     --is-sandbox) SANDBOX=1; shift ;;
     --no-netns) NO_NETNS=1; shift ;;
     --idle-timeout) IDLE="$2"; shift 2 ;;
+    --bin) BIN="$2"; shift 2 ;;
     --) shift; break ;;
     *) echo "with-standin: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -48,6 +51,7 @@ case "$CLI" in claude|copilot|codex|qwen) ;; *) echo "with-standin: unknown CLI 
 
 BIN_DIR="${AGENT_CLIS_BIN:-$("$REPO/scripts/install-agent-clis.sh" --print-bin-dir)}"
 PREFIX="$(dirname "$BIN_DIR")"
+[[ -n "$BIN" ]] && BIN_DIR="$BIN"
 if [[ ! -x "$BIN_DIR/$CLI" ]]; then
   echo "with-standin: $CLI is not installed in $BIN_DIR (run scripts/install-agent-clis.sh $CLI)" >&2
   exit 3
