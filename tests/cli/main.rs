@@ -34,6 +34,7 @@ mod planted;
 mod queue;
 mod queue_github;
 mod real_agents;
+mod real_qwen;
 mod run;
 mod sandbox;
 mod sandbox_doors;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::common::*;
 
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -79,7 +79,7 @@ pub(crate) fn with_standin_as(
 }
 
 /// The prompts of the main requests the stand-in received (length, first characters).
-fn requests(env: &TestEnv, cli: &str) -> Vec<serde_json::Value> {
+pub(crate) fn requests(env: &TestEnv, cli: &str) -> Vec<serde_json::Value> {
     let log = env
         .home
         .join(format!("standin-{cli}/standin.requests.jsonl"));
@@ -97,7 +97,7 @@ pub(crate) fn run_args<'a>(cli: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
-fn two_criteria(env: &TestEnv) {
+pub(crate) fn two_criteria(env: &TestEnv) {
     env.write_task(&["first box", "second box"], "");
     env.commit_all("initial");
 }
