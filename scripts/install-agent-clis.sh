@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install the real agent CLIs (Claude Code, Copilot CLI, Codex, droid) from npm into a project-local
-# prefix, for the tests that run them against the stand-in model server (testing/standin/).
+# Install the real agent CLIs (Claude Code, Copilot CLI, Codex, droid, opencode, Qwen Code) from
+# npm into a project-local prefix, for the tests that run them against the stand-in model server
+# (testing/standin/).
 #
 #   scripts/install-agent-clis.sh [claude] [copilot] [codex] [droid] [opencode] [qwen]   # default: all
 #   export PATH="$(scripts/install-agent-clis.sh --print-bin-dir):$PATH"
@@ -14,6 +15,9 @@
 #   CODEX_VERSION           default 0.171.0   (@openai/codex)
 #   DROID_VERSION           default 0.215.0   (droid)
 #   OPENCODE_VERSION        default 1.18.33   (opencode-ai)
+#   QWEN_VERSION            default 0.24.4    (@qwen-code/qwen-code)
+#   QWEN_OLD_VERSION        default 0.15.10   (installed with qwen into <prefix>/qwen-<version>, for
+#                           the tests of its older output; empty: not installed)
 #   AGENT_CLIS_LATEST=1     ignore the pins, install/upgrade to the latest
 # Only the npm registry is contacted (the packages ship their native binaries as npm packages).
 # Sizes: Claude ~235 MB, Copilot ~190 MB (+ ~235 MB unpacked on first run), Codex ~425 MB,
@@ -37,12 +41,13 @@ if ! command -v npm >/dev/null 2>&1; then
   exit 1
 fi
 
-declare -A PKG=([claude]=@anthropic-ai/claude-code [copilot]=@github/copilot [codex]=@openai/codex)
+declare -A PKG=([claude]=@anthropic-ai/claude-code [copilot]=@github/copilot [codex]=@openai/codex
+               [qwen]=@qwen-code/qwen-code)
 declare -A PIN=([claude]="${CLAUDE_CODE_VERSION:-2.1.197}" [copilot]="${COPILOT_VERSION:-1.0.102}"
-                [codex]="${CODEX_VERSION:-0.171.0}")
+                [codex]="${CODEX_VERSION:-0.171.0}" [qwen]="${QWEN_VERSION:-0.24.4}")
 PKG[droid]=droid PIN[droid]="${DROID_VERSION:-0.215.0}"
 PKG[opencode]=opencode-ai PIN[opencode]="${OPENCODE_VERSION:-1.18.33}"
-ALL=(claude copilot codex droid opencode)
+ALL=(claude copilot codex droid opencode qwen)
 
 wanted=("$@")
 [[ ${#wanted[@]} -eq 0 ]] && wanted=("${ALL[@]}")
@@ -114,6 +119,12 @@ for w in "${wanted[@]}"; do
     if [[ -n "$v" ]]; then log "$w: $v"; else log "warning: '$BIN_DIR/$w --version' failed"; status=1; fi
   fi
 done
+# Qwen Code's older version (API errors reported as a successful result), in a prefix of its own.
+old_qwen="${QWEN_OLD_VERSION-0.15.10}"
+if [[ " ${wanted[*]} " == *" qwen "* && -n "$old_qwen" && -z "${AGENT_CLIS_NESTED:-}" ]]; then
+  AGENT_CLIS_NESTED=1 AGENT_CLIS_PREFIX="$PREFIX/qwen-$old_qwen" QWEN_VERSION="$old_qwen" \
+    AGENT_CLIS_LATEST='' bash "${BASH_SOURCE[0]}" qwen >&2 || status=1
+fi
 log "put this on PATH:  export PATH=\"$BIN_DIR:\$PATH\""
 echo "$BIN_DIR"
 exit $status

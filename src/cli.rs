@@ -139,7 +139,7 @@ pub(crate) struct InitArgs {
     #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_iterations: u32,
 
-    /// Agent written to the frontmatter (copilot, claude, codex, gemini).
+    /// Agent written to the frontmatter (copilot, claude, codex, gemini, droid, opencode, qwen).
     #[arg(long, value_name = "NAME")]
     pub(crate) agent: Option<String>,
 
@@ -219,7 +219,7 @@ pub(crate) struct ResumeArgs {
 /// variables, which win over the task's frontmatter and the config files.
 #[derive(Debug, Clone, Default, Args)]
 pub(crate) struct RunOptions {
-    /// Agent preset: copilot, claude, codex or gemini.
+    /// Agent preset: copilot, claude, codex, gemini, droid, opencode or qwen.
     #[arg(
         long,
         env = "RALPH_AGENT",

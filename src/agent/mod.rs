@@ -24,6 +24,7 @@ mod custom;
 mod droid;
 mod gemini;
 mod opencode;
+mod qwen;
 
 #[cfg(test)]
 mod testkit;
@@ -57,6 +58,7 @@ pub(crate) const PRESETS: &[&dyn Cli] = &[
     &gemini::Gemini,
     &droid::Droid,
     &opencode::Opencode,
+    &qwen::Qwen,
 ];
 
 /// The preset named `name`.
@@ -168,8 +170,10 @@ impl Agent {
         self.notes = launch.notes;
     }
 
-    /// How this agent receives a prompt of `len` bytes.
-    pub(crate) fn prompt_via(&self, len: usize) -> PromptVia {
+    /// How this agent receives `prompt`. A preset takes it on stdin when it is too long for one
+    /// argument, or when it begins with `-` (a CLI would read it as an option: Qwen Code ends
+    /// with a usage error).
+    pub(crate) fn prompt_via(&self, prompt: &str) -> PromptVia {
         let mut via = PromptVia::Stdin;
         for p in &self.args {
             if let Part::Template(t) = p {
@@ -180,7 +184,8 @@ impl Agent {
                 }
             }
         }
-        if via == PromptVia::Argument && len > MAX_PROMPT_ARG && self.stdin_args.is_some() {
+        let unsafe_arg = prompt.len() > MAX_PROMPT_ARG || prompt.starts_with('-');
+        if via == PromptVia::Argument && unsafe_arg && self.stdin_args.is_some() {
             PromptVia::Stdin
         } else {
             via
@@ -189,7 +194,7 @@ impl Agent {
 
     /// Build the argv for one prompt; `prompt_file` is where the prompt was saved.
     pub(crate) fn invocation(&self, prompt: &str, prompt_file: &Path) -> Result<Invocation> {
-        let via = self.prompt_via(prompt.len());
+        let via = self.prompt_via(prompt);
         if via == PromptVia::Argument && prompt.len() > MAX_PROMPT_ARG {
             return Err(Error::user(format!(
                 "the prompt is {} KiB, too long to pass as one argument (limit {} KiB)",
@@ -291,6 +296,7 @@ mod tests {
                 "droid",
                 vec!["exec", "--auto", "high", "-o", "stream-json", "hi"],
             ),
+            ("qwen", vec!["hi", "--yolo", "-o", "stream-json"]),
         ];
         for (name, want) in cases {
             let inv = Agent::preset(name).unwrap().invocation("hi", file).unwrap();
@@ -311,6 +317,7 @@ mod tests {
                 vec!["exec", "--dangerously-bypass-approvals-and-sandbox", "-"],
             ),
             ("gemini", vec!["--yolo"]),
+            ("qwen", vec!["--yolo", "-o", "stream-json"]),
         ] {
             let inv = Agent::preset(name).unwrap().invocation(&big, file).unwrap();
             assert_eq!(args(&inv), want, "{name}");
@@ -322,6 +329,29 @@ mod tests {
             .unwrap();
         assert_eq!(args(&claude)[0], "-p");
         assert!(!args(&claude).iter().any(|a| a.len() > 100));
+    }
+
+    #[test]
+    fn a_prompt_that_looks_like_an_option_goes_to_presets_on_stdin() {
+        let file = Path::new("/tmp/p.md");
+        for cli in PRESETS {
+            let agent = Agent::preset(cli.name()).unwrap();
+            let inv = agent.invocation("--help me", file).unwrap();
+            assert_eq!(
+                inv.stdin.as_deref(),
+                Some(&b"--help me"[..]),
+                "{}",
+                cli.name()
+            );
+            assert!(
+                !args(&inv).iter().any(|a| a == "--help me"),
+                "{}",
+                cli.name()
+            );
+        }
+        // A custom template says where its prompt goes: as it says.
+        let inv = custom("prog {prompt}").invocation("-x", file).unwrap();
+        assert_eq!(args(&inv), vec!["-x"]);
     }
 
     #[test]
@@ -337,7 +367,11 @@ mod tests {
     fn unknown_preset_lists_the_known_ones() {
         let e = Agent::preset("cursor").unwrap_err();
         assert!(e.to_string().contains("`cursor`"));
-        assert!(e.hint().unwrap().contains("copilot, claude, codex, gemini"));
+        assert!(
+            e.hint()
+                .unwrap()
+                .contains("copilot, claude, codex, gemini, droid, opencode, qwen")
+        );
     }
 
     #[test]
@@ -398,7 +432,9 @@ mod tests {
         let names: Vec<&str> = PRESETS.iter().map(|cli| cli.name()).collect();
         assert_eq!(
             names,
-            ["copilot", "claude", "codex", "gemini", "droid", "opencode"]
+            [
+                "copilot", "claude", "codex", "gemini", "droid", "opencode", "qwen"
+            ]
         );
         for cli in PRESETS {
             assert!(cli.install_hint().unwrap().starts_with("npm install -g "));

@@ -172,6 +172,26 @@ const CLIS: &[Cli] = &[
             (".cache/opencode/node_modules", IfExists),
         ],
     },
+    Cli {
+        name: "qwen",
+        moved_by: Some("QWEN_HOME"),
+        // `extension-store/` (its install transactions) stays writable: it makes its
+        // directories there at every start, and fails when it cannot.
+        state: &[".qwen"],
+        runs: &[
+            // Hooks, MCP servers and tool settings live in it.
+            (".qwen/settings.json", File("{}")),
+            (".qwen/QWEN.md", File("")),
+            (".qwen/.env", IfExists),
+            (".qwen/commands", Dir),
+            (".qwen/agents", Dir),
+            (".qwen/skills", Dir),
+            (".qwen/extensions", Dir),
+            // Instructions it writes once and obeys after (an empty one it fills in outside).
+            (".qwen/output-language.md", File("")),
+            (".qwen/hooks", IfExists),
+        ],
+    },
 ];
 
 impl Cli {

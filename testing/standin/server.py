@@ -497,6 +497,20 @@ class Handler(BaseHTTPRequestHandler):
                                   "resets_in_seconds": max(0, reset - int(time.time()))}}
                 self._send_json(status, data, err_headers)
             return status
+        if kind == "quota_reset":
+            # A provider quota with its reset time in the message (Qwen Code fails at once on
+            # "quota" + "exhausted"/"exceeded" + "will reset"/"reset at", after its OpenAI
+            # client's own retries). `{reset}` in a custom message is the reset time, RFC 3339.
+            with self.state.lock:
+                if self.state.reset_at is None:
+                    self.state.reset_at = time.time() + float(rl.get("resets_in", 5))
+                reset = int(self.state.reset_at + 0.999)
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(reset))
+            headers.update({k: str(v) for k, v in (rl.get("headers") or {}).items()})
+            msg = rl.get("message", "Your free quota is exhausted; it will reset at {reset}.")
+            self._error(api, status, msg.replace("{reset}", when), headers,
+                        code=rl.get("code", "insufficient_quota"))
+            return status
         headers.update({k: str(v) for k, v in (rl.get("headers") or {}).items()})
         if rl.get("body") is not None:  # a verbatim error body, for experiments
             self._send_json(status, rl["body"], headers)
@@ -699,6 +713,10 @@ def pick_tool(api: str, offered: list[str], command: str,
             if n in names:
                 return n, {"command": command,
                            "description": "Check the first unchecked criterion"}
+        if "run_shell_command" in names:  # Qwen Code
+            return "run_shell_command", {"command": command,
+                                         "description": "Check the first unchecked criterion",
+                                         "is_background": False}
         return "bash", {"command": command, "description": "Check the first unchecked criterion"}
     # responses (Codex)
     if "exec_command" in names:

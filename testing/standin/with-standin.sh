@@ -2,8 +2,9 @@
 # Run a command (typically `ralph run ...` in a test repository) with the stand-in model server up
 # and the environment pointing one real agent CLI at it: for tests.
 #
-#   testing/standin/with-standin.sh --cli claude|copilot|codex|droid|opencode --work DIR \
+#   testing/standin/with-standin.sh --cli claude|copilot|codex|droid|opencode|qwen --work DIR \
 #       [--scenario FILE] [--claude-oauth] [--is-sandbox] [--no-netns] [--idle-timeout S] \
+#       [--bin DIR] \
 #       -- COMMAND [ARGS...]
 #
 # * As root, with unshare and ip available, everything (server, COMMAND, the agent CLI it spawns)
@@ -19,7 +20,8 @@
 #   CLAUDE_CODE_OAUTH_TOKEN instead of ANTHROPIC_API_KEY (needed for Claude's rate_limit_event).
 # * COMMAND's stdin, stdout and stderr are passed through untouched; its exit status is returned.
 #   The server is stopped when COMMAND ends. Exit 3 (and a message on stderr) when the agent CLI is
-#   not installed: tests should skip then.
+#   not installed: tests should skip then. --bin DIR takes the CLI from DIR instead of the install
+#   script's bin directory (e.g. <prefix>/qwen-0.15.10/bin, Qwen Code's older version).
 set -uo pipefail
 
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
@@ -27,7 +29,7 @@ HERE="$(dirname "$SELF")"
 REPO="$(cd "$HERE/../.." && pwd)"
 
 ORIG_ARGS=("$@")
-CLI="" WORK="" SCENARIO="" OAUTH=0 SANDBOX=0 NO_NETNS=0 IDLE=600
+CLI="" WORK="" SCENARIO="" OAUTH=0 SANDBOX=0 NO_NETNS=0 IDLE=600 BIN=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --cli) CLI="$2"; shift 2 ;;
@@ -37,18 +39,20 @@ while [[ $# -gt 0 ]]; do
     --is-sandbox) SANDBOX=1; shift ;;
     --no-netns) NO_NETNS=1; shift ;;
     --idle-timeout) IDLE="$2"; shift 2 ;;
+    --bin) BIN="$2"; shift 2 ;;
     --) shift; break ;;
     *) echo "with-standin: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
 [[ -n "$CLI" && -n "$WORK" && $# -gt 0 ]] || {
-  echo "usage: with-standin.sh --cli claude|copilot|codex|droid|opencode --work DIR [--scenario FILE] -- COMMAND..." >&2
+  echo "usage: with-standin.sh --cli claude|copilot|codex|droid|opencode|qwen --work DIR [--scenario FILE] -- COMMAND..." >&2
   exit 2
 }
-case "$CLI" in claude|copilot|codex|droid|opencode) ;; *) echo "with-standin: unknown CLI '$CLI'" >&2; exit 2 ;; esac
+case "$CLI" in claude|copilot|codex|droid|opencode|qwen) ;; *) echo "with-standin: unknown CLI '$CLI'" >&2; exit 2 ;; esac
 
 BIN_DIR="${AGENT_CLIS_BIN:-$("$REPO/scripts/install-agent-clis.sh" --print-bin-dir)}"
 PREFIX="$(dirname "$BIN_DIR")"
+[[ -n "$BIN" ]] && BIN_DIR="$BIN"
 if [[ ! -x "$BIN_DIR/$CLI" ]]; then
   echo "with-standin: $CLI is not installed in $BIN_DIR (run scripts/install-agent-clis.sh $CLI)" >&2
   exit 3
@@ -118,6 +122,19 @@ JSON
    "models": {"standin-model": {"name": "Stand-in model", "tool_call": true,
      "cost": {"input": 3, "output": 15}}}}},
  "model": "standin/standin-model", "autoupdate": false, "share": "disabled"}
+JSON
+    ;;
+  qwen)
+    # OpenAI-compatible endpoint from the environment; no auth type, login or onboarding needed.
+    # Settings: no update check, no telemetry, no usage statistics.
+    export OPENAI_BASE_URL="http://127.0.0.1:$PORT/v1" OPENAI_API_KEY=standin-key \
+           OPENAI_MODEL=standin-model
+    unset QWEN_HOME QWEN_RUNTIME_DIR
+    mkdir -p "$HOME_DIR/.qwen"
+    [[ -f "$HOME_DIR/.qwen/settings.json" ]] || cat > "$HOME_DIR/.qwen/settings.json" <<'JSON'
+{"general": {"enableAutoUpdate": false},
+ "privacy": {"usageStatisticsEnabled": false},
+ "telemetry": {"enabled": false}}
 JSON
     ;;
 esac

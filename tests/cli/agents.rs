@@ -15,7 +15,7 @@ pub(crate) fn stand_in(env: &TestEnv, name: &str, help: &str) -> PathBuf {
     std::fs::create_dir_all(&bin).unwrap();
     let script = format!(
         r#"#!/bin/sh
-if [ "$1" = "--help" ]; then printf '%s\n' '{help}'; exit 0; fi
+for a in "$@"; do if [ "$a" = "--help" ]; then printf '%s\n' '{help}'; exit 0; fi; done
 for a in "$@"; do printf '%s\0' "$a"; done > "$FAKE_AGENT_LOG/{name}-argv-$RALPH_ITERATION.txt"
 env | grep -E '^(IS_SANDBOX|RALPH_)' > "$FAKE_AGENT_LOG/{name}-env-$RALPH_ITERATION.txt"
 exec '{agent}' "$@"

@@ -109,9 +109,26 @@ fn assert_completed_normally(env: &TestEnv, out: &std::process::Output, who: &st
     assert!(!activity.contains("cannot work"), "{who}: {activity}");
 }
 
+/// Every preset ralph knows, as its error for an unknown one lists them (a preset added later is
+/// tested without touching this file).
+fn every_preset(env: &TestEnv) -> Vec<String> {
+    let out = env.ralph(&["run", "--agent", "no-such-agent", "--dry-run"]);
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    let list = err
+        .split("use one of ")
+        .nth(1)
+        .and_then(|rest| rest.split(", or --agent-cmd").next())
+        .unwrap_or_else(|| panic!("no preset list in: {err}"));
+    let names: Vec<String> = list.split(", ").map(str::to_owned).collect();
+    assert!(names.len() >= 7, "{names:?}");
+    names
+}
+
 #[test]
 fn an_agent_talking_about_rate_limits_and_logins_completes_its_task_with_every_preset() {
-    for preset in ["claude", "copilot", "codex", "gemini"] {
+    let presets = every_preset(&setup());
+    for preset in presets.iter().map(String::as_str) {
         let env = setup();
         let bin = stand_in(&env, preset, "  --yolo   allow everything");
         let talk = if preset == "claude" {

@@ -37,6 +37,7 @@ mod queue_github;
 mod real_agents;
 mod real_droid;
 mod real_opencode;
+mod real_qwen;
 mod run;
 mod sandbox;
 mod sandbox_doors;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::common::*;
 
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
