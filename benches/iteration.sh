@@ -35,6 +35,9 @@
 #          shell's first is its first pipeline on the new copy, where git refreshes and writes
 #          back its stat cache.
 #   steady the mean of iterations 2..N (ralph's: 2..N-1, the iterations in the middle of a run).
+#   whole  the whole run as a user pays it (issue 22): ralph's start-up and every gap to its exit
+#          (iterations 1..N, the halt and its full check included) against the sum of the shell
+#          loop's N iterations.
 #   last   ralph's iteration N: its close also halts the run, and before any halt ralph checks
 #          the tree once with a full walk without its file watcher (SPEC §12, the price of
 #          exactness paid once per run); shown apart, in a note under the table.
@@ -50,6 +53,9 @@
 #   bash benches/iteration.sh [TRIALS] [SIZE[:TRIALS]...]
 #   e.g. bash benches/iteration.sh 3 20000 100000:1        (the default)
 #   ITERATIONS=5 (4..15) iterations per run; KEEP=1 keeps the temporary directory.
+#   PROFILE=DIR (an existing directory) writes, per run, ralph's phase times (`ralph -v`) to
+#   DIR/ralph-FILES-CASE-TRIAL.txt and git's trace2 performance log of every git command ralph
+#   runs (index reads and writes, status walks) to DIR/git-FILES-CASE-TRIAL.perf.
 #   BENCH_DIR=DIR puts the repositories in DIR; by default they go to /dev/shm (tmpfs) when it has
 #   room: on shared virtual disks creating a file can cost ten times what it does on tmpfs or a
 #   local SSD, which would make the set-up slow and the figures noisy. BENCH_DIR=/tmp measures on
@@ -169,7 +175,7 @@ c0=\$(cpu)
 cat >/dev/null
 n=\$(<"$work/size") k=\$RALPH_ITERATION shell=\$(<"$work/shell-repo")
 awk -v k="\$k" -v n="\$n" -f "$work/change.awk" "$work/dirs-\$n" /dev/null
-unset GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE GIT_OBJECT_DIRECTORY
+unset GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE GIT_OBJECT_DIRECTORY GIT_TRACE2_PERF
 cd "\$shell"
 awk -v k="\$k" -v n="\$n" -f "$work/change.awk" "$work/dirs-\$n" /dev/null
 a=\${EPOCHREALTIME/./}
@@ -185,15 +191,22 @@ chmod +x "$work/agent.sh"
 # shell's first iteration and steady mean, ralph's first and steady mean, ralph's start-up (the
 # part of its first iteration before the first agent), and the CPU time ralph spent while its
 # agents ran, per iteration.
-run_pair() { # $1 = ralph's repo, $2 = the shell loop's
+run_pair() { # $1 = ralph's repo, $2 = the shell loop's, $3 = a name for the profile
   echo "$2" > "$work/shell-repo"
   local t0 t1 rc
   : > "$work/stamps"; : > "$work/shell-times"
   t0=$(now_us)
   set +e
-  (cd "$1" && "$ralph" run --agent-cmd "$work/agent.sh" --yes --reset --max-iterations "$iters" \
-    --stuck-threshold 1000 --color never -q) > "$work/ralph.out" 2>&1 < /dev/null
+  local quiet=(-q) trace=()
+  if [ -n "${PROFILE:-}" ]; then
+    # ralph's own phases (`-v`: `time: run › iteration N › PHASE: …`) and git's regions (index
+    # reads and writes, status walks) per git command ralph runs.
+    quiet=(-v); trace=(GIT_TRACE2_PERF="$PROFILE/git-$3.perf")
+  fi
+  (cd "$1" && env "${trace[@]}" "$ralph" "${quiet[@]}" run --agent-cmd "$work/agent.sh" --yes --reset \
+    --max-iterations "$iters" --stuck-threshold 1000 --color never) > "$work/ralph.out" 2>&1 < /dev/null
   rc=$?
+  [ -z "${PROFILE:-}" ] || grep -a '^time: \|time: ' "$work/ralph.out" > "$PROFILE/ralph-$3.txt" || true
   t1=$(now_us)
   set -e
   case $rc in
@@ -206,10 +219,11 @@ run_pair() { # $1 = ralph's repo, $2 = the shell loop's
     if (NR < 5) { print "ralph ran only " NR - 1 " iterations (4 are needed)" > "/dev/stderr"; exit 1 }
     first = (s[1] - t0) + (s[2] - e[1])
     for (k = 2; k < NR - 1; k++) rest += s[k + 1] - e[k]
-    printf "%d %d %d %d %d\n", first, rest / (NR - 3), s[1] - t0, beside * tick / (NR - 1), s[NR] - e[NR - 1] }' "$work/stamps" > "$work/ralph-figures"
+    whole = s[1] - t0; for (k = 1; k < NR; k++) whole += s[k + 1] - e[k]
+    printf "%d %d %d %d %d %d\n", first, rest / (NR - 3), s[1] - t0, beside * tick / (NR - 1), s[NR] - e[NR - 1], whole }' "$work/stamps" > "$work/ralph-figures"
   awk -v n="$iters" '$1 == 1 { first = $2 } $1 > 1 { rest += $2; k++ } END {
     if (NR != n || k != n - 1) { print "the shell loop ran " NR " of " n " iterations" > "/dev/stderr"; exit 1 }
-    printf "%d %d ", first, rest / k }' "$work/shell-times"
+    printf "%d %d %d ", first, rest / k, first + rest }' "$work/shell-times"
   cat "$work/ralph-figures"
 }
 
@@ -232,7 +246,7 @@ for spec in "${sizes[@]}"; do
   make_base "$n"
   log "  built in $(ms $(( $(now_us) - t_setup ))) ms"
   echo "$n" > "$work/size"
-  declare -A sf=() ss=() rf=() rs=()
+  declare -A sf=() ss=() rf=() rs=() swh=() rwh=()
   for trial in $(seq "$t"); do
     for kind in fresh copied touched; do
       t_setup=$(now_us)
@@ -240,19 +254,20 @@ for spec in "${sizes[@]}"; do
       make_case "$n" "$kind" "$work/$kind-ralph"
       log "  $kind, trial $trial: two working copies made in $(ms $(( $(now_us) - t_setup ))) ms"
       sleep 1 # no file as new as the index the first iteration writes (racy git)
-      read -r a b c d u v w < <(run_pair "$work/$kind-ralph" "$work/$kind-shell")
+      read -r a b sw c d u v w rw < <(run_pair "$work/$kind-ralph" "$work/$kind-shell" "$n-$kind-$trial")
       same_result "$work/$kind-shell" "$work/$kind-ralph"
       rm -rf "$work/$kind-shell" "$work/$kind-ralph"
-      log "$(printf '%7d files %-7s trial %d: shell first %6s ms steady %6s ms | ralph first %6s ms (start-up %s) steady %6s ms last %6s ms; CPU beside the agent %s ms' \
-        "$n" "$kind" "$trial" "$(ms "$a")" "$(ms "$b")" "$(ms "$c")" "$(ms "$u")" "$(ms "$d")" "$(ms "$w")" "$(ms "$v")")"
+      log "$(printf '%7d files %-7s trial %d: shell first %6s ms steady %6s ms | ralph first %6s ms (start-up %s) steady %6s ms last %6s ms; whole run: shell %s ms, ralph %s ms; CPU beside the agent %s ms' \
+        "$n" "$kind" "$trial" "$(ms "$a")" "$(ms "$b")" "$(ms "$c")" "$(ms "$u")" "$(ms "$d")" "$(ms "$w")" "$(ms "$sw")" "$(ms "$rw")" "$(ms "$v")")"
       last+=("$n $kind $w")
       [ "$v" -le "$beside" ] || beside=$v
       sf[$kind]+="$a "; ss[$kind]+="$b "; rf[$kind]+="$c "; rs[$kind]+="$d "
+      swh[$kind]+="$sw "; rwh[$kind]+="$rw "
     done
   done
   for kind in fresh copied touched; do
     table+=("$(awk -v n="$n" -v kind="$kind" -v t="$t" -v sf="${sf[$kind]}" -v ss="${ss[$kind]}" \
-      -v rf="${rf[$kind]}" -v rs="${rs[$kind]}" '
+      -v rf="${rf[$kind]}" -v rs="${rs[$kind]}" -v sw="${swh[$kind]}" -v rw="${rwh[$kind]}" '
       function commas(v,   s, o) { s = sprintf("%.0f", v); o = ""
         while (length(s) > 3) { o = "," substr(s, length(s) - 2) o; s = substr(s, 1, length(s) - 3) }
         return s o }
@@ -263,19 +278,19 @@ for spec in "${sizes[@]}"; do
           for (i = 1; i <= k; i++) { r = ra[i] / sh[i]; if (r < lo) lo = r; if (r > hi) hi = r }
           m = m sprintf(" (%.2f–%.2f)", lo, hi) }
         return m }
-      BEGIN { k = split(sf, a); split(ss, b); split(rf, c); split(rs, d)
-        printf "| %s | %s | %s | %s |\n", commas(n), kind, cell(a, c, k), cell(b, d, k) }')")
+      BEGIN { k = split(sf, a); split(ss, b); split(rf, c); split(rs, d); split(sw, e); split(rw, f)
+        printf "| %s | %s | %s | %s | %s |\n", commas(n), kind, cell(a, c, k), cell(b, d, k), cell(e, f, k) }')")
   done
   rm -rf "$work/base-$n"
-  unset sf ss rf rs
+  unset sf ss rf rs swh rwh
 done
 
 elapsed=$(( ($(now_us) - start_all) / 1000000 ))
 printf 'Per-iteration overhead in ms; ratio = ralph / shell (per-trial range in brackets). Sizes %s (size:trials), %s iterations per run, repositories on %s; %s cores, %s, ralph %s; %d s in all.\n\n' \
   "$(for spec in "${sizes[@]}"; do n=${spec%%:*}; [ "$spec" = "$n" ] && printf '%s:%s ' "$n" "$trials" || printf '%s ' "$spec"; done | sed 's/ $//')" \
   "$iters" "$fs" "$(nproc)" "$(git --version)" "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')" "$elapsed"
-echo '| files | case | shell first | ralph first | ratio | shell steady | ralph steady | ratio |'
-echo '|---:|---|---:|---:|---:|---:|---:|---:|'
+echo '| files | case | shell first | ralph first | ratio | shell steady | ralph steady | ratio | shell whole run | ralph whole run | ratio |'
+echo '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|'
 printf '%s\n' "${table[@]}"
 printf '\nralph'"'"'s last iteration (its close also halts the run, after the full check of the tree without the watcher), ms, mean over the trials: %s.\n' \
   "$(printf '%s\n' "${last[@]}" | awk '{ k = $1 " " $2; s[k] += $3; c[k]++; if (!(k in o)) { o[k] = ++n; key[n] = k } }
