@@ -321,8 +321,7 @@ impl Loop {
     /// `--max-wait`), showing the wait. `Some(halt)` when the iteration ends instead.
     async fn wait_for_limit(&mut self, n: u32, limit: &Limit, next: Next) -> Result<Option<Halt>> {
         let wait = next.wait;
-        let waited = std::time::Duration::from_secs_f64(self.state.waited_s);
-        if waited + wait > self.setup.settings.max_wait {
+        if self.waited().saturating_add(wait) > self.setup.settings.max_wait {
             let why = format!(
                 "the agent's usage limit ({}) would need {} more waiting, past --max-wait {}",
                 limit.kind,
