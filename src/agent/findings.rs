@@ -51,6 +51,9 @@ pub(crate) struct Findings {
     pub(super) session_id: Option<String>,
     /// The latest assistant message (JSON formats).
     pub(super) last_text: Option<String>,
+    /// The latest assistant text came from the CLI, not the model (Qwen's unwritten
+    /// `[API Error: …]`): a result repeating it is the CLI's.
+    pub(super) unwritten_latest: bool,
     /// While events are read newest first: what they set already (see [`Findings::newest_first`]).
     newest_first: Option<Settled>,
 }
@@ -95,6 +98,7 @@ impl Findings {
             failure: None,
             session_id: None,
             last_text: None,
+            unwritten_latest: false,
             newest_first: None,
         }
     }

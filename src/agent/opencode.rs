@@ -243,7 +243,10 @@ fn retry_after(headers: &Value, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     };
     let after = |secs: f64| {
         (secs.is_finite() && secs >= 0.0 && secs <= MAX_RETRY_AFTER.as_secs_f64())
-            .then(|| now + TimeDelta::milliseconds((secs * 1000.0).round() as i64))
+            .then(|| {
+                now.checked_add_signed(TimeDelta::milliseconds((secs * 1000.0).round() as i64))
+            })
+            .flatten()
     };
     if let Some(ms) = header("retry-after-ms").and_then(|s| s.parse::<f64>().ok()) {
         return after(ms / 1000.0);
@@ -326,6 +329,18 @@ mod tests {
             )
         );
         assert_no_signal(&o, "a refused tool call");
+    }
+
+    /// An error event timed at the end of what a date holds: its retry-after has no reset
+    /// time (never a panic), and the limit is still the limit.
+    #[test]
+    fn a_retry_after_past_the_end_of_time_is_no_reset() {
+        let at_end = RATE_LIMITED.replace("1796293831848", "8210266876799999");
+        let o = failed(&Opencode, &format!("{at_end}\n"), "");
+        let limit = o.limit().expect("a 429 is a limit");
+        assert_eq!(limit.reset_at, None);
+        let headers = serde_json::json!({"retry-after": "2592000"});
+        assert_eq!(retry_after(&headers, DateTime::<Utc>::MAX_UTC), None);
     }
 
     #[test]

@@ -19,6 +19,17 @@ pub(crate) struct Usage {
     pub(crate) turns: u64,
 }
 
+/// `total` with `cost` added: only a finite, positive cost counts (a CLI's negative or absurd
+/// figure never lowers a total), and the sum stays finite (JSON has no infinity: the run state
+/// must stay readable).
+pub(crate) fn add_cost(total: f64, cost: f64) -> f64 {
+    if cost.is_finite() && cost > 0.0 {
+        (total + cost).min(f64::MAX)
+    } else {
+        total
+    }
+}
+
 impl Usage {
     /// Adds another usage to this one (for totals across iterations).
     pub(crate) fn add(&mut self, other: &Usage) {
@@ -30,7 +41,7 @@ impl Usage {
         self.cache_read_input_tokens = self
             .cache_read_input_tokens
             .saturating_add(other.cache_read_input_tokens);
-        self.cost_usd += other.cost_usd;
+        self.cost_usd = add_cost(self.cost_usd, other.cost_usd);
         self.turns = self.turns.saturating_add(other.turns);
     }
 
@@ -205,6 +216,23 @@ mod tests {
         assert_eq!(secs, [60, 60, 120, 240, 480, 960, 1800, 1800, 1800]);
         assert_eq!(backoff(base, u32::MAX), Duration::from_secs(1800));
         assert_eq!(backoff(Duration::from_secs(1), 3), Duration::from_secs(4));
+    }
+
+    #[test]
+    fn costs_only_add_and_stay_finite() {
+        assert_eq!(add_cost(1.0, 0.5), 1.5);
+        for bad in [-100.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert_eq!(add_cost(1.0, bad), 1.0, "{bad}");
+        }
+        assert_eq!(add_cost(f64::MAX, f64::MAX), f64::MAX);
+        let mut u = Usage::default();
+        for _ in 0..3 {
+            u.add(&Usage {
+                cost_usd: 1.7e308,
+                ..Usage::default()
+            });
+        }
+        assert!(u.cost_usd.is_finite());
     }
 
     #[test]

@@ -133,22 +133,26 @@ fn assistant(v: &Value, seen: &mut Findings) {
     let Some(blocks) = message["content"].as_array() else {
         return;
     };
+    // The message's text is all its text blocks: the model's, kept whole, when it spent tokens.
+    let mut text = String::new();
     for block in blocks {
         match block["type"].as_str() {
-            Some("text") => {
-                let text = block["text"].as_str().unwrap_or("");
-                if written {
-                    seen.assistant_text(text);
-                } else if !text.trim().is_empty() {
-                    seen.set_activity_clean(text);
-                }
-            }
+            Some("text") => text.push_str(block["text"].as_str().unwrap_or("")),
             Some("tool_use") => {
                 let name = block["name"].as_str().unwrap_or("tool");
                 seen.set_activity_clean(&tool_activity(name, &block["input"]));
             }
             _ => {}
         }
+    }
+    if text.trim().is_empty() {
+        return;
+    }
+    seen.unwritten_latest = !written;
+    if written {
+        seen.assistant_text(&text);
+    } else {
+        seen.set_activity_clean(&text);
     }
 }
 
@@ -200,10 +204,15 @@ fn result(v: &Value, seen: &mut Findings) {
 }
 
 /// Whether a successful result's text is Qwen's `[API Error: …]` rather than the model's: it
-/// opens with that prefix and is not the last message the model wrote.
+/// opens with that prefix, and the latest message is not one the model wrote that is the
+/// result's text or opens with the prefix too (its text blocks, whatever Qwen joins them with).
 fn unwritten_api_error(text: &str, seen: &Findings) -> bool {
-    text.trim_start().starts_with(API_ERROR)
-        && seen.last_text.as_deref() != Some(bounded(text).as_str())
+    let model_wrote = !seen.unwritten_latest
+        && seen
+            .last_text
+            .as_deref()
+            .is_some_and(|t| t == bounded(text).as_str() || t.trim_start().starts_with(API_ERROR));
+    text.trim_start().starts_with(API_ERROR) && !model_wrote
 }
 
 /// An error result's text: a limit (with its reset time) or a login failure.
@@ -456,6 +465,28 @@ mod tests {
         let o = observe(Format::of(&Qwen), &stream);
         assert!(o.activity().unwrap().starts_with("Quota exhausted: "));
         assert_eq!(o.final_message().as_deref(), Some("Checked the first box."));
+    }
+
+    /// The model's final message in two text blocks, the first opening with Qwen's error
+    /// prefix: the result (the blocks joined) is its work, never a limit; Qwen's own unwritten
+    /// error after a message the model wrote so is still the error.
+    #[test]
+    fn a_model_message_in_blocks_opening_with_an_api_error_is_its_work() {
+        let api = "[API Error: 429 quota exhausted; it will reset at 2099-01-01T00:00:00Z.]";
+        let tail = " That is what the log said; I added a backoff.";
+        for joined in [format!("{api}{tail}"), format!("{api}\n{tail}")] {
+            let message = serde_json::json!({"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": api}, {"type": "text", "text": tail}], "usage": {"input_tokens": 900, "output_tokens": 40}}});
+            let result = serde_json::json!({"type": "result", "subtype": "success", "is_error": false, "num_turns": 1, "result": joined, "usage": {"input_tokens": 900, "output_tokens": 40}});
+            let stream = format!("{message}\n{result}\n");
+            let o = observe(Format::of(&Qwen), &stream);
+            assert_no_signal(&o, &joined);
+            assert!(!o.result().unwrap().is_error, "{joined}");
+            // Then Qwen's own error, reported as a success: the limit.
+            let mut stream = format!("{message}\n");
+            stream.push_str(&lines(OLD_QUOTA));
+            let o = observe(Format::of(&Qwen), &stream);
+            assert!(o.limit().is_some(), "{stream}");
+        }
     }
 
     #[test]

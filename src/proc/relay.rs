@@ -31,6 +31,9 @@ pub(crate) struct Limits {
     pub(crate) timeout: Option<Duration>,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) grace: Duration,
+    /// How long after its last output an agent that said it is sleeping out a rate limit (a
+    /// quiet retry) is not taken for a hang by the idle timeout; `None`: never.
+    pub(crate) quiet_retry: Option<Duration>,
 }
 
 /// Why ralph stopped the process.

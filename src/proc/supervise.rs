@@ -21,6 +21,10 @@ const DRAIN: Duration = Duration::from_millis(200);
 pub(super) struct Supervision {
     grace: Duration,
     idle_timeout: Option<Duration>,
+    /// How long a quiet retry is believed (see [`Supervision::idle_due`]).
+    quiet_retry: Option<Duration>,
+    /// When the process last printed (or started).
+    last_output: Instant,
     pub(super) interrupts_now: u32,
     pub(super) stopped: Option<StopCause>,
     pub(super) killed: bool,
@@ -43,6 +47,8 @@ impl Supervision {
         Supervision {
             grace: limits.grace,
             idle_timeout: limits.idle_timeout,
+            quiet_retry: limits.quiet_retry,
+            last_output: Instant::now(),
             interrupts_now,
             stopped: None,
             killed: false,
@@ -107,15 +113,7 @@ impl Supervision {
                     self.stop(StopCause::Timeout, orders);
                 }
                 () = &mut idle, if self.running() && self.stopped.is_none() => {
-                    if Instant::now() >= self.idle_deadline && relay.waiting() {
-                        // It said it is sleeping out a rate limit: quiet, not hung. Asked
-                        // again after another idle time (the --timeout still holds).
-                        self.idle_deadline = Instant::now() + self.idle_timeout.unwrap_or_default();
-                        idle.as_mut().reset(self.idle_deadline);
-                    } else if Instant::now() >= self.idle_deadline {
-                        self.stop(StopCause::IdleTimeout, orders);
-                    } else {
-                        // Output came since it was armed: wait for the rest of the idle time.
+                    if self.idle_due(Instant::now(), || relay.waiting(), orders) {
                         idle.as_mut().reset(self.idle_deadline);
                     }
                 }
@@ -163,6 +161,29 @@ impl Supervision {
         }
     }
 
+    /// The idle timer fired at `now`: stop the process if it printed nothing for the idle
+    /// time — unless it said it is sleeping out a rate limit (`waiting`), quiet, not hung, for
+    /// no longer than `quiet_retry` since its last output (then the idle timeout holds again;
+    /// the `--timeout` always does). True when the timer is to be armed again.
+    fn idle_due(
+        &mut self,
+        now: Instant,
+        waiting: impl FnOnce() -> bool,
+        orders: &mut Orders,
+    ) -> bool {
+        if now < self.idle_deadline {
+            // Output came since it was armed: wait for the rest of the idle time.
+            return true;
+        }
+        let quiet = now.saturating_duration_since(self.last_output);
+        if self.quiet_retry.is_some_and(|cap| quiet < cap) && waiting() {
+            self.idle_deadline = now + self.idle_timeout.unwrap_or_default();
+            return true;
+        }
+        self.stop(StopCause::IdleTimeout, orders);
+        false
+    }
+
     fn output(
         &mut self,
         relay: &mut Relay<'_, '_>,
@@ -176,7 +197,8 @@ impl Supervision {
         }
         if let Some(t) = self.idle_timeout {
             // Only noted: the idle timer reads it when it fires (it is not re-armed per chunk).
-            self.idle_deadline = Instant::now() + t;
+            self.last_output = Instant::now();
+            self.idle_deadline = self.last_output + t;
         }
     }
 

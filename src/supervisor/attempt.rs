@@ -10,6 +10,7 @@ use super::prepare::Prepared;
 use std::time::Duration;
 
 use crate::agent::chain::Next;
+use crate::agent::output::add_cost;
 use crate::agent::stream::{Limit, Observer, Usage, format_for};
 use crate::agent::views::Watched;
 use crate::error::Result;
@@ -181,14 +182,15 @@ impl Loop {
 
     /// Count an attempt's cost and tokens: the run's, and the current agent's.
     pub(super) fn add_usage(&mut self, u: &Usage) {
-        self.state.cost_usd += u.cost_usd;
-        self.state.input_tokens += u.input_tokens;
-        self.state.output_tokens += u.output_tokens;
+        self.state.cost_usd = add_cost(self.state.cost_usd, u.cost_usd);
+        // Saturating: the counters may come from a `state.json` the agent wrote.
+        self.state.input_tokens = self.state.input_tokens.saturating_add(u.input_tokens);
+        self.state.output_tokens = self.state.output_tokens.saturating_add(u.output_tokens);
         let name = self.agents.current().name.clone();
         let mine = self.state.agents.entry(name).or_default();
-        mine.cost_usd += u.cost_usd;
-        mine.input_tokens += u.input_tokens;
-        mine.output_tokens += u.output_tokens;
+        mine.cost_usd = add_cost(mine.cost_usd, u.cost_usd);
+        mine.input_tokens = mine.input_tokens.saturating_add(u.input_tokens);
+        mine.output_tokens = mine.output_tokens.saturating_add(u.output_tokens);
     }
 
     /// Where `--stream` copies the agent's output.
@@ -319,8 +321,7 @@ impl Loop {
     /// `--max-wait`), showing the wait. `Some(halt)` when the iteration ends instead.
     async fn wait_for_limit(&mut self, n: u32, limit: &Limit, next: Next) -> Result<Option<Halt>> {
         let wait = next.wait;
-        let waited = std::time::Duration::from_secs_f64(self.state.waited_s);
-        if waited + wait > self.setup.settings.max_wait {
+        if self.waited().saturating_add(wait) > self.setup.settings.max_wait {
             let why = format!(
                 "the agent's usage limit ({}) would need {} more waiting, past --max-wait {}",
                 limit.kind,

@@ -141,6 +141,7 @@ pub(crate) async fn run_agent_once(
             timeout: settings.timeout,
             idle_timeout: settings.idle_timeout,
             grace: settings.grace,
+            quiet_retry: Some(settings.max_wait),
         },
     };
     let mut interrupts =

@@ -108,11 +108,8 @@ impl Loop {
         let fin = &attempted.finished;
         let key = &recorded.key;
         let agent = self.agents.current().name.clone();
-        self.state
-            .agents
-            .entry(agent.clone())
-            .or_default()
-            .iterations += 1;
+        let mine = self.state.agents.entry(agent.clone()).or_default();
+        mine.iterations = mine.iterations.saturating_add(1);
         self.emit(Event::IterationFinished(IterationFinished {
             run_id: self.state.run_id.clone(),
             iteration: n,

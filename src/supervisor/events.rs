@@ -72,6 +72,7 @@ impl Loop {
                 timeout: Some(timeout),
                 idle_timeout: None,
                 grace: HOOK_GRACE,
+                quiet_retry: None,
             },
         };
         let root = self.tree.repo.root().to_path_buf();

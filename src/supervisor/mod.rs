@@ -29,7 +29,7 @@ mod summary;
 mod verify;
 
 use std::io::IsTerminal;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing::{Instrument, info_span};
 
@@ -256,7 +256,15 @@ impl Loop {
             timeout: self.setup.settings.timeout,
             idle_timeout: self.setup.settings.idle_timeout,
             grace: self.setup.settings.grace,
+            // A quiet retry is a wait for a usage limit: bounded by what is left of --max-wait.
+            quiet_retry: Some(self.setup.settings.max_wait.saturating_sub(self.waited())),
         }
+    }
+
+    /// The time waited for usage limits so far in the run (`state.json` may say anything: a
+    /// negative or absurd figure is none, or the most a duration holds).
+    pub(super) fn waited(&self) -> Duration {
+        Duration::try_from_secs_f64(self.state.waited_s.max(0.0)).unwrap_or(Duration::MAX)
     }
 
     /// The limits of a test or verdict command: `--check-timeout`, no idle timeout (a quiet
@@ -266,6 +274,7 @@ impl Loop {
             timeout: Some(self.setup.settings.check_timeout),
             idle_timeout: None,
             grace: self.setup.settings.grace,
+            quiet_retry: None,
         }
     }
 }

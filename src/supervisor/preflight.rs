@@ -53,6 +53,7 @@ async fn checks_now(
         timeout: Some(settings.check_timeout),
         idle_timeout: None,
         grace: settings.grace,
+        quiet_retry: None,
     };
     let checks = [
         (

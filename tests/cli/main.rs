@@ -21,6 +21,7 @@ mod git_links;
 mod git_props;
 mod help;
 mod hooks;
+mod hostile_fallback;
 mod hostile_github;
 mod hostile_queue_stories;
 mod init;
