@@ -29,15 +29,17 @@ worked() {
   echo "Checked one box."
 }"#;
 
-/// A stand-in `name` on PATH: `helpers` defines `limited` and `worked`, `calls` is a shell
-/// `case "$n" in … esac` body on the call number `$n` (1, 2, …).
-fn stand_in(env: &TestEnv, name: &str, helpers: &str, calls: &str) {
+/// A stand-in `name` on PATH: `helpers` defines shell functions (here `limited` and `worked`),
+/// `calls` is a `case "$n" in … esac` body on the call number `$n` (1, 2, …). `opencode run
+/// --help` (that preset's probe) is answered with the flags it looks for and not counted.
+pub(crate) fn stand_in(env: &TestEnv, name: &str, helpers: &str, calls: &str) {
     use std::os::unix::fs::PermissionsExt;
     let bin = env.home.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let count = env.home.join(format!("{name}.calls"));
     let script = format!(
-        "#!/bin/sh\n{helpers}\necho x >> '{c}'\nn=$(wc -l < '{c}')\ncase \"$n\" in\n{calls}\nesac\n",
+        "#!/bin/sh\n[ \"$2\" = --help ] && {{ echo '--auto --print-logs'; exit 0; }}\n{helpers}\n\
+         echo x >> '{c}'\nn=$(wc -l < '{c}')\ncase \"$n\" in\n{calls}\nesac\n",
         c = count.display()
     );
     let path = bin.join(name);
@@ -45,13 +47,13 @@ fn stand_in(env: &TestEnv, name: &str, helpers: &str, calls: &str) {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-fn calls(env: &TestEnv, name: &str) -> usize {
+pub(crate) fn calls(env: &TestEnv, name: &str) -> usize {
     std::fs::read_to_string(env.home.join(format!("{name}.calls")))
         .map(|s| s.lines().count())
         .unwrap_or(0)
 }
 
-fn setup(criteria: &[&str]) -> TestEnv {
+pub(crate) fn setup(criteria: &[&str]) -> TestEnv {
     let env = TestEnv::new();
     env.write_task(criteria, "");
     env.commit_all("initial");
@@ -72,7 +74,7 @@ fn run(env: &TestEnv, extra: &[&str], limit: Duration) -> std::process::Output {
     env.ralph_with_limit(&args, &[("PATH", &path)], limit)
 }
 
-fn agents_of(out: &std::process::Output) -> Vec<String> {
+pub(crate) fn agents_of(out: &std::process::Output) -> Vec<String> {
     events_named(out, "iteration_finished")
         .iter()
         .map(|e| e["agent"].as_str().unwrap_or("?").to_owned())

@@ -10,37 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::*;
-
-/// A stand-in `name` on PATH: `helpers` defines shell functions, `calls` is a `case "$n" in …
-/// esac` body on the call number `$n` (1, 2, …). `opencode run --help` (the preset's probe) is
-/// answered with the flags it looks for and not counted.
-fn stand_in(env: &TestEnv, name: &str, helpers: &str, calls: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    let bin = env.home.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let count = env.home.join(format!("{name}.calls"));
-    let script = format!(
-        "#!/bin/sh\n[ \"$2\" = --help ] && {{ echo '--auto --print-logs'; exit 0; }}\n{helpers}\n\
-         echo x >> '{c}'\nn=$(wc -l < '{c}')\ncase \"$n\" in\n{calls}\nesac\n",
-        c = count.display()
-    );
-    let path = bin.join(name);
-    std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-fn calls(env: &TestEnv, name: &str) -> usize {
-    std::fs::read_to_string(env.home.join(format!("{name}.calls")))
-        .map(|s| s.lines().count())
-        .unwrap_or(0)
-}
-
-fn setup(criteria: &[&str]) -> TestEnv {
-    let env = TestEnv::new();
-    env.write_task(criteria, "");
-    env.commit_all("initial");
-    env
-}
+use crate::fallback::{agents_of, calls, setup, stand_in};
 
 fn path_of(env: &TestEnv) -> String {
     format!(
@@ -62,13 +32,6 @@ fn ralph_as(
     let mut args = vec![cmd, "--agent", agent, "--yes", "--json", "--grace", "1s"];
     args.extend_from_slice(extra);
     env.ralph_with_limit(&args, &[("PATH", &path)], limit)
-}
-
-fn agents_of(out: &std::process::Output) -> Vec<String> {
-    events_named(out, "iteration_finished")
-        .iter()
-        .map(|e| e["agent"].as_str().unwrap_or("?").to_owned())
-        .collect()
 }
 
 /// Checks the first unchecked box of the task file.
