@@ -30,8 +30,10 @@ struct Cli {
     name: &'static str,
     /// The variable that moves its state directory elsewhere, and what lies in it with it.
     moved_by: Option<&'static str>,
-    /// Its state: the first is its state directory, created when missing.
+    /// Its state: the first `made` are the directories it needs to start (created when missing,
+    /// since the read-only home would refuse it), the rest are bound when they exist.
     state: &'static [&'static str],
+    made: usize,
     /// What it later runs or obeys.
     runs: &'static [(&'static str, Empty)],
 }
@@ -43,6 +45,7 @@ const CLIS: &[Cli] = &[
         name: "claude",
         moved_by: Some("CLAUDE_CONFIG_DIR"),
         state: &[".claude", ".config/claude", ".cache/claude"],
+        made: 1,
         runs: &[
             // `mcpServers` are commands; Claude cannot rewrite this file in the sandbox anyway
             // (it writes through a temporary file in the read-only `$HOME`).
@@ -65,6 +68,7 @@ const CLIS: &[Cli] = &[
         name: "copilot",
         moved_by: Some("COPILOT_HOME"),
         state: &[".copilot", ".config/copilot", ".cache/copilot"],
+        made: 1,
         runs: &[
             // Not `config.json`: the CLI rewrites it at every start (and fails on a read-only
             // one); its settings moved to `settings.json`.
@@ -88,6 +92,7 @@ const CLIS: &[Cli] = &[
         name: "codex",
         moved_by: Some("CODEX_HOME"),
         state: &[".codex", ".config/codex", ".cache/codex"],
+        made: 1,
         runs: &[
             (".codex/config.toml", File("")),
             (".codex/AGENTS.md", File("")),
@@ -102,6 +107,7 @@ const CLIS: &[Cli] = &[
         name: "gemini",
         moved_by: None,
         state: &[".gemini", ".config/gemini", ".cache/gemini"],
+        made: 1,
         runs: &[
             (".gemini/settings.json", File("{}")),
             (".gemini/GEMINI.md", File("")),
@@ -119,6 +125,7 @@ const CLIS: &[Cli] = &[
         // `FACTORY_HOME_OVERRIDE` moves the home `.factory` lies in, not `.factory` itself.
         moved_by: None,
         state: &[".factory"],
+        made: 1,
         runs: &[
             // `customModels` (a base URL and key), `hooks`, `mcpServers`; droid only reads it.
             (".factory/settings.json", File("{}")),
@@ -149,6 +156,8 @@ const CLIS: &[Cli] = &[
             ".cache/opencode",
             ".config/opencode",
         ],
+        // It makes each at start (`EROFS` in the read-only home otherwise).
+        made: 4,
         runs: &[
             // `permission`, `mcp` (commands), `plugin`, `provider`, … ; merged, in this order.
             (".config/opencode/config.json", IfExists),
@@ -178,6 +187,7 @@ const CLIS: &[Cli] = &[
         // `extension-store/` (its install transactions) stays writable: it makes its
         // directories there at every start, and fails when it cannot.
         state: &[".qwen"],
+        made: 1,
         runs: &[
             // Hooks, MCP servers and tool settings live in it.
             (".qwen/settings.json", File("{}")),
@@ -226,7 +236,7 @@ pub(super) fn writable_state(home: &Path, agent: &str, make: Make) -> Result<Vec
     let mut out = Vec::new();
     for (i, rel) in cli.state.iter().enumerate() {
         let p = cli.place(home, rel);
-        if i == 0 {
+        if i < cli.made {
             make.dir(&p)?;
         } else if !p.exists() {
             continue;

@@ -446,8 +446,9 @@ fn claude_completes_two_iterations_in_the_sandbox_as_a_normal_user() {
     assert_eq!(meta.uid(), NOBODY);
 }
 
-/// Copilot and Codex in the sandbox against the stand-in server: they work with what they run
-/// later (settings, MCP and hook files, skills, rules) read-only and created empty.
+/// Copilot, Codex, droid, opencode and Qwen Code in the sandbox against the stand-in server: they
+/// work with what they run later (settings, MCP and hook files, skills, rules, agents, plugins)
+/// read-only and created empty.
 fn completes_two_iterations_in_the_sandbox(cli: &str) {
     if crate::real_agents::installed(cli).is_none() || !bwrap_works() {
         return;
@@ -482,6 +483,21 @@ fn copilot_completes_two_iterations_in_the_sandbox() {
 #[test]
 fn codex_completes_two_iterations_in_the_sandbox() {
     completes_two_iterations_in_the_sandbox("codex");
+}
+
+#[test]
+fn droid_completes_two_iterations_in_the_sandbox() {
+    completes_two_iterations_in_the_sandbox("droid");
+}
+
+#[test]
+fn opencode_completes_two_iterations_in_the_sandbox() {
+    completes_two_iterations_in_the_sandbox("opencode");
+}
+
+#[test]
+fn qwen_completes_two_iterations_in_the_sandbox() {
+    completes_two_iterations_in_the_sandbox("qwen");
 }
 
 /// The pids of the processes running `sh SCRIPT` (a sandboxed one as well: the host's `/proc`
