@@ -129,7 +129,7 @@ const CLIS: &[Cli] = &[
         runs: &[
             // `customModels` (a base URL and key), `hooks`, `mcpServers`; droid only reads it.
             (".factory/settings.json", File("{}")),
-            (".factory/settings.local.json", IfExists),
+            (".factory/settings.local.json", File("{}")),
             (".factory/config.json", IfExists),
             (".factory/mcp.json", File("{}")),
             (".factory/hooks.json", IfExists),
@@ -140,8 +140,8 @@ const CLIS: &[Cli] = &[
             // Custom droids (subagents); droid writes its built-in ones here at start, and
             // goes on without them when it cannot.
             (".factory/droids", Dir),
-            (".factory/output-styles", IfExists),
-            (".factory/plugins", IfExists),
+            (".factory/output-styles", Dir),
+            (".factory/plugins", Dir),
             (".factory/bin", IfExists),
         ],
     },
@@ -160,20 +160,20 @@ const CLIS: &[Cli] = &[
         made: 4,
         runs: &[
             // `permission`, `mcp` (commands), `plugin`, `provider`, … ; merged, in this order.
-            (".config/opencode/config.json", IfExists),
+            (".config/opencode/config.json", File("{}")),
             (".config/opencode/opencode.json", File("{}")),
-            (".config/opencode/opencode.jsonc", IfExists),
+            (".config/opencode/opencode.jsonc", File("{}")),
             (".config/opencode/AGENTS.md", File("")),
             (".config/opencode/agents", Dir),
-            (".config/opencode/agent", IfExists),
+            (".config/opencode/agent", Dir),
             (".config/opencode/commands", Dir),
-            (".config/opencode/command", IfExists),
+            (".config/opencode/command", Dir),
             (".config/opencode/plugins", Dir),
-            (".config/opencode/plugin", IfExists),
+            (".config/opencode/plugin", Dir),
             (".config/opencode/tools", Dir),
-            (".config/opencode/tool", IfExists),
-            (".config/opencode/modes", IfExists),
-            (".config/opencode/skills", IfExists),
+            (".config/opencode/tool", Dir),
+            (".config/opencode/modes", Dir),
+            (".config/opencode/skills", Dir),
             (".config/opencode/package.json", IfExists),
             (".config/opencode/node_modules", IfExists),
             // Programs it downloads (ripgrep, language servers) and plugin packages it installs.
@@ -199,7 +199,7 @@ const CLIS: &[Cli] = &[
             (".qwen/extensions", Dir),
             // Instructions it writes once and obeys after (an empty one it fills in outside).
             (".qwen/output-language.md", File("")),
-            (".qwen/hooks", IfExists),
+            (".qwen/hooks", Dir),
         ],
     },
 ];
