@@ -35,6 +35,7 @@ mod own_files;
 mod planted;
 mod queue;
 mod queue_github;
+mod readable;
 mod real_agents;
 mod real_droid;
 mod real_opencode;
