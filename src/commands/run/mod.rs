@@ -184,7 +184,8 @@ async fn supervise(
     let watch = info_span!("watch").in_scope(|| run.watch())?;
     // Only the user's own uncommitted work makes a "state before run" commit; ralph's new
     // .ralph/ files otherwise ride along with the first iteration that changes something.
-    let was_dirty = !run.r.settings.no_commit && run.r.repo.is_dirty()?;
+    let was_dirty =
+        !run.r.settings.no_commit && info_span!("dirty").in_scope(|| run.r.repo.is_dirty())?;
     run.plan_the_description().await?;
     let resumed = match run.meet_the_recorded_run(how)? {
         Continue(Continuation::Resume) => run.r.prior.take(),
