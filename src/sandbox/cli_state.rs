@@ -130,9 +130,9 @@ const CLIS: &[Cli] = &[
             // `customModels` (a base URL and key), `hooks`, `mcpServers`; droid only reads it.
             (".factory/settings.json", File("{}")),
             (".factory/settings.local.json", File("{}")),
-            (".factory/config.json", IfExists),
+            (".factory/config.json", File("{}")),
             (".factory/mcp.json", File("{}")),
-            (".factory/hooks.json", IfExists),
+            (".factory/hooks.json", File("{}")),
             (".factory/AGENTS.md", File("")),
             (".factory/hooks", Dir),
             (".factory/commands", Dir),
@@ -142,7 +142,7 @@ const CLIS: &[Cli] = &[
             (".factory/droids", Dir),
             (".factory/output-styles", Dir),
             (".factory/plugins", Dir),
-            (".factory/bin", IfExists),
+            (".factory/bin", Dir),
         ],
     },
     Cli {
@@ -174,11 +174,11 @@ const CLIS: &[Cli] = &[
             (".config/opencode/tool", Dir),
             (".config/opencode/modes", Dir),
             (".config/opencode/skills", Dir),
-            (".config/opencode/package.json", IfExists),
-            (".config/opencode/node_modules", IfExists),
+            (".config/opencode/package.json", File("{}")),
+            (".config/opencode/node_modules", Dir),
             // Programs it downloads (ripgrep, language servers) and plugin packages it installs.
             (".cache/opencode/bin", Dir),
-            (".cache/opencode/node_modules", IfExists),
+            (".cache/opencode/node_modules", Dir),
         ],
     },
     Cli {
