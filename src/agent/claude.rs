@@ -149,15 +149,7 @@ impl Cli for Claude {
 /// `system` events: `init` (session, model) and `api_retry` (a rate limit Claude retries).
 fn system(v: &Value, seen: &mut Findings) {
     match v["subtype"].as_str().unwrap_or("") {
-        "init" => {
-            if let Some(id) = v["session_id"].as_str() {
-                seen.session_id = Some(id.to_owned());
-            }
-            match v["model"].as_str() {
-                Some(model) => seen.set_activity_clean(&format!("Starting: {model}")),
-                None => seen.set_activity("Starting"),
-            }
-        }
+        "init" => seen.session_started(v["session_id"].as_str(), v["model"].as_str()),
         "api_retry" => {
             let status = as_u64(&v["error_status"]);
             let error = v["error"].as_str().unwrap_or("");

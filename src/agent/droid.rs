@@ -74,12 +74,9 @@ impl Cli for Droid {
 
     fn event(&self, v: &Value, _raw: &[u8], seen: &mut Findings) {
         match v["type"].as_str().unwrap_or("") {
+            // Its `model` is the built-in default even when settings pick a custom one.
             "system" if v["subtype"].as_str() == Some("init") => {
-                if let Some(id) = v["session_id"].as_str() {
-                    seen.session_id = Some(id.to_owned());
-                }
-                // Its `model` is the built-in default even when settings pick a custom one.
-                seen.set_activity("Starting");
+                seen.session_started(v["session_id"].as_str(), None);
             }
             "message" => {
                 seen.progress();

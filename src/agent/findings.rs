@@ -298,6 +298,18 @@ impl Findings {
         self.activity_changed = true;
     }
 
+    /// A session began (a `system`/`init` event): its id, and `Starting: MODEL` (or `Starting`
+    /// when the model is not given or not worth showing).
+    pub(super) fn session_started(&mut self, session_id: Option<&str>, model: Option<&str>) {
+        if let Some(id) = session_id {
+            self.session_id = Some(id.to_owned());
+        }
+        match model {
+            Some(model) => self.set_activity_clean(&format!("Starting: {model}")),
+            None => self.set_activity("Starting"),
+        }
+    }
+
     /// Sets the activity from a text that may hold newlines and control codes.
     pub(super) fn set_activity_clean(&mut self, text: &str) {
         let line = first_line(text);

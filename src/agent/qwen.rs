@@ -98,15 +98,7 @@ impl Cli for Qwen {
 /// request, a 429 as its stderr says; informational until it ends the attempt).
 fn system(v: &Value, seen: &mut Findings) {
     match v["subtype"].as_str().unwrap_or("") {
-        "init" => {
-            if let Some(id) = v["session_id"].as_str() {
-                seen.session_id = Some(id.to_owned());
-            }
-            match v["model"].as_str() {
-                Some(model) => seen.set_activity_clean(&format!("Starting: {model}")),
-                None => seen.set_activity("Starting"),
-            }
-        }
+        "init" => seen.session_started(v["session_id"].as_str(), v["model"].as_str()),
         "retry" => {
             let d = &v["data"];
             let mut message = format!("API retry {}", as_u64(&d["attempt"]).unwrap_or(0));
