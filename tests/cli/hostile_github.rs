@@ -214,6 +214,27 @@ fn only_on_schema(cmds: &[String]) -> String {
     )
 }
 
+/// Issue #1 ("Schema", labelled `ralph`) on the stand-in, behind a proxy answering `faults`.
+fn schema_behind(env: &TestEnv, faults: Vec<Fault>) -> (Api, Proxy) {
+    let api = Api::start(env, json!([issue(1, "Schema", &["ralph"], json!({}))]), 100);
+    let proxy = Proxy::start(api.port, faults, true);
+    (api, proxy)
+}
+
+/// A failed API call is never a silent success: not exit 0 with #1 still `ralph:in-progress`.
+#[track_caller]
+fn assert_no_silent_success(out: &std::process::Output, api: &Api) {
+    let i = api.issue(1);
+    let labelled = i["labels"]
+        .as_array()
+        .is_some_and(|l| l.iter().any(|x| x == "ralph:in-progress"));
+    assert!(
+        !(out.status.code() == Some(0) && labelled),
+        "exit 0 with #1 still labelled ralph:in-progress: {i}\n{}",
+        stdout(out)
+    );
+}
+
 fn claimed(i: &Value) -> bool {
     i["assignees"].as_array().is_some_and(|a| !a.is_empty())
         || i["labels"]
@@ -390,16 +411,7 @@ fn agent_reopening_a_closed_ralph_issue_is_put_back() {
 #[test]
 fn a_failed_claim_read_back_leaves_nothing_claimed() {
     let env = fresh();
-    let api = Api::start(
-        &env,
-        json!([issue(1, "Schema", &["ralph"], json!({}))]),
-        100,
-    );
-    let proxy = Proxy::start(
-        api.port,
-        vec![fault("GET /repos/o/r/issues/1", 0, HTTP_500)],
-        true,
-    );
+    let (api, proxy) = schema_behind(&env, vec![fault("GET /repos/o/r/issues/1", 0, HTTP_500)]);
     let out = run_at(&env, &proxy.url(), "github:o/r", None, &[]);
     assert_exit(&out, 1);
     let i = api.issue(1);
@@ -415,15 +427,9 @@ fn a_failed_claim_read_back_leaves_nothing_claimed() {
 #[test]
 fn a_failed_label_call_in_a_claim_leaves_nothing_claimed() {
     let env = fresh();
-    let api = Api::start(
+    let (api, proxy) = schema_behind(
         &env,
-        json!([issue(1, "Schema", &["ralph"], json!({}))]),
-        100,
-    );
-    let proxy = Proxy::start(
-        api.port,
         vec![fault("POST /repos/o/r/issues/1/labels", 1, HTTP_500)],
-        true,
     );
     let out = run_at(&env, &proxy.url(), "github:o/r", None, &[]);
     assert_exit(&out, 1);
@@ -440,32 +446,16 @@ fn a_failed_label_call_in_a_claim_leaves_nothing_claimed() {
 #[test]
 fn a_failed_label_removal_at_close_is_not_a_silent_success() {
     let env = fresh();
-    let api = Api::start(
+    let (api, proxy) = schema_behind(
         &env,
-        json!([issue(1, "Schema", &["ralph"], json!({}))]),
-        100,
-    );
-    let proxy = Proxy::start(
-        api.port,
         vec![fault(
             "DELETE /repos/o/r/issues/1/labels/ralph%3Ain-progress",
             0,
             HTTP_500,
         )],
-        true,
     );
     let out = run_at(&env, &proxy.url(), "github:o/r", None, &[]);
-    let i = api.issue(1);
-    let has = i["labels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|l| l == "ralph:in-progress");
-    assert!(
-        !(out.status.code() == Some(0) && has),
-        "exit 0 with #1 still labelled ralph:in-progress: {i}\n{}",
-        stdout(&out)
-    );
+    assert_no_silent_success(&out, &api);
 }
 
 /// Attack: `--pr`, the API fails the removal of `ralph:in-progress` after the pull request.
@@ -474,32 +464,16 @@ fn a_failed_label_removal_at_close_is_not_a_silent_success() {
 fn pr_a_failed_label_removal_is_not_a_silent_success() {
     let env = TestEnv::new();
     let _bare = with_origin(&env);
-    let api = Api::start(
+    let (api, proxy) = schema_behind(
         &env,
-        json!([issue(1, "Schema", &["ralph"], json!({}))]),
-        100,
-    );
-    let proxy = Proxy::start(
-        api.port,
         vec![fault(
             "DELETE /repos/o/r/issues/1/labels/ralph%3Ain-progress",
             0,
             HTTP_500,
         )],
-        true,
     );
     let out = run_at(&env, &proxy.url(), "github", None, &["--pr"]);
-    let i = api.issue(1);
-    let has = i["labels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|l| l == "ralph:in-progress");
-    assert!(
-        !(out.status.code() == Some(0) && has),
-        "exit 0 with #1 still labelled ralph:in-progress: {i}\n{}",
-        stdout(&out)
-    );
+    assert_no_silent_success(&out, &api);
 }
 
 /// Attack: `--pr`, labelling the issue `ralph:pr-open` fails. Promise: no pull request is left
@@ -509,16 +483,10 @@ fn pr_a_failed_label_removal_is_not_a_silent_success() {
 fn pr_labelling_that_fails_opens_no_pull_request_and_the_next_run_opens_one() {
     let env = TestEnv::new();
     let _bare = with_origin(&env);
-    let api = Api::start(
-        &env,
-        json!([issue(1, "Schema", &["ralph"], json!({}))]),
-        100,
-    );
     // The claim's label call is the first POST …/labels; the pr-open one the second.
-    let proxy = Proxy::start(
-        api.port,
+    let (api, proxy) = schema_behind(
+        &env,
         vec![fault("POST /repos/o/r/issues/1/labels", 2, HTTP_500)],
-        true,
     );
     let first = run_at(&env, &proxy.url(), "github", None, &["--pr"]);
     assert_eq!(first.status.code(), Some(9), "{}", stdout(&first));
@@ -671,12 +639,7 @@ fn a_redirect_never_carries_the_token_elsewhere() {
 #[test]
 fn a_hanging_api_times_out_as_an_error() {
     let env = fresh();
-    let api = Api::start(
-        &env,
-        json!([issue(1, "Schema", &["ralph"], json!({}))]),
-        100,
-    );
-    let proxy = Proxy::start(api.port, vec![fault("GET /user", 0, "HANG")], true);
+    let (api, proxy) = schema_behind(&env, vec![fault("GET /user", 0, "HANG")]);
     let began = std::time::Instant::now();
     let out = run_at(&env, &proxy.url(), "github:o/r", None, &[]);
     assert_exit(&out, 1);

@@ -141,9 +141,14 @@ fn codex_completes_two_criteria_in_two_iterations() {
     completes_two_criteria_in_two_iterations("codex");
 }
 
+/// Every CLI the stand-in drives (Gemini CLI has no offline recipe: README, "Agents").
+pub(crate) const STANDIN_CLIS: [&str; 6] =
+    ["claude", "copilot", "codex", "droid", "opencode", "qwen"];
+
+/// A prompt over 100 KiB goes to each preset on stdin and reaches the model whole.
 #[test]
 fn a_300_kib_prompt_reaches_every_preset_intact() {
-    for cli in ["claude", "copilot", "codex"] {
+    for cli in STANDIN_CLIS {
         if installed(cli).is_none() {
             continue;
         }

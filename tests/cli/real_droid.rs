@@ -213,34 +213,3 @@ fn droid_ending_early_under_the_preset_is_reported_as_such() {
     assert!(!stderr(&out).contains("Usage limit"), "{}", stderr(&out));
     assert!(!stderr(&out).contains("cannot work"), "{}", stderr(&out));
 }
-
-/// A prompt over 100 KiB goes to droid on stdin (`droid exec --auto high -o stream-json`) and
-/// reaches the model whole.
-#[test]
-fn a_300_kib_prompt_reaches_droid_on_stdin() {
-    if installed("droid").is_none() {
-        return;
-    }
-    let env = TestEnv::new();
-    let long = format!("BEGIN{}END", "x".repeat(300 * 1024));
-    env.write_task(&[&long, "short"], "");
-    env.commit_all("initial");
-    let out = with_standin(
-        &env,
-        "droid",
-        None,
-        &[],
-        &run_args("droid", &["--max-iterations", "1"]),
-    );
-    assert_exit(&out, 3);
-    let biggest = main_requests(&env)
-        .iter()
-        .filter_map(|r| r["prompt_bytes"].as_u64())
-        .max()
-        .unwrap_or(0);
-    assert!(
-        biggest > 300 * 1024,
-        "the largest prompt was {biggest} bytes"
-    );
-    assert!(env.read("RALPH_TASK.md").contains("- [x] BEGIN"));
-}

@@ -292,38 +292,3 @@ fn qwen_0_15_api_error_the_model_writes_is_not_a_limit() {
     let said = &results(&transcript(&env, &out, 1))[0];
     assert_eq!(said["result"], text, "{said}");
 }
-
-/// A prompt over 100 KiB goes to Qwen on stdin (`qwen --yolo -o stream-json`) and reaches the
-/// model whole.
-#[test]
-fn qwen_takes_a_300_kib_prompt_on_stdin() {
-    if installed("qwen").is_none() {
-        return;
-    }
-    let env = TestEnv::new();
-    let long = format!("BEGIN{}END", "x".repeat(300 * 1024));
-    env.write_task(&[&long, "short"], "");
-    env.commit_all("initial");
-    let out = with_standin(
-        &env,
-        "qwen",
-        None,
-        &[],
-        &run_args("qwen", &["--max-iterations", "1"]),
-    );
-    assert_exit(&out, 3);
-    let reqs = requests(&env, "qwen");
-    let first = &reqs[0];
-    assert!(
-        first["prompt_bytes"].as_u64().unwrap() > 300 * 1024,
-        "{}",
-        first["prompt_bytes"]
-    );
-    assert!(
-        first["prompt_head"]
-            .as_str()
-            .unwrap()
-            .starts_with("You are iteration 1")
-    );
-    assert!(env.read("RALPH_TASK.md").contains("- [x] BEGIN"));
-}
