@@ -227,3 +227,50 @@ fn a_fallback_that_cannot_run_is_an_error_before_the_run() {
     assert_eq!(calls(&env, "claude"), 0);
     assert!(env.iter_records().is_empty());
 }
+
+/// Promise: a resume continues the run with its chain — the fallbacks it was started with, not
+/// what the repository's `.ralph/config.toml` says now (the agent can write that file; here it
+/// names `gemini`, which is not installed). Control: the first run stopped after iteration 1;
+/// the resume meets claude limited for ten minutes and codex takes over at once.
+#[test]
+fn a_resume_keeps_the_runs_fallback_agents() {
+    let env = setup(&["first box", "second box"]);
+    stand_in(
+        &env,
+        "claude",
+        CLAUDE_LIMITED,
+        "1) worked ;;\n*) limited 600 ;;",
+    );
+    stand_in(&env, "codex", CODEX_LIMITED, "*) worked ;;");
+    let out = run(
+        &env,
+        &["--fallback-agent", "codex", "--max-iterations", "1"],
+        Duration::from_secs(30),
+    );
+    assert_exit(&out, 3);
+    env.write(".ralph/config.toml", "fallback_agents = [\"gemini\"]\n");
+    let path = format!(
+        "{}:{}",
+        env.home.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = env.ralph_with_limit(
+        &[
+            "resume",
+            "--yes",
+            "--json",
+            "--max-iterations",
+            "3",
+            "--max-wait",
+            "1m",
+        ],
+        &[("PATH", &path)],
+        Duration::from_secs(30),
+    );
+    assert_exit(&out, 0);
+    assert_eq!(agents_of(&out), ["codex"]);
+    assert!(events_named(&out, "waiting").is_empty(), "{}", stdout(&out));
+    assert_eq!((calls(&env, "claude"), calls(&env, "codex")), (2, 1));
+    let recs = env.iter_records();
+    assert!(recs[1].contains("agent codex"), "{recs:?}");
+}
