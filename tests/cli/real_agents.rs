@@ -102,10 +102,11 @@ pub(crate) fn two_criteria(env: &TestEnv) {
     env.commit_all("initial");
 }
 
-pub(crate) fn completes_two_criteria_in_two_iterations(cli: &str) {
-    if installed(cli).is_none() {
-        return;
-    }
+/// The real `cli` through a two-criterion loop: exit 0, two ITER records (1/2, then 2/2), both
+/// boxes checked, two new commits. The environment and ralph's `--json` output, for what a
+/// test checks next (cost, tokens); `None` when the CLI is not installed.
+pub(crate) fn two_criteria_loop(cli: &str) -> Option<(TestEnv, std::process::Output)> {
+    installed(cli)?;
     let env = TestEnv::new();
     two_criteria(&env);
     let out = with_standin(
@@ -113,17 +114,27 @@ pub(crate) fn completes_two_criteria_in_two_iterations(cli: &str) {
         cli,
         None,
         &[],
-        &run_args(cli, &["--max-iterations", "4"]),
+        &run_args(cli, &["--max-iterations", "4", "--json"]),
     );
     assert_exit(&out, 0);
     let recs = env.iter_records();
-    assert_eq!(recs.len(), 2, "{recs:?}\n{}", stdout(&out));
+    assert_eq!(recs.len(), 2, "{recs:?}\n{}", stderr(&out));
+    assert!(
+        recs[0].starts_with("ITER 1 | 1/2 criteria | exit 0 |"),
+        "{recs:?}"
+    );
     assert!(
         recs[1].starts_with("ITER 2 | 2/2 criteria | exit 0 |"),
         "{recs:?}"
     );
-    assert!(env.read("RALPH_TASK.md").contains("- [x] second box"));
+    let task = env.read("RALPH_TASK.md");
+    assert!(task.contains("- [x] first box") && task.contains("- [x] second box"));
     assert_eq!(env.commits().len(), 3, "{:?}", env.commits());
+    Some((env, out))
+}
+
+fn completes_two_criteria_in_two_iterations(cli: &str) {
+    two_criteria_loop(cli);
 }
 
 #[test]

@@ -6,8 +6,7 @@
 
 use crate::common::*;
 use crate::real_agents::{
-    completes_two_criteria_in_two_iterations, installed, requests, run_args, two_criteria,
-    with_standin,
+    installed, requests, run_args, two_criteria, two_criteria_loop, with_standin,
 };
 
 /// droid's words when a shell call is above its `--auto` level.
@@ -29,22 +28,13 @@ fn main_requests(env: &TestEnv) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The two-criterion loop; droid reports tokens (its `completion` event's `usage`), no USD cost
+/// for a custom model: the tokens of both iterations reach `status --json`.
 #[test]
-fn droid_completes_two_criteria_in_two_iterations() {
-    completes_two_criteria_in_two_iterations("droid");
-}
-
-/// droid reports tokens (its `completion` event's `usage`), no USD cost for a custom model:
-/// the tokens of both iterations reach `status --json`.
-#[test]
-fn droid_tokens_reach_status_json() {
-    if installed("droid").is_none() {
+fn droid_completes_two_criteria_and_its_tokens_reach_status_json() {
+    let Some((env, out)) = two_criteria_loop("droid") else {
         return;
-    }
-    let env = TestEnv::new();
-    two_criteria(&env);
-    let out = with_standin(&env, "droid", None, &[], &run_args("droid", &["--json"]));
-    assert_exit(&out, 0);
+    };
     let finished = events_named(&out, "iteration_finished");
     assert_eq!(finished.len(), 2, "{}", stdout(&out));
     let mut sum = 0;

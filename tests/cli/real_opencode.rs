@@ -6,7 +6,9 @@
 //! installed (`bash scripts/install-agent-clis.sh opencode`), and fails so under `CI=true`.
 
 use crate::common::*;
-use crate::real_agents::{installed, requests, run_args, two_criteria, with_standin};
+use crate::real_agents::{
+    installed, requests, run_args, two_criteria, two_criteria_loop, with_standin,
+};
 
 const CLI: &str = "opencode";
 
@@ -28,32 +30,9 @@ fn run_id(out: &std::process::Output) -> String {
 
 #[test]
 fn opencode_completes_two_criteria_and_reports_its_cost_and_tokens() {
-    if installed(CLI).is_none() {
+    let Some((env, out)) = two_criteria_loop(CLI) else {
         return;
-    }
-    let env = TestEnv::new();
-    two_criteria(&env);
-    let out = with_standin(
-        &env,
-        CLI,
-        None,
-        &[],
-        &run_args(CLI, &["--max-iterations", "4", "--json"]),
-    );
-    assert_exit(&out, 0);
-    let recs = env.iter_records();
-    assert_eq!(recs.len(), 2, "{recs:?}\n{}", stderr(&out));
-    assert!(
-        recs[0].starts_with("ITER 1 | 1/2 criteria | exit 0 |"),
-        "{recs:?}"
-    );
-    assert!(
-        recs[1].starts_with("ITER 2 | 2/2 criteria | exit 0 |"),
-        "{recs:?}"
-    );
-    let task = env.read("RALPH_TASK.md");
-    assert!(task.contains("- [x] first box") && task.contains("- [x] second box"));
-    assert_eq!(env.commits().len(), 3, "{:?}", env.commits());
+    };
     // Its `step_finish` events priced by the stand-in's model (3 / 15 USD per million tokens).
     let st = status_json(&env);
     let cost = st["cost_usd"].as_f64().unwrap_or(0.0);

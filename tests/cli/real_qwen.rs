@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use chrono::{DateTime, Utc};
 
 use crate::common::*;
-use crate::real_agents::{installed, requests, run_args, two_criteria, with_standin};
+use crate::real_agents::{
+    installed, requests, run_args, two_criteria, two_criteria_loop, with_standin,
+};
 
 /// Qwen Code's older version, installed by the install script beside the current one
 /// (`<prefix>/qwen-0.15.10/bin`); `None` after saying the test is skipped.
@@ -68,33 +70,9 @@ fn reset_in(message: &str) -> DateTime<Utc> {
 /// stand-in's own count in `status --json`.
 #[test]
 fn qwen_completes_two_criteria_and_reports_its_tokens() {
-    if installed("qwen").is_none() {
+    let Some((env, out)) = two_criteria_loop("qwen") else {
         return;
-    }
-    let env = TestEnv::new();
-    two_criteria(&env);
-    let out = with_standin(
-        &env,
-        "qwen",
-        None,
-        &[],
-        &run_args("qwen", &["--json", "--max-iterations", "4"]),
-    );
-    assert_exit(&out, 0);
-    let recs = env.iter_records();
-    assert_eq!(recs.len(), 2, "{recs:?}\n{}", stderr(&out));
-    assert!(
-        recs[0].starts_with("ITER 1 | 1/2 criteria | exit 0 |"),
-        "{recs:?}"
-    );
-    assert!(
-        recs[1].starts_with("ITER 2 | 2/2 criteria | exit 0 |"),
-        "{recs:?}"
-    );
-    let task = env.read("RALPH_TASK.md");
-    assert!(task.contains("- [x] first box") && task.contains("- [x] second box"));
-    assert_eq!(env.commits().len(), 3, "{:?}", env.commits());
-
+    };
     // The stand-in counts a request's bytes / 4 in and 12 tokens out.
     let main: Vec<_> = requests(&env, "qwen")
         .into_iter()
