@@ -47,6 +47,15 @@ pub(crate) fn stand_in(env: &TestEnv, name: &str, helpers: &str, calls: &str) {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// PATH with the stand-ins first.
+pub(crate) fn path_of(env: &TestEnv) -> String {
+    format!(
+        "{}:{}",
+        env.home.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
 pub(crate) fn calls(env: &TestEnv, name: &str) -> usize {
     std::fs::read_to_string(env.home.join(format!("{name}.calls")))
         .map(|s| s.lines().count())
@@ -62,11 +71,7 @@ pub(crate) fn setup(criteria: &[&str]) -> TestEnv {
 
 /// `ralph run --agent claude --yes --json EXTRA` with the stand-ins first on PATH.
 fn run(env: &TestEnv, extra: &[&str], limit: Duration) -> std::process::Output {
-    let path = format!(
-        "{}:{}",
-        env.home.join("bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = path_of(env);
     let mut args = vec![
         "run", "--agent", "claude", "--yes", "--json", "--grace", "1s",
     ];
@@ -249,11 +254,7 @@ fn a_resume_keeps_the_runs_fallback_agents() {
     );
     assert_exit(&out, 3);
     env.write(".ralph/config.toml", "fallback_agents = [\"gemini\"]\n");
-    let path = format!(
-        "{}:{}",
-        env.home.join("bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = path_of(&env);
     let out = env.ralph_with_limit(
         &[
             "resume",
@@ -273,4 +274,45 @@ fn a_resume_keeps_the_runs_fallback_agents() {
     assert_eq!((calls(&env, "claude"), calls(&env, "codex")), (2, 1));
     let recs = env.iter_records();
     assert!(recs[1].contains("agent codex"), "{recs:?}");
+}
+
+/// Promise: under `--sandbox` each agent of the chain keeps its own CLI state writable (a
+/// fallback would otherwise start in a read-only home and fail); a CLI outside the chain does
+/// not. Seen in the dry run's bwrap argv.
+#[test]
+fn under_the_sandbox_every_agent_of_the_chain_keeps_its_state() {
+    if !bwrap_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    env.write_task(&["only box"], "");
+    env.commit_all("initial");
+    stand_in(&env, "claude", CLAUDE_LIMITED, "*) worked ;;");
+    stand_in(&env, "codex", CODEX_LIMITED, "*) worked ;;");
+    let argv = |extra: &[&str]| {
+        let path = path_of(&env);
+        let args = [
+            &["run", "--agent", "claude", "--sandbox", "--dry-run"],
+            extra,
+        ]
+        .concat();
+        let out = env.ralph_with_limit(&args, &[("PATH", &path)], Duration::from_secs(30));
+        assert_exit(&out, 0);
+        let text = stdout(&out);
+        text.lines()
+            .find_map(|l| l.strip_prefix("argv: "))
+            .unwrap_or_else(|| panic!("{text}"))
+            .to_owned()
+    };
+    let bind = |dir: &str| {
+        let p = env.home.join(dir);
+        format!("--bind {} {} ", p.display(), p.display())
+    };
+    // Control: the agent alone — claude's state, not codex's.
+    let alone = argv(&[]);
+    assert!(alone.contains(&bind(".claude")), "{alone}");
+    assert!(!alone.contains(&bind(".codex")), "{alone}");
+    let chained = argv(&["--fallback-agent", "codex"]);
+    assert!(chained.contains(&bind(".claude")), "{chained}");
+    assert!(chained.contains(&bind(".codex")), "{chained}");
 }

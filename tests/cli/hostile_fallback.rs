@@ -10,15 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::*;
-use crate::fallback::{agents_of, calls, setup, stand_in};
-
-fn path_of(env: &TestEnv) -> String {
-    format!(
-        "{}:{}",
-        env.home.join("bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    )
-}
+use crate::fallback::{agents_of, calls, path_of, setup, stand_in};
 
 /// `ralph CMD --agent AGENT --yes --json --grace 1s EXTRA` with the stand-ins first on PATH.
 fn ralph_as(
