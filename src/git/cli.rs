@@ -112,6 +112,18 @@ impl GitCli {
         }
     }
 
+    /// This CLI without ralph's monitor, for a command whose output the monitor cannot change
+    /// and that writes no index: `ls-files` and `diff-index --cached` read the index as it is
+    /// (`--others` walks the directories it is given, without the untracked cache). Each
+    /// monitored command costs a barrier and a run of the hook; the token in the index stays
+    /// for the next monitored one.
+    pub(crate) fn unmonitored(&self) -> GitCli {
+        GitCli {
+            monitor: None,
+            ..self.clone()
+        }
+    }
+
     /// Whether the index was written by another process since ralph's last git command (or
     /// was there before ralph's first): its caches are not trusted by the next command.
     pub(crate) fn index_foreign(&self) -> bool {

@@ -28,8 +28,7 @@ impl Repo {
             return Ok(Vec::new());
         }
         let seen = self.git.run(STATUS, None)?;
-        let mut plain = self.git.clone();
-        plain.monitor = None;
+        let plain = self.git.unmonitored();
         let mut args = vec![
             "-c",
             "core.fsmonitor=false",

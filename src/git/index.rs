@@ -157,7 +157,7 @@ impl Repo {
             &hex,
             "--",
         ];
-        let out = self.git.output(&args, None)?;
+        let out = self.git.unmonitored().output(&args, None)?;
         if !out.status.success() {
             return Ok(None);
         }
@@ -177,7 +177,10 @@ impl Repo {
 
     /// Refuse when the index holds unresolved conflicts.
     pub(super) fn check_conflicts(&self) -> Result<(), GitError> {
-        let out = self.git.run(&["ls-files", "--unmerged", "-z"], None)?;
+        let out = self
+            .git
+            .unmonitored()
+            .run(&["ls-files", "--unmerged", "-z"], None)?;
         if out.is_empty() {
             Ok(())
         } else {

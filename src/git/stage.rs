@@ -235,7 +235,7 @@ impl Repo {
         if let Ok(spec) = &spec {
             args.extend(["--", spec.as_str()]);
         }
-        let out = self.git.run(&args, None)?;
+        let out = self.git.unmonitored().run(&args, None)?;
         for rec in out.split(|&b| b == 0).filter(|r| r.starts_with(&prefix)) {
             let rel = rec.strip_suffix(b"/").unwrap_or(rec);
             let abs = self.abs(rel);

@@ -16,6 +16,7 @@ mod events;
 mod fallback;
 mod files;
 mod git_bookkeeping;
+mod git_budget;
 mod git_exact;
 mod git_links;
 mod git_props;

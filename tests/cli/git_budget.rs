@@ -1,0 +1,98 @@
+//! What a steady iteration costs in git, counted (issue 22, SPEC §12): every git command that
+//! reads the index reads all of it, every write writes all of it, and every run of ralph's
+//! file-system monitor's hook is a barrier and a process. Counted from git's own trace2 events
+//! (`GIT_TRACE2_EVENT`, which ralph's git commands inherit) over two runs of the same loop, two
+//! and four iterations long: the difference is what two steady iterations cost, start-up and the
+//! final check cancelling out. Counts, not times: the budget holds on any machine.
+
+use crate::common::*;
+
+/// What git's trace2 event log at `path` shows: whole-index reads, whole-index writes and
+/// runs of ralph's monitor hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Spent {
+    reads: usize,
+    writes: usize,
+    hooks: usize,
+}
+
+fn spent(path: &std::path::Path) -> Spent {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let mut s = Spent {
+        reads: 0,
+        writes: 0,
+        hooks: 0,
+    };
+    for line in log.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("trace2 events are JSON");
+        match (v["event"].as_str(), v["label"].as_str()) {
+            (Some("region_leave"), Some("do_read_index")) => s.reads += 1,
+            (Some("region_leave"), Some("do_write_index")) => s.writes += 1,
+            (Some("child_start"), _) if v["argv"].to_string().contains("__fsmonitor") => {
+                s.hooks += 1
+            }
+            _ => {}
+        }
+    }
+    s
+}
+
+/// One run of `iterations` iterations, each of which changes a tracked file and adds a file
+/// in a new directory (a new directory is listed apart, `git ls-files --others`), in a
+/// repository of its own; what its git spent.
+fn run_spending(iterations: usize) -> Spent {
+    let env = TestEnv::new();
+    let criteria: Vec<String> = (1..=iterations).map(|i| format!("step {i}")).collect();
+    let criteria: Vec<&str> = criteria.iter().map(String::as_str).collect();
+    env.write_task(&criteria, "");
+    for d in 0..20 {
+        env.write(&format!("src/m{d}/lib.rs"), "pub fn a() {}\n");
+    }
+    env.commit_all("initial");
+    let work = agent_sh(
+        &env,
+        "work",
+        "mkdir -p new$RALPH_ITERATION && echo n > new$RALPH_ITERATION/n.rs\n\
+         echo \"// $RALPH_ITERATION\" >> src/m$RALPH_ITERATION/lib.rs",
+    );
+    let steps = vec![format!("check+{work}"); iterations].join(",");
+    let trace = env.home.join("trace2.json");
+    let agent = fake_agent_cmd();
+    let out = env.ralph_with_limit(
+        &["run", "--agent-cmd", &agent, "--yes", "--grace", "1s"],
+        &[
+            ("FAKE_AGENT_SCRIPT", steps.as_str()),
+            ("GIT_TRACE2_EVENT", trace.to_str().unwrap()),
+        ],
+        std::time::Duration::from_secs(60),
+    );
+    assert_exit(&out, 0);
+    assert_eq!(env.iter_records().len(), iterations);
+    assert_eq!(env.git(&["status", "--porcelain"]), "", "all committed");
+    spent(&trace)
+}
+
+/// Two steady iterations, each with a change in a tracked file and a new directory, cost at most
+/// 10 whole-index reads, 2 writes (the staging) and 6 runs of the monitor's hook: per iteration the status
+/// that names the changes and the update-index that stages them run with the monitor, as does
+/// the status of the fingerprint; the new directory's listing and the diff-index of the staged
+/// tree read only the index (the monitor cannot change their output). Before, each of those two
+/// ran the hook as well: 10 runs for two iterations.
+#[test]
+fn a_steady_iteration_reads_the_index_five_times_and_runs_the_hook_three() {
+    let short = run_spending(2);
+    let long = run_spending(4);
+    let two = Spent {
+        reads: long.reads - short.reads,
+        writes: long.writes - short.writes,
+        hooks: long.hooks - short.hooks,
+    };
+    // The log is git's own: every iteration reads the index and runs the hook.
+    assert!(two.reads >= 2 && two.hooks >= 2, "{two:?}");
+    assert!(two.reads <= 10, "index reads in two iterations: {two:?}");
+    assert!(two.writes <= 2, "index writes in two iterations: {two:?}");
+    assert!(
+        two.hooks <= 6,
+        "monitor hook runs in two iterations: {two:?}"
+    );
+}
