@@ -25,6 +25,7 @@ fn spent(path: &std::path::Path) -> Spent {
     };
     for line in log.lines() {
         let v: serde_json::Value = serde_json::from_str(line).expect("trace2 events are JSON");
+        // Regions are logged as they are entered and left: each counted once, as it is left.
         match (v["event"].as_str(), v["label"].as_str()) {
             (Some("region_leave"), Some("do_read_index")) => s.reads += 1,
             (Some("region_leave"), Some("do_write_index")) => s.writes += 1,
@@ -37,10 +38,21 @@ fn spent(path: &std::path::Path) -> Spent {
     s
 }
 
+/// What the iterations after the `short` first ones of a `long` run spent: that run less one
+/// of `short` iterations.
+fn between(short: usize, long: usize, working: bool) -> Spent {
+    let (short, long) = (run_spending(short, working), run_spending(long, working));
+    Spent {
+        reads: long.reads - short.reads,
+        writes: long.writes - short.writes,
+        hooks: long.hooks - short.hooks,
+    }
+}
+
 /// One run of `iterations` iterations, each of which changes a tracked file and adds a file
-/// in a new directory (a new directory is listed apart, `git ls-files --others`), in a
-/// repository of its own; what its git spent.
-fn run_spending(iterations: usize) -> Spent {
+/// in a new directory (a new directory is listed apart, `git ls-files --others`) — or, when
+/// not `working`, changes nothing — in a repository of its own; what its git spent.
+fn run_spending(iterations: usize, working: bool) -> Spent {
     let env = TestEnv::new();
     let criteria: Vec<String> = (1..=iterations).map(|i| format!("step {i}")).collect();
     let criteria: Vec<&str> = criteria.iter().map(String::as_str).collect();
@@ -55,38 +67,53 @@ fn run_spending(iterations: usize) -> Spent {
         "mkdir -p new$RALPH_ITERATION && echo n > new$RALPH_ITERATION/n.rs\n\
          echo \"// $RALPH_ITERATION\" >> src/m$RALPH_ITERATION/lib.rs",
     );
-    let steps = vec![format!("check+{work}"); iterations].join(",");
+    let step = if working {
+        format!("check+{work}")
+    } else {
+        "idle".to_string()
+    };
+    let steps = vec![step; iterations].join(",");
     let trace = env.home.join("trace2.json");
     let agent = fake_agent_cmd();
+    let max = iterations.to_string();
     let out = env.ralph_with_limit(
-        &["run", "--agent-cmd", &agent, "--yes", "--grace", "1s"],
+        &[
+            "run",
+            "--agent-cmd",
+            &agent,
+            "--yes",
+            "--grace",
+            "1s",
+            "--max-iterations",
+            &max,
+        ],
         &[
             ("FAKE_AGENT_SCRIPT", steps.as_str()),
             ("GIT_TRACE2_EVENT", trace.to_str().unwrap()),
         ],
         std::time::Duration::from_secs(60),
     );
-    assert_exit(&out, 0);
+    assert_exit(&out, if working { 0 } else { 3 });
     assert_eq!(env.iter_records().len(), iterations);
-    assert_eq!(env.git(&["status", "--porcelain"]), "", "all committed");
+    let left = env.git(&["status", "--porcelain"]);
+    if working {
+        assert_eq!(left, "", "all committed");
+    } else {
+        // ralph's bookkeeping rides along with the next commit, never alone.
+        assert!(left.lines().all(|l| l.contains(".ralph/")), "{left}");
+    }
     spent(&trace)
 }
 
 /// Two steady iterations, each with a change in a tracked file and a new directory, cost at most
-/// 10 whole-index reads, 2 writes (the staging) and 6 runs of the monitor's hook: per iteration the status
-/// that names the changes and the update-index that stages them run with the monitor, as does
-/// the status of the fingerprint; the new directory's listing and the diff-index of the staged
-/// tree read only the index (the monitor cannot change their output). Before, each of those two
-/// ran the hook as well: 10 runs for two iterations.
+/// 10 whole-index reads, 2 writes (the staging) and 6 runs of the monitor's hook: per iteration
+/// the status that names the changes and the update-index that stages them run with the
+/// monitor, as does the status of the fingerprint; the new directory's listing and the
+/// diff-index of the staged tree read only the index (the monitor cannot change their output).
+/// Before, each of those two ran the hook as well: 10 runs for two iterations.
 #[test]
 fn a_steady_iteration_reads_the_index_five_times_and_runs_the_hook_three() {
-    let short = run_spending(2);
-    let long = run_spending(4);
-    let two = Spent {
-        reads: long.reads - short.reads,
-        writes: long.writes - short.writes,
-        hooks: long.hooks - short.hooks,
-    };
+    let two = between(2, 4, true);
     // The log is git's own: every iteration reads the index and runs the hook.
     assert!(two.reads >= 2 && two.hooks >= 2, "{two:?}");
     assert!(two.reads <= 10, "index reads in two iterations: {two:?}");
@@ -94,5 +121,27 @@ fn a_steady_iteration_reads_the_index_five_times_and_runs_the_hook_three() {
     assert!(
         two.hooks <= 6,
         "monitor hook runs in two iterations: {two:?}"
+    );
+}
+
+/// An iteration in which the agent changed nothing (the second of an idle run: three alike
+/// would stall) still spends: the status (which here also writes back the refresh the first
+/// iteration left unsettled), the update-index of ralph's own status block (it rides along with
+/// the next commit, so it is staged, never committed alone), the diff-index of the staged tree
+/// and the fingerprint's status — four reads, two writes, three hook runs; never more than an
+/// iteration with work. Issue 22's "none when nothing changed" is not reached: the status block
+/// changes every iteration.
+#[test]
+fn an_iteration_that_changed_nothing_spends_no_more_than_one_with_work() {
+    let one = between(1, 2, false);
+    assert!(one.reads >= 1 && one.hooks >= 1, "{one:?}");
+    assert!(one.reads <= 4, "index reads in an idle iteration: {one:?}");
+    assert!(
+        one.writes <= 2,
+        "index writes in an idle iteration: {one:?}"
+    );
+    assert!(
+        one.hooks <= 3,
+        "monitor hook runs in an idle iteration: {one:?}"
     );
 }
