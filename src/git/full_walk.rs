@@ -28,15 +28,10 @@ impl Repo {
             return Ok(Vec::new());
         }
         let seen = self.git.run(STATUS, None)?;
-        let plain = self.git.unmonitored();
-        let mut args = vec![
-            "-c",
-            "core.fsmonitor=false",
-            "-c",
-            "core.untrackedCache=false",
-        ];
+        // Without the monitor, and without the untracked cache the repository may enable.
+        let mut args = vec!["-c", "core.untrackedCache=false"];
         args.extend_from_slice(STATUS);
-        let full = plain.run(&args, None)?;
+        let full = self.git.unmonitored().run(&args, None)?;
         Ok(differences(&seen, &full))
     }
 }
