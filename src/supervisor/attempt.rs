@@ -338,14 +338,13 @@ impl Loop {
             .map_or_else(String::new, |a| a.name.clone());
         self.announce_wait(n, limit, wait, agent);
         self.run_hooks().await;
-        if self
+        let interrupted = self
             .sleep_interruptibly(wait, &limit.kind.to_string())
-            .await
-        {
-            self.state.waited_s += wait.as_secs_f64();
+            .await;
+        self.state.waited_s += wait.as_secs_f64();
+        if interrupted {
             return Ok(Some(Halt::Interrupted));
         }
-        self.state.waited_s += wait.as_secs_f64();
         self.state.save(&self.tree.rd.state_file())?;
         Ok(None)
     }
