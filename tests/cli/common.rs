@@ -194,17 +194,25 @@ impl TestEnv {
 
     /// `ralph run` with the fake agent following `script`, unattended.
     pub(crate) fn run_fake(&self, script: &str, extra: &[&str]) -> Output {
+        self.run_fake_with(script, extra, &[])
+    }
+
+    /// [`Self::run_fake`] with more variables in ralph's environment.
+    pub(crate) fn run_fake_with(
+        &self,
+        script: &str,
+        extra: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Output {
         let agent = format!("'{}'", fake_agent().display());
         let mut args = vec!["run", "--agent-cmd", &agent, "--yes"];
         if !extra.contains(&"--grace") {
             args.extend(["--grace", "1s"]);
         }
         args.extend_from_slice(extra);
-        self.ralph_with_limit(
-            &args,
-            &[("FAKE_AGENT_SCRIPT", script)],
-            Duration::from_secs(60),
-        )
+        let mut env = vec![("FAKE_AGENT_SCRIPT", script)];
+        env.extend_from_slice(vars);
+        self.ralph_with_limit(&args, &env, Duration::from_secs(60))
     }
 
     pub(crate) fn commits(&self) -> Vec<String> {

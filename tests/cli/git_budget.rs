@@ -74,24 +74,11 @@ fn run_spending(iterations: usize, working: bool) -> Spent {
     };
     let steps = vec![step; iterations].join(",");
     let trace = env.home.join("trace2.json");
-    let agent = fake_agent_cmd();
     let max = iterations.to_string();
-    let out = env.ralph_with_limit(
-        &[
-            "run",
-            "--agent-cmd",
-            &agent,
-            "--yes",
-            "--grace",
-            "1s",
-            "--max-iterations",
-            &max,
-        ],
-        &[
-            ("FAKE_AGENT_SCRIPT", steps.as_str()),
-            ("GIT_TRACE2_EVENT", trace.to_str().unwrap()),
-        ],
-        std::time::Duration::from_secs(60),
+    let out = env.run_fake_with(
+        &steps,
+        &["--max-iterations", &max],
+        &[("GIT_TRACE2_EVENT", trace.to_str().unwrap())],
     );
     assert_exit(&out, if working { 0 } else { 3 });
     assert_eq!(env.iter_records().len(), iterations);

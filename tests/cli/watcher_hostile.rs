@@ -75,27 +75,16 @@ fn planted_untracked_cache(no_watch: bool) {
         Step::same(&plant("secret")),
         Step::same(&format!("echo 2 >> d/a && {}", plant("other"))),
     ];
-    let agent = format!("'{}'", fake_agent().display());
-    let mut vars = vec![("FAKE_AGENT_SCRIPT", actions(&env, &steps))];
-    if no_watch {
-        vars.push(("RALPH_NO_WATCH", "1".to_string()));
-    }
-    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let out = env.ralph_with_limit(
-        &[
-            "run",
-            "--agent-cmd",
-            &agent,
-            "--yes",
-            "--grace",
-            "1s",
-            "--max-iterations",
-            "3",
-            "--stuck-threshold",
-            "99",
-        ],
-        &vars,
-        std::time::Duration::from_secs(60),
+    let script = actions(&env, &steps);
+    let vars: &[(&str, &str)] = if no_watch {
+        &[("RALPH_NO_WATCH", "1")]
+    } else {
+        &[]
+    };
+    let out = env.run_fake_with(
+        &script,
+        &["--max-iterations", "3", "--stuck-threshold", "99"],
+        vars,
     );
     // The control: git's own status, trusting the planted cache, did not see the file.
     assert_eq!(std::fs::read_to_string(&saw).unwrap(), "hidden\nhidden\n");
