@@ -55,10 +55,12 @@ EOF
   echo "$dir"
 }
 
-best() { # best of 7 wall times of "$@" in ms (one decimal)
+failed() { echo "a measured command failed: $*" >&2; exit 1; }
+
+best() { # best of 7 wall times of "$@" in ms (one decimal); a failing command ends the run
   local b=999999999 s e
   for _ in 1 2 3 4 5 6 7; do
-    s=${EPOCHREALTIME/./}; "$@" >/dev/null 2>&1; e=${EPOCHREALTIME/./}
+    s=${EPOCHREALTIME/./}; "$@" >/dev/null 2>&1 || failed "$@"; e=${EPOCHREALTIME/./}
     (( e - s < b )) && b=$(( e - s ))
   done
   printf '%d.%d' $(( b / 1000 )) $(( b % 1000 / 100 ))
@@ -69,7 +71,8 @@ shell_best() { # best of 7 shell-loop iterations in $1, each after a one-line ch
   for k in 1 2 3 4 5 6 7; do
     echo "$k" >> "$1/d2/e0/g0/f21.txt"
     s=${EPOCHREALTIME/./}
-    { git -C "$1" add -A && git -C "$1" commit -q -m "iteration $k" && git -C "$1" status --porcelain; } >/dev/null 2>&1
+    { git -C "$1" add -A && git -C "$1" commit -q -m "iteration $k" && git -C "$1" status --porcelain; } >/dev/null 2>&1 ||
+      failed "the shell loop's iteration $k"
     e=${EPOCHREALTIME/./}
     (( e - s < b )) && b=$(( e - s ))
   done
