@@ -11,6 +11,7 @@
 //! to `git add -A` as literal pathspecs, with what the guard keeps out as exclusions. Paths are
 //! git's bytes throughout: a name need not be UTF-8.
 
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
@@ -20,6 +21,10 @@ use super::{GitError, Repo, Staged};
 
 /// Past this many changed paths, `git add -A` takes the whole tree (with the exclusions).
 const MAX_PATHSPECS: usize = 20_000;
+
+/// Past this many bytes of untracked directories' names, `git ls-files --others` lists every
+/// untracked file instead of taking them as arguments (a command line is bounded).
+const MAX_SPEC_BYTES: usize = 128 * 1024;
 
 /// One line of `git status --porcelain=v1 -z --no-renames`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +75,8 @@ struct AddPlan {
     needs_add: bool,
     exclude: Vec<Vec<u8>>,
     left_out: Vec<(String, String)>,
+    /// Untracked directories whose files are yet to be listed, each ending in `/`.
+    listed: Vec<Vec<u8>>,
 }
 
 impl AddPlan {
@@ -129,6 +136,7 @@ impl Repo {
         for e in entries {
             self.plan_entry(&e, exclude, &mut plan)?;
         }
+        self.plan_listed(exclude, &mut plan)?;
         if plan.needs_add && !plan.include.is_empty() {
             self.add(&plan)?;
         } else if !plan.files.is_empty() {
@@ -166,7 +174,7 @@ impl Repo {
                 // what the directory holds, each file through the guard as in any new
                 // directory; or records it as a gitlink, when it is a nested repository.
                 plan.needs_add = true;
-                return self.plan_untracked_dir(path, exclude, plan);
+                return self.plan_untracked_dir(path, plan);
             }
             // An ancestor replaced by a file: only a pathspec `git add` follows reaches it.
             plan.needs_add |= reachable != path;
@@ -175,7 +183,7 @@ impl Repo {
             return Ok(());
         }
         if e.path.ends_with(b"/") {
-            return self.plan_untracked_dir(path, exclude, plan);
+            return self.plan_untracked_dir(path, plan);
         }
         match exclude(&String::from_utf8_lossy(path), &abs) {
             Some(why) => plan.leave_out(path, why),
@@ -217,26 +225,54 @@ impl Repo {
         self.root.join(OsStr::from_bytes(path))
     }
 
-    /// An untracked directory: everything git would add under it, each file through the guard.
-    fn plan_untracked_dir(
-        &self,
-        dir: &[u8],
-        exclude: &dyn Fn(&str, &Path) -> Option<String>,
-        plan: &mut AddPlan,
-    ) -> Result<(), GitError> {
+    /// An untracked directory: everything git would add under it, each file through the guard
+    /// once [`Self::plan_listed`] has listed them.
+    fn plan_untracked_dir(&self, dir: &[u8], plan: &mut AddPlan) -> Result<(), GitError> {
         if self.abs(dir).join(".git").exists() {
             return self.plan_nested_repo(dir, plan);
         }
         let mut prefix = dir.to_vec();
         prefix.push(b'/');
-        // A name git can be given as an argument; any other is found in the whole list.
-        let spec = std::str::from_utf8(&prefix).map(|p| format!(":(literal){p}"));
+        plan.listed.push(prefix);
+        plan.include.push(dir.to_vec());
+        Ok(())
+    }
+
+    /// The files of every untracked directory the plan holds, each through the guard, from one
+    /// `git ls-files --others --exclude-standard`: each run reads the whole index, and the agent
+    /// decides how many new directories there are.
+    fn plan_listed(
+        &self,
+        exclude: &dyn Fn(&str, &Path) -> Option<String>,
+        plan: &mut AddPlan,
+    ) -> Result<(), GitError> {
+        let dirs: HashSet<Vec<u8>> = std::mem::take(&mut plan.listed).into_iter().collect();
+        if dirs.is_empty() {
+            return Ok(());
+        }
+        // Names git can be given as arguments, within a command line's bounds; otherwise
+        // every untracked file, those under the directories picked out below.
+        let specs: Option<Vec<String>> = dirs
+            .iter()
+            .map(|d| {
+                std::str::from_utf8(d)
+                    .ok()
+                    .map(|p| format!(":(literal){p}"))
+            })
+            .collect::<Option<_>>()
+            .filter(|s: &Vec<String>| s.iter().map(String::len).sum::<usize>() <= MAX_SPEC_BYTES);
         let mut args = vec!["ls-files", "-z", "--others", "--exclude-standard"];
-        if let Ok(spec) = &spec {
-            args.extend(["--", spec.as_str()]);
+        if let Some(specs) = &specs {
+            args.push("--");
+            args.extend(specs.iter().map(String::as_str));
         }
         let out = self.git.unmonitored().run(&args, None)?;
-        for rec in out.split(|&b| b == 0).filter(|r| r.starts_with(&prefix)) {
+        let under = |rec: &[u8]| {
+            rec.iter()
+                .enumerate()
+                .any(|(i, b)| *b == b'/' && i + 1 < rec.len() && dirs.contains(&rec[..=i]))
+        };
+        for rec in out.split(|&b| b == 0).filter(|r| under(r)) {
             let rel = rec.strip_suffix(b"/").unwrap_or(rec);
             let abs = self.abs(rel);
             if rec.ends_with(b"/") && abs.join(".git").exists() {
@@ -248,7 +284,6 @@ impl Repo {
                 None => plan.files.push(rel.to_vec()),
             }
         }
-        plan.include.push(dir.to_vec());
         Ok(())
     }
 

@@ -132,3 +132,34 @@ fn an_iteration_that_changed_nothing_spends_no_more_than_one_with_work() {
         "monitor hook runs in an idle iteration: {one:?}"
     );
 }
+
+/// Attack: an agent that adds 40 new directories in one iteration. Promise: ralph lists what
+/// they hold in one `git ls-files --others`, one read of the index, not one per directory —
+/// what git reads grows with the repository, and the agent decides how many directories there
+/// are. Control: the same run with one new directory reads the index as often.
+#[test]
+fn many_new_directories_are_listed_in_one_read_of_the_index() {
+    let run = |dirs: usize| {
+        let env = TestEnv::new();
+        env.write_task(&["only"], "");
+        env.commit_all("initial");
+        let work = agent_sh(
+            &env,
+            "work",
+            &format!("for i in $(seq {dirs}); do mkdir d$i && echo x > d$i/f; done"),
+        );
+        let trace = env.home.join("trace2.json");
+        let out = env.run_fake_with(
+            &format!("check+{work}"),
+            &[],
+            &[("GIT_TRACE2_EVENT", trace.to_str().unwrap())],
+        );
+        assert_exit(&out, 0);
+        assert_eq!(env.git(&["status", "--porcelain"]), "", "all committed");
+        let files = env.git(&["ls-files"]);
+        assert_eq!(files.lines().filter(|l| l.starts_with('d')).count(), dirs);
+        spent(&trace)
+    };
+    let (one, forty) = (run(1), run(40));
+    assert_eq!(forty.reads, one.reads, "one: {one:?}, forty: {forty:?}");
+}

@@ -888,6 +888,29 @@ fn a_file_name_that_is_not_utf8_is_committed_like_git() {
     assert_same_as_git(&ran);
 }
 
+/// New directories whose files ralph lists without naming them to git (one `git ls-files
+/// --others` for all of them, `stage.rs`): a directory whose own name is not UTF-8, and 600
+/// directories whose names pass the bound of a command line's worth; beside them a new file at
+/// the top, an ignored file in a new directory and a new directory that is all ignored, which
+/// the whole list holds and the plan must not take twice or at all.
+#[test]
+fn new_directories_listed_in_one_go_are_committed_like_git() {
+    let ran = run_case(&Case {
+        change: "mkdir \"$(printf 'nd\\377')\" && echo u > \"$(printf 'nd\\377/f')\" && \
+                 mkdir ok && echo v > ok/f && echo x > ok/x.log && echo top > top.txt && \
+                 mkdir logs && echo l > logs/a.log && \
+                 echo '*.log' >> .gitignore",
+        ..Case::default()
+    });
+    assert_same_as_git(&ran);
+    let ran = run_case(&Case {
+        change: "for i in $(seq 600); do d=$(printf 'd%0240d' $i); mkdir $d && echo $i > $d/f; \
+                 done && echo top > top.txt",
+        ..Case::default()
+    });
+    assert_same_as_git(&ran);
+}
+
 /// A submodule whose files were changed but not committed: `git status` shows it modified, and
 /// the ITER fingerprint must too, iteration after iteration. ralph's `-c core.fsmonitor` reaches
 /// the submodule's own git (git hands `-c` on), whose paths are not the journal's: ralph's hook
