@@ -203,6 +203,17 @@ pub(crate) struct RunArgs {
     #[arg(long, requires = "from")]
     pub(crate) pr: bool,
 
+    /// With --from github: this worker's name in the leases it takes on origin (default
+    /// `<hostname>-<pid>`); a worker restarted with the same name takes its leases back at once.
+    #[arg(long, value_name = "ID", env = "RALPH_WORKER_ID", requires = "from")]
+    pub(crate) worker_id: Option<String>,
+
+    /// With --from github: how long an item's lease on origin holds without renewal (renewed
+    /// every third of it while the loop runs; default 10m, config `lease`); after a worker is
+    /// lost, another takes the item over once it ran out.
+    #[arg(long, value_name = "DUR", env = "RALPH_LEASE", requires = "from")]
+    pub(crate) lease: Option<humantime::Duration>,
+
     /// With --from: up to N items at once, each in its own worktree; merges one at a time.
     #[arg(long, value_name = "N", default_value_t = 1, requires = "from",
           value_parser = clap::value_parser!(u16).range(1..=64))]

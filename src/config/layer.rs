@@ -51,6 +51,11 @@ pub(crate) struct Layer {
     /// Variables the sandboxed agent keeps although the sandbox drops them (`SSH_AUTH_SOCK`,
     /// …; the user's own layers only).
     pub(crate) sandbox_env_keep: Option<Vec<String>>,
+    /// A queue item's lease on origin (SPEC §15; `--lease`).
+    pub(crate) lease: Option<String>,
+    /// Variables the commands ralph supervises get although ralph withholds them (the
+    /// tracker's token; the user's own layers only).
+    pub(crate) pass_env: Option<Vec<String>>,
 }
 
 /// `[hooks]` of a config file (SPEC §10): a shell command per event, run with the event's JSON
@@ -96,6 +101,8 @@ impl Layer {
             sandbox_writable: None,
             sandbox_hidden: None,
             sandbox_env_keep: None,
+            lease: None,
+            pass_env: None,
         }
     }
 
@@ -129,6 +136,8 @@ impl Layer {
             sandbox_writable: None,
             sandbox_hidden: None,
             sandbox_env_keep: None,
+            lease: None,
+            pass_env: None,
         }
     }
 

@@ -179,8 +179,11 @@ impl GitCli {
             }
         }
         cmd.current_dir(&self.work_tree);
-        // ralph reads git's output: the same messages whatever the user's language.
-        cmd.env("LC_ALL", "C").env_remove("LANGUAGE");
+        // ralph reads git's output: the same messages whatever the user's language. Nobody
+        // answers a prompt for a password: a remote that needs one fails at once.
+        cmd.env("LC_ALL", "C")
+            .env_remove("LANGUAGE")
+            .env("GIT_TERMINAL_PROMPT", "0");
         for var in ["GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX"] {
             cmd.env_remove(var);
         }

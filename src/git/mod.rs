@@ -468,17 +468,18 @@ impl Repo {
             .map(|_| ())
     }
 
-    /// The paths under `paths` that `branch` changed since it left HEAD's line of history
-    /// (`git diff --name-only HEAD...BRANCH -- PATHS`), sorted.
+    /// The paths under `paths` that `branch` changed since it left `base`'s line of history
+    /// (`git diff --name-only BASE...BRANCH -- PATHS`), sorted.
     pub(crate) fn changed_on_branch(
         &self,
+        base: &str,
         branch: &str,
         paths: &[&str],
     ) -> Result<Vec<String>, GitError> {
         if paths.is_empty() {
             return Ok(Vec::new());
         }
-        let range = format!("HEAD...refs/heads/{branch}");
+        let range = format!("{base}...refs/heads/{branch}");
         let literal: Vec<String> = paths.iter().map(|p| format!(":(literal){p}")).collect();
         let mut args = vec!["diff", "--name-only", "-z", "--no-renames", &range, "--"];
         args.extend(literal.iter().map(String::as_str));

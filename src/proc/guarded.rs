@@ -169,6 +169,11 @@ fn guard_command(
         .current_dir(cwd)
         .stdin(Stdio::null())
         .process_group(0);
+    // The tracker's token is not the command's (`withheld.rs`): the guard starts without it,
+    // and so does everything under it.
+    for name in super::withheld::names() {
+        cmd.env_remove(name);
+    }
     // SAFETY: the closure runs between fork and exec and makes two `fcntl` calls, nothing else
     // (async-signal-safe), on two descriptors open there (ralph holds them until the guard
     // runs). std offers no safe way to hand a child a descriptor beyond stdio; the

@@ -14,6 +14,7 @@ pub(crate) mod reaper;
 pub(crate) mod relay;
 mod supervise;
 pub(crate) mod tree;
+pub(crate) mod withheld;
 
 use std::ffi::OsString;
 

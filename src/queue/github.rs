@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Claim, Item, Tracker};
+use super::{Claim, Item, Now, Tracker};
 use crate::error::{Error, Result};
 
 /// The label that puts an issue in the queue.
@@ -43,6 +43,8 @@ struct Issue {
     number: u64,
     #[serde(default)]
     state: String,
+    #[serde(default)]
+    state_reason: Option<String>,
     #[serde(default)]
     title: String,
     #[serde(default)]
@@ -81,6 +83,8 @@ impl GitHub {
             return Err(Error::usage(format!("`{repo}` is not OWNER/REPO")));
         }
         let (token, token_from) = token()?;
+        // The tracker's token is not the agent's (SPEC §15).
+        crate::proc::withheld::withhold(&crate::proc::withheld::TOKEN_VARS, &token);
         let api = std::env::var("GITHUB_API_URL")
             .ok()
             .filter(|u| !u.trim().is_empty())
@@ -271,12 +275,39 @@ impl Tracker for GitHub {
         Ok(Some(states))
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn now(&mut self, item: &Item) -> Result<Now> {
+        let url = self.issue_url(&item.id);
+        let (status, _, text) = self.call_allowing("GET", &url, None, &[404, 410])?;
+        if status == 404 || status == 410 {
+            return Ok(Now::Gone);
+        }
+        let i: Issue = serde_json::from_str(&text)
+            .map_err(|e| Error::user(format!("GET {url}: not an issue: {e}")))?;
+        Ok(match (i.state.as_str(), i.state_reason.as_deref()) {
+            ("closed", Some("not_planned")) => Now::NotPlanned,
+            ("closed", _) => Now::Completed,
+            _ => Now::Open,
+        })
+    }
+
+    fn stands(&self, is: &str) -> bool {
+        is.starts_with("closed|") && is.ends_with("|not_planned")
+    }
+
     fn restore(&mut self, id: &str, _is: &str, was: &str, why: &str) -> Result<()> {
         let mut parts = was.split('|');
-        let (state, assignees, labels) = (
+        let (state, assignees, labels, reason) = (
             parts.next().unwrap_or("open"),
             parts.next().unwrap_or(""),
             parts.next().unwrap_or(""),
+            parts
+                .next()
+                .filter(|r| !r.is_empty())
+                .unwrap_or("completed"),
         );
         let list = |s: &str| -> Vec<String> {
             s.split(',')
@@ -290,7 +321,7 @@ impl Tracker for GitHub {
             "labels": list(labels),
         });
         if state == "closed" {
-            sent["state_reason"] = json!("completed");
+            sent["state_reason"] = json!(reason);
         }
         self.call("PATCH", &self.issue_url(id), Some(&sent))?;
         self.comment(id, why)
@@ -376,23 +407,32 @@ impl Tracker for GitHub {
     }
 }
 
-/// An issue's standing as the ledger keeps it: its state, assignees and labels (sorted).
+/// An issue's standing as the ledger keeps it: its state, assignees and labels (sorted), and
+/// why it was closed.
 fn standing(i: &Issue) -> String {
     let mut assignees: Vec<&str> = i.assignees.iter().map(|a| a.login.as_str()).collect();
     let mut labels: Vec<&str> = i.labels.iter().map(|l| l.name.as_str()).collect();
     assignees.sort_unstable();
     labels.sort_unstable();
-    format!("{}|{}|{}", i.state, assignees.join(","), labels.join(","))
+    let reason = match i.state.as_str() {
+        "closed" => i.state_reason.as_deref().unwrap_or("completed"),
+        _ => "",
+    };
+    format!(
+        "{}|{}|{}|{reason}",
+        i.state,
+        assignees.join(","),
+        labels.join(",")
+    )
 }
 
-/// Whether an open labelled issue is free to take: no pull request, no claim, nobody else
-/// assigned, no open blocker.
+/// Whether an open labelled issue is free to take: no pull request, nobody else assigned, no
+/// open blocker.
 fn ready(i: &Issue, login: &str) -> bool {
+    // `ralph:in-progress` is for people: whether a worker holds the issue is its lease's to
+    // say (SPEC §15), and a worker killed midway leaves the label behind.
     i.pull_request.is_none()
-        && !i
-            .labels
-            .iter()
-            .any(|l| l.name == IN_PROGRESS || l.name == PR_OPEN)
+        && !i.labels.iter().any(|l| l.name == PR_OPEN)
         && i.assignees.iter().all(|a| a.login == login)
         && i.issue_dependencies_summary
             .as_ref()

@@ -4,6 +4,7 @@
 
 pub(crate) mod beads;
 pub(crate) mod github;
+pub(crate) mod lease;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -60,6 +61,11 @@ pub(crate) trait Tracker {
     fn states(&mut self) -> Result<Option<BTreeMap<String, String>>> {
         Ok(None)
     }
+    /// Whether standing `is` (as [`Tracker::states`] gives it) is a person's decision that no
+    /// ledger puts back: an issue closed as not planned.
+    fn stands(&self, _is: &str) -> bool {
+        false
+    }
     /// Put item `id` back from state `is` to state `was`, saying why.
     fn restore(&mut self, _id: &str, _is: &str, _was: &str, _why: &str) -> Result<()> {
         Ok(())
@@ -69,6 +75,33 @@ pub(crate) trait Tracker {
     fn own_paths(&self) -> &'static [&'static str] {
         &[]
     }
+    /// Whether workers on other machines share the tracker's items (SPEC §15): claims are then
+    /// leases on `origin`, and results are published there before an item is closed.
+    fn shared(&self) -> bool {
+        false
+    }
+    /// `--pr`: the open pull request from `head`, if there is one (a pull request opened whose
+    /// answer was lost is found, never opened twice).
+    fn find_pr(&mut self, _head: &str) -> Result<Option<String>> {
+        Ok(None)
+    }
+    /// The item as the tracker has it now, for the steps that must not undo a person's
+    /// decision: closed as not planned, or gone.
+    fn now(&mut self, _item: &Item) -> Result<Now> {
+        Ok(Now::Open)
+    }
+}
+
+/// An item as the tracker has it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Now {
+    Open,
+    /// Closed as completed (by ralph, or a person who did the work).
+    Completed,
+    /// Closed by a person as not planned: that stands.
+    NotPlanned,
+    /// Deleted (or moved away).
+    Gone,
 }
 
 /// `--from SOURCE`: the tracker in the repository at `root`; `origin` is the configured

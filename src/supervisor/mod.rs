@@ -64,6 +64,8 @@ pub(crate) struct Loop {
     /// What the decision carries from one iteration to the next.
     pub(crate) counters: Counters,
     pub(crate) interrupts: Interrupts,
+    /// The caller's word of each iteration recorded (the queue pushes the item's branch).
+    pub(crate) recorded: Option<std::sync::mpsc::Sender<u32>>,
     /// Events whose hooks have yet to run.
     pub(crate) pending_events: Vec<events::Pending>,
 }
@@ -131,12 +133,13 @@ pub(crate) fn log_activity(ui: Ui, rd: &RalphDir, line: &str) {
 }
 
 impl Loop {
-    /// The pre-flight checks, then iterations until a halt rule fires; returns the exit code.
-    /// Every ending, the pre-flight's errors too, goes through the run's close.
-    pub(crate) async fn run(mut self) -> i32 {
+    /// The pre-flight checks, then iterations until a halt rule fires; returns the exit code
+    /// and the halt recorded. Every ending, the pre-flight's errors too, goes through the
+    /// run's close.
+    pub(crate) async fn run(mut self) -> (i32, Option<state::HaltReason>) {
         let code = self.iterate().await;
         self.run_hooks().await;
-        code
+        (code, self.state.halt_reason)
     }
 
     async fn iterate(&mut self) -> i32 {
@@ -168,6 +171,10 @@ impl Loop {
                 .instrument(info_span!("iteration", n))
                 .await;
             self.run_hooks().await;
+            if let Some(tell) = &self.recorded {
+                // A caller that stopped listening changes nothing here.
+                let _ = tell.send(n);
+            }
             if let Some(code) = halted {
                 return code;
             }

@@ -360,7 +360,11 @@ fn merge_ref(repo: &Repo, base: &str, branch: &str, ui: Ui) -> Result<String> {
             .map_err(GitError::from)
     };
     let ours = commit_of(&base_ref)?;
-    let theirs = commit_of(&format!("refs/heads/{branch}"))?;
+    let theirs = commit_of(&if branch.starts_with("refs/") {
+        branch.to_string()
+    } else {
+        format!("refs/heads/{branch}")
+    })?;
     let new = if g
         .graph_descendant_of(theirs.id(), ours.id())
         .map_err(GitError::from)?
@@ -395,4 +399,20 @@ fn merge_ref(repo: &Repo, base: &str, branch: &str, ui: Ui) -> Result<String> {
         "merged `{branch}` into `{base}` (not checked out: only its ref moved)"
     ));
     Ok(new.to_string())
+}
+
+/// The files a merge of `theirs` (any commit, such as origin's base) into branch `ours` would
+/// conflict in; nothing is touched.
+pub(crate) fn conflicts_of(repo: &Repo, ours: &str, theirs: &str) -> Result<Vec<String>> {
+    conflicts(repo, ours, theirs)
+}
+
+/// `theirs` (any commit, such as origin's base) merged into branch `base` as a loop's branch
+/// is: in the clean work tree that has `base` checked out, else by moving its ref. The commit
+/// `base` is at then. The caller checked it does not conflict.
+pub(crate) fn merge_commit(repo: &Repo, base: &str, theirs: &str, ui: Ui) -> Result<String> {
+    match checked_out_at(repo, base)? {
+        Some((tree, _)) => merge_in(&opened(&tree, false)?, theirs, ui),
+        None => merge_ref(repo, base, theirs, ui),
+    }
 }

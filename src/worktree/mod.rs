@@ -24,7 +24,7 @@ use crate::loops::Retired;
 use crate::state::{HaltReason, RalphDir, RunState};
 use crate::ui::Ui;
 
-pub(crate) use merge::merge;
+pub(crate) use merge::{conflicts_of, merge, merge_commit};
 pub(crate) use records::Records;
 
 /// A loop's worktree.
@@ -78,6 +78,83 @@ pub(crate) fn for_run(repo: &Repo, name: &str, ui: Ui) -> Result<Worktree> {
     }
     retire::set_branch_aside(repo, &records, name, ui)?;
     create(repo, &records, name)
+}
+
+/// The worktree of a queue's item (SPEC §14, §15): loop `name` on branch `ralph/NAME` from
+/// `start` (the item's branch as the team left it on origin, else the queue's base branch),
+/// merging into `base` — the branch the queue started from, whatever the main tree has checked
+/// out now. An unfinished loop whose branch is at `start` or ahead of it (this machine's own
+/// commits, not pushed yet) goes on in its worktree; any other is retired (logs kept), and a
+/// branch `ralph/NAME` that is not at `start` is kept as `ralph/NAME-<date>`.
+pub(crate) fn for_item(
+    repo: &Repo,
+    name: &str,
+    start: &str,
+    base: &str,
+    ui: Ui,
+) -> Result<Worktree> {
+    check_name(name)?;
+    let records = Records::open(repo)?;
+    let _lock = records.lock()?;
+    let branch = format!("ralph/{name}");
+    let tip = |r: &Repo| {
+        r.git2()
+            .revparse_single(&format!("refs/heads/{branch}"))
+            .ok()
+            .map(|o| o.id())
+    };
+    let start_id = repo
+        .git2()
+        .revparse_single(start)
+        .map_err(crate::git::GitError::from)?
+        .id();
+    let contains_start = |t: git2::Oid| {
+        t == start_id
+            || repo
+                .git2()
+                .graph_descendant_of(t, start_id)
+                .unwrap_or(false)
+    };
+    if let Some(wt) = find(repo, &records, name)? {
+        let loop_repo = Repo::discover(&wt.path)?;
+        let on_branch = current_branch(&loop_repo).as_deref() == Some(branch.as_str());
+        if !finished(&wt.path)? && on_branch && tip(repo).is_some_and(contains_start) {
+            let record = records::LoopRecord {
+                base: Some(base.to_string()),
+                merged_at: None,
+            };
+            records.set_loop(name, &record)?;
+            return Ok(Worktree {
+                base: Some(base.to_string()),
+                ..wt
+            });
+        }
+        replace(repo, &records, &wt, &loop_repo, ui)?;
+    }
+    let path = place::check(repo.git2().commondir(), name, true)?;
+    let path_s = path.to_string_lossy().into_owned();
+    if tip(repo) == Some(start_id) {
+        repo.cli()
+            .run(&["worktree", "add", "--quiet", &path_s, &branch], None)?;
+    } else {
+        retire::set_branch_aside(repo, &records, name, ui)?;
+        repo.cli().run(
+            &["worktree", "add", "--quiet", "-b", &branch, &path_s, start],
+            None,
+        )?;
+    }
+    let record = records::LoopRecord {
+        base: Some(base.to_string()),
+        merged_at: None,
+    };
+    records.set_loop(name, &record)?;
+    let opened = Repo::discover(&path)?;
+    Ok(Worktree {
+        name: name.to_string(),
+        path: opened.root().to_path_buf(),
+        branch,
+        base: Some(base.to_string()),
+    })
 }
 
 /// Loop `name`'s worktree, which must exist (`ralph resume --worktree`, `ralph merge`).

@@ -1,5 +1,5 @@
-//! Hostile tests of `ralph run --from github` (SPEC §14): a hostile agent holding the inherited
-//! token, a hostile issue author, and a hostile or failing API (a fault-injecting proxy in front
+//! Hostile tests of `ralph run --from github` (SPEC §14): a hostile agent holding the token
+//! (given to it on purpose with `pass_env`: by default it has none), a hostile issue author, and a hostile or failing API (a fault-injecting proxy in front
 //! of the stand-in `testing/github_standin.rs`). Each test asserts a promise of the README's
 //! "Work from a queue" and fails when the attack works.
 
@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 
 use crate::common::*;
-use crate::queue_github::{Api, TOKEN, fresh, issue, with_origin};
+use crate::queue_github::{Api, TOKEN, agent_gets_the_token, fresh, issue, with_origin};
 
 /// A fault: the `nth` request (1-based; 0 = every one) whose `METHOD PATH` (query left off)
 /// is `want` is answered with `raw` (a whole HTTP response) instead of being forwarded.
@@ -199,7 +199,7 @@ fn run_at(
     )
 }
 
-/// `curl` with the token the agent inherited, against the API the agent inherited.
+/// `curl` with the token the agent was given, against the API it inherited.
 fn curl(method: &str, path: &str, data: Option<&str>) -> String {
     let d = data.map(|d| format!(" -d '{d}'")).unwrap_or_default();
     format!(
@@ -243,7 +243,7 @@ fn claimed(i: &Value) -> bool {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A hostile agent with the inherited token.
+// A hostile agent given the token (`pass_env`).
 
 /// Attack: the agent closes another queued issue AND strips its `ralph` label, so the ledger
 /// (which lists only `ralph`-labelled issues) no longer sees it. Promise: an issue's state
@@ -251,6 +251,7 @@ fn claimed(i: &Value) -> bool {
 #[test]
 fn agent_closing_an_issue_and_stripping_its_label_escapes_the_ledger() {
     let env = fresh();
+    agent_gets_the_token(&env);
     let api = Api::start(
         &env,
         json!([
@@ -295,6 +296,7 @@ fn agent_closing_an_issue_and_stripping_its_label_escapes_the_ledger() {
 #[test]
 fn agent_labelling_an_issue_ralph_does_not_put_it_in_the_running_queue() {
     let env = fresh();
+    agent_gets_the_token(&env);
     let api = Api::start(
         &env,
         json!([
@@ -337,6 +339,7 @@ fn agent_labelling_an_issue_ralph_does_not_put_it_in_the_running_queue() {
 #[test]
 fn agent_unassigning_a_person_does_not_hand_their_issue_to_the_queue() {
     let env = fresh();
+    agent_gets_the_token(&env);
     let api = Api::start(
         &env,
         json!([
@@ -375,6 +378,7 @@ fn agent_unassigning_a_person_does_not_hand_their_issue_to_the_queue() {
 #[test]
 fn agent_reopening_a_closed_ralph_issue_is_put_back() {
     let env = fresh();
+    agent_gets_the_token(&env);
     let api = Api::start(
         &env,
         json!([

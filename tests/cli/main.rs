@@ -59,6 +59,7 @@ mod verdict;
 mod watch;
 mod watcher_faults;
 mod watcher_hostile;
+mod workers;
 mod worktree_doors;
 mod worktree_names;
 mod worktrees;

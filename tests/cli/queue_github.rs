@@ -87,12 +87,19 @@ pub(crate) fn issue(n: u64, title: &str, labels: &[&str], extra: Value) -> Value
     v
 }
 
-/// A repository with one commit.
+/// A repository with one commit, a clone of its `origin` (SPEC §15: a worker publishes there).
 pub(crate) fn fresh() -> TestEnv {
     let env = TestEnv::new();
-    env.write("README.md", "queue\n");
-    env.commit_all("initial");
+    with_origin(&env);
     env
+}
+
+/// The user's own configuration gives the agent the tracker's token on purpose (`pass_env`,
+/// SPEC §15): what an agent holding it could do to the tracker is what these tests attack.
+pub(crate) fn agent_gets_the_token(env: &TestEnv) {
+    let dir = env.home.join(".config/ralph");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), "pass_env = [\"GITHUB_TOKEN\"]\n").unwrap();
 }
 
 /// A repository whose `origin` names o/r on github.com, reached as a local bare repository.
@@ -107,6 +114,7 @@ pub(crate) fn with_origin(env: &TestEnv) -> PathBuf {
         &format!("url.{}.insteadOf", bare.display()),
         "https://github.com/o/r.git",
     ]);
+    env.git(&["push", "-q", "origin", "main"]);
     bare
 }
 
@@ -334,10 +342,34 @@ fn pr_pushes_the_branch_and_opens_a_pull_request_that_closes_the_issue_left_open
 fn pr_whose_push_fails_is_the_items_halt_never_a_silent_success() {
     let env = TestEnv::new();
     let bare = with_origin(&env);
-    std::fs::remove_dir_all(&bare).unwrap();
     let api = Api::start(&env, json!([issue(1, "Schema", &["ralph"], json!({}))]), 2);
-    let out = run_from(&env, &api, TOKEN, "github", &["--pr"]);
+    // Origin goes away while the agent works: the item's push fails.
+    let gone = agent_sh(&env, "origin-gone", &format!("rm -rf '{}'", bare.display()));
+    let agent = format!("'{}'", fake_agent().display());
+    let out = env.ralph_with_limit(
+        &[
+            "run",
+            "--from",
+            "github",
+            "--pr",
+            "--agent-cmd",
+            &agent,
+            "--yes",
+            "--grace",
+            "1s",
+        ],
+        &[
+            (
+                "FAKE_AGENT_SCRIPT",
+                &format!("{gone}+check-unless:no such text"),
+            ),
+            ("GITHUB_API_URL", &api.url()),
+            ("GITHUB_TOKEN", TOKEN),
+        ],
+        std::time::Duration::from_secs(120),
+    );
     assert_exit(&out, 9);
+    assert!(!bare.exists(), "control: origin is gone");
     let i = api.issue(1);
     assert_eq!(i["state"], "open");
     assert_eq!(i["labels"], json!(["ralph"]));
@@ -362,7 +394,8 @@ fn an_issue_an_agent_closed_through_the_api_is_reopened_and_worked() {
         ]),
         2,
     );
-    // Working #1, the agent closes #2 with the token it inherited.
+    // Working #1, the agent closes #2 with the token it was given.
+    agent_gets_the_token(&env);
     let script = agent_sh(
         &env,
         "close-two",
@@ -404,7 +437,7 @@ fn an_issue_an_agent_closed_through_the_api_is_reopened_and_worked() {
     let two = api.issue(2);
     let comments = two["comments"].to_string();
     assert!(
-        comments.contains("put back from `closed||ralph` to `open||ralph`"),
+        comments.contains("put back from `closed||ralph|completed` to `open||ralph|`"),
         "{comments}"
     );
     // Then worked as any other: closed by ralph's own run, its work merged.

@@ -58,6 +58,8 @@ pub(crate) fn run(ui: Ui, dir: Option<&Path>, args: &RunArgs) -> Result<i32> {
             parallel: usize::from(args.parallel),
             max_tasks: args.max_tasks,
             pr: args.pr,
+            worker: args.worker_id.clone(),
+            lease: args.lease.map(Into::into),
         };
         let ran = queue::from_queue(ui, dir, spec, limits, &args.options);
         return Ok(ran.unwrap_or_else(|e| Before::error(ui, e).close()));
@@ -103,10 +105,35 @@ fn launch(
 
 /// How supervising a run ended.
 enum Supervised {
-    /// Closed, with this exit code.
-    Ended(i32),
+    /// Closed.
+    Ended(Ended),
     /// The user chose, at the prompt, to resume the recorded run instead.
     ResumeInstead,
+}
+
+/// How a run ended, as its caller receives it (the queue reads this value, never a file read
+/// back): its exit code and the halt its record names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ended {
+    pub(crate) code: i32,
+    /// `None` when it ended before its loop (nothing to do, already complete, an error on
+    /// the way): the code says what happened.
+    pub(crate) halt: Option<HaltReason>,
+}
+
+impl Ended {
+    fn code(code: i32) -> Supervised {
+        Supervised::Ended(Ended { code, halt: None })
+    }
+}
+
+/// What the caller of a run holds while it runs: a way to stop it (as its Ctrl-C would), and
+/// word of each iteration it recorded. The queue gives one to each item's loop.
+#[derive(Clone, Default)]
+struct Link {
+    pub(crate) cancel: Option<crate::signals::Cancel>,
+    /// Sent the number of each iteration once its record and commit are made.
+    pub(crate) recorded: Option<std::sync::mpsc::Sender<u32>>,
 }
 
 /// Resolve the run and supervise it. A run the user chose to resume instead starts over as
@@ -119,10 +146,22 @@ fn start(
     dry_run: bool,
     how: Continuation,
 ) -> Result<i32> {
+    start_linked(ctx, targets, options, dry_run, how, &Link::default()).map(|e| e.code)
+}
+
+/// [`start`], with its caller's [`Link`]; how it ended.
+fn start_linked(
+    ctx: &Context,
+    targets: &[String],
+    options: &RunOptions,
+    dry_run: bool,
+    how: Continuation,
+    link: &Link,
+) -> Result<Ended> {
     let (mut targets, mut how) = (targets, how);
     loop {
-        match start_once(ctx, targets, options, dry_run, how)? {
-            Supervised::Ended(code) => return Ok(code),
+        match start_once(ctx, targets, options, dry_run, how, link)? {
+            Supervised::Ended(ended) => return Ok(ended),
             Supervised::ResumeInstead => (targets, how) = (&[], Continuation::Resume),
         }
     }
@@ -135,11 +174,12 @@ fn start_once(
     options: &RunOptions,
     dry_run: bool,
     how: Continuation,
+    link: &Link,
 ) -> Result<Supervised> {
     let ui = ctx.ui;
     let mut r = info_span!("resolve").in_scope(|| resolve::resolve(ctx, targets, options, how))?;
     if let Some(code) = at_once::end_at_once(ui, &r, how)? {
-        return Ok(Supervised::Ended(code));
+        return Ok(Ended::code(code));
     }
     // The probe runs the installed CLI outside, and under --sandbox the CLI may have been
     // changed in its own (writable) state: no probe then.
@@ -149,7 +189,7 @@ fn start_once(
     let rollup = resolve::resolve_rollup(ui, &r.plan, options)?;
     if dry_run {
         let code = dry_run::report(ctx, &r, options, rollup, &agents)?;
-        return Ok(Supervised::Ended(code));
+        return Ok(Ended::code(code));
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -160,6 +200,7 @@ fn start_once(
         options,
         r,
         agents,
+        link,
     };
     runtime.block_on(supervise(run, how, rollup))
 }
@@ -171,6 +212,7 @@ struct Startup<'a> {
     r: Resolved,
     /// The run's agent and its fallbacks.
     agents: Chain,
+    link: &'a Link,
 }
 
 /// Under the run's lock, its start-up steps in order, then its loop.
@@ -179,7 +221,7 @@ async fn supervise(
     how: Continuation,
     rollup: Option<PathBuf>,
 ) -> Result<Supervised> {
-    let ended = |code| Ok(Supervised::Ended(code));
+    let ended = |code| Ok(Ended::code(code));
     let _lock = info_span!("lock").in_scope(|| run.lock())?;
     let watch = info_span!("watch").in_scope(|| run.watch())?;
     // Only the user's own uncommitted work makes a "state before run" commit; ralph's new
@@ -199,8 +241,8 @@ async fn supervise(
     if let Some(p) = &resumed {
         info_span!("settle").in_scope(|| run.settle_the_recorded_run(&source, p))?;
     }
-    let mut interrupts =
-        Interrupts::install().map_err(|e| Error::io("failed to install signal handlers", e))?;
+    let mut interrupts = Interrupts::install_with(run.link.cancel.as_ref())
+        .map_err(|e| Error::io("failed to install signal handlers", e))?;
     let run_id = resumed
         .as_ref()
         .map_or_else(begin::new_run_id, |p| p.run_id.clone());
@@ -220,7 +262,8 @@ async fn supervise(
     let mut the_loop = run.into_loop(source, run_state, interrupts);
     the_loop.tree.watch = watch;
     the_loop.state.feedback = evidence.and_then(|e| e.feedback);
-    ended(the_loop.run().await)
+    let (code, halt) = the_loop.run().await;
+    Ok(Supervised::Ended(Ended { code, halt }))
 }
 
 impl Startup<'_> {
@@ -287,7 +330,7 @@ impl Startup<'_> {
             && let Some(p) = unfinished
         {
             if let Some(code) = at_once::halt_if_left_tampered(ui, &self.r, p, yes)? {
-                return Ok(Break(Supervised::Ended(code)));
+                return Ok(Break(Ended::code(code)));
             }
             how = begin::ask_resume_or_reset(p, yes)?;
             if how == Continuation::Resume {
@@ -407,7 +450,7 @@ impl Startup<'_> {
 
     /// The loop, and its `run_started` event.
     fn into_loop(self, source: Source, run_state: RunState, interrupts: Interrupts) -> Loop {
-        let (ui, r, agents) = (self.ctx.ui, self.r, self.agents);
+        let (ui, r, agents, link) = (self.ctx.ui, self.r, self.agents, self.link);
         let (done, total) = r.plan.counts();
         let event = Event::RunStarted(RunStarted {
             run_id: run_state.run_id.clone(),
@@ -451,6 +494,7 @@ impl Startup<'_> {
             state: run_state,
             counters,
             interrupts,
+            recorded: link.recorded.clone(),
             pending_events: Vec::new(),
         }
     }

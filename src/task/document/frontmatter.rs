@@ -37,7 +37,7 @@ pub(crate) const TASK_KEYS: [&str; 15] = [
 ];
 
 /// ralph's configuration keys that only configuration files set.
-pub(crate) const CONFIG_FILE_ONLY: [&str; 10] = [
+pub(crate) const CONFIG_FILE_ONLY: [&str; 12] = [
     "fallback_agents",
     "no_commit",
     "no_verify",
@@ -48,6 +48,8 @@ pub(crate) const CONFIG_FILE_ONLY: [&str; 10] = [
     "sandbox_net",
     "sandbox_writable",
     "sandbox_hidden",
+    "lease",
+    "pass_env",
 ];
 
 /// The duration keys (humantime strings such as `90s`), checked when the file is read.

@@ -1,150 +1,287 @@
-//! One item's way through a queue: claimed (never when its text would change its criteria),
-//! its loop started in its worktree, then merged and closed, a pull request opened, or released.
+//! One item's way through a queue: taken (never when its text would change its criteria, nor
+//! while another worker holds its lease), its loop started in its worktree from where the team
+//! left its branch, then merged, published and closed, a pull request opened, or released.
+//! An item whose work a worker already published is closed without running it again.
 
-use std::collections::HashSet;
+use std::path::Path;
 
-use super::ledger::Ledger;
-use super::{Running, Taken};
-use crate::cli::RunOptions;
+use super::keeper::Keeper;
+use super::publish::{self, Published};
+use super::{Outcome, Queue, Running, Taken};
 use crate::commands::Context;
 use crate::commands::run::begin::Continuation;
-use crate::commands::run::start;
+use crate::commands::run::{Ended, Link, start_linked};
 use crate::error::{Error, Result, exit};
 use crate::git::Repo;
-use crate::queue::{self, Claim, Item, Tracker};
-use crate::state::{HaltReason, RalphDir, RunState};
+use crate::queue::lease::{Next, Stage};
+use crate::queue::{self, Claim, Item, Now};
+use crate::signals::Cancel;
+use crate::state::HaltReason;
 
-/// Claim the first ready item not seen yet and start its loop; `None` when nothing is ready.
-pub(super) fn take_next(
-    ctx: &Context,
-    repo: &mut Repo,
-    tracker: &mut dyn Tracker,
-    ledger: &mut Ledger,
-    seen: &mut HashSet<String>,
-    options: &RunOptions,
-) -> Result<Option<Running>> {
+/// What taking the next item came to.
+pub(super) enum Took {
+    /// Its loop runs.
+    Running(Running),
+    /// Settled without a loop: its work was published already, and it is closed now.
+    Settled(Taken),
+    /// Nothing is ready.
+    Nothing,
+}
+
+/// Take the first ready item not seen yet: finish it when its work is on origin already, or
+/// claim it and start its loop.
+pub(super) fn take_next(q: &mut Queue<'_>) -> Result<Took> {
     loop {
-        ledger.hold(ctx, repo, tracker)?;
-        let ready = tracker.ready()?;
+        q.desk.look()?;
+        let source = q.desk.source();
+        let ready = q.desk.tracker.ready()?;
         // Only items the tracker had when the queue started: one that turns up while loops
         // run (an agent labelling an issue `ralph`) waits for a run a person starts.
-        let Some(item) = ready
-            .into_iter()
-            .find(|i| !seen.contains(&i.id) && ledger.known(&i.id))
-        else {
-            return Ok(None);
+        let Some(item) = ready.into_iter().find(|i| {
+            !q.seen.contains(&i.id)
+                && q.desk.known(&i.id)
+                && !q.desk.held_by_another(&queue::loop_name(source, &i.id))
+        }) else {
+            return Ok(Took::Nothing);
         };
-        seen.insert(item.id.clone());
+        q.seen.insert(item.id.clone());
+        let name = queue::loop_name(source, &item.id);
         // An item whose text would change its task file's criteria is never claimed: skipped,
         // said, the queue goes on (one hostile issue does not stop the others).
-        let text = queue::task_file(tracker.source(), &item);
-        if !queue::asks_only_its_criteria(tracker.source(), &item, &text) {
-            ctx.ui.warn(&format!(
-                "{} {}: its text would change the criteria of its task file; not taken",
-                tracker.source(),
+        let text = queue::task_file(source, &item);
+        if !queue::asks_only_its_criteria(source, &item, &text) {
+            q.ctx.ui.warn(&format!(
+                "{source} {}: its text would change the criteria of its task file; not taken",
                 item.id
             ));
             continue;
         }
-        let claimed = tracker.claim(&item);
-        if matches!(claimed, Ok(Claim::Taken)) {
-            ctx.ui.note(&format!(
-                "{} {}: claimed by someone else, next",
-                tracker.source(),
+        if let Some(took) = already_done(q, &item, &name)? {
+            match took {
+                Some(taken) => return Ok(Took::Settled(taken)),
+                None => continue,
+            }
+        }
+        if q.desk.claim(&item, &name)? == Claim::Taken {
+            q.ctx.ui.note(&format!(
+                "{source} {}: claimed by someone else, next",
                 item.id
             ));
             continue;
         }
-        let name = queue::loop_name(tracker.source(), &item.id);
-        // From the first claim call on, whatever fails leaves the item released.
-        let started = claimed.and_then(|_| {
-            commit_tracker_files(repo, tracker, &format!("claimed {}", item.id))?;
-            ledger.update(tracker)?;
-            start_item(ctx, repo, tracker.source(), &item, &name, options)
-        });
-        return match started {
-            Ok(loop_) => Ok(Some(Running { item, name, loop_ })),
+        return match start(q, &item, &name) {
+            Ok(Some(running)) => Ok(Took::Running(running)),
+            Ok(None) => continue,
             Err(e) => {
-                let _ = tracker.release(&item, &format!("ralph: released — error: {e}"));
-                let _ = commit_tracker_files(repo, tracker, &format!("released {}", item.id));
-                let _ = ledger.update(tracker);
+                let _ = q
+                    .desk
+                    .release(&item, &name, &format!("ralph: released — error: {e}"));
                 Err(e)
             }
         };
     }
 }
 
-/// The first loop to end (waiting for one), taken out of `running`; `None` when none runs.
-pub(super) fn next_finished(running: &mut Vec<Running>) -> Option<Running> {
-    if running.is_empty() {
-        return None;
-    }
-    loop {
-        if let Some(i) = running.iter().position(|r| r.loop_.is_finished()) {
-            return Some(running.remove(i));
+/// An item a worker already finished in part: its work merged on origin with the close left
+/// to do (`Some(Some(taken))`: closed now), or its pull request open (`Some(None)`: its label
+/// put right, next). `None`: the item is to be worked.
+fn already_done(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<Option<Option<Taken>>> {
+    let lease = q.desk.lease(name).map(|l| (l.stage, l.commit.clone()));
+    if let Some((Stage::Merged, Some(commit))) = lease {
+        if !q.desk.take_lease(name, Stage::Merged)? {
+            return Ok(Some(None));
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        q.ctx.ui.note(&format!(
+            "{} {}: its work is on origin at {commit}; closing it",
+            q.desk.source(),
+            item.id
+        ));
+        q.desk.close(item, name, &commit)?;
+        let taken = Taken::new(item, name, Outcome::Completed);
+        return Ok(Some(Some(taken)));
     }
+    let pr_open = match lease {
+        Some((Stage::PrOpen, _)) => true,
+        _ if q.limits.pr => q.desk.tracker.find_pr(&format!("ralph/{name}"))?.is_some(),
+        _ => false,
+    };
+    if pr_open && q.desk.take_lease(name, Stage::PrOpen)? {
+        // The label a lost answer left off is put right; the pull request closes the item.
+        q.desk.mark_pr_open(item)?;
+        q.desk.set_lease(name, &Next::free(Stage::PrOpen))?;
+        q.ctx.ui.note(&format!(
+            "{} {}: its pull request is open already, next",
+            q.desk.source(),
+            item.id
+        ));
+    }
+    Ok(pr_open.then_some(None))
 }
 
-/// One item's loop has ended: merged and closed, or released. `Some(code)` when its halt is
-/// not its own (an interrupt, the cost budget, the waiting budget, an error): the queue takes
-/// no more items and ends with that code. Whatever fails, the item is not left claimed.
-pub(super) fn conclude(
-    ctx: &Context,
-    repo: &mut Repo,
-    tracker: &mut dyn Tracker,
-    ledger: &mut Ledger,
-    (item, name, pr): (Item, String, bool),
-    code: Result<i32>,
-) -> Result<(Taken, Option<i32>)> {
-    if let Err(e) = ledger.hold(ctx, repo, tracker) {
-        let _ = tracker.release(&item, &format!("ralph: released — error: {e}"));
-        let _ = ledger.update(tracker);
-        return Err(e);
+/// The claimed item's worktree (from its branch as the team left it on origin, else the
+/// queue's base), its task file, its branch pushed with its lease, then its loop on a thread
+/// of its own and its lease's keeper. `None` when its lease was taken over meanwhile.
+fn start(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<Option<Running>> {
+    let desk = &mut q.desk;
+    let base = desk.base.clone().ok_or_else(|| {
+        Error::user("the queue runs on a detached HEAD: there is no branch to merge items into")
+    })?;
+    let start_at = match &desk.team {
+        Some(team) if team.seen.branches.contains_key(name) => {
+            format!("refs/remotes/{}/ralph/{name}", team.leases.remote())
+        }
+        _ => format!("refs/heads/{base}"),
+    };
+    let wt = crate::worktree::for_item(&desk.repo, name, &start_at, &base, desk.ui)?;
+    write_task_file(&wt.path, desk.source(), item, name)?;
+    if desk.team.is_some() && publish::branch(desk, name)? == Published::Lost {
+        return Ok(None);
     }
-    let (released, stop) = match finish(ctx, repo, tracker, (&item, &name, pr), code) {
+    q.ctx.ui.note(&format!(
+        "{} {}: {} — worktree {} on branch {}",
+        desk.source(),
+        item.id,
+        item.title,
+        wt.path.display(),
+        wt.branch
+    ));
+    let cancel = Cancel::new();
+    let (tell, recorded) = std::sync::mpsc::channel();
+    let keeper = match &desk.team {
+        Some(team) => {
+            let mine = team.mine.get(name).cloned().unwrap_or_default();
+            Some(Keeper::start(
+                team.leases.clone(),
+                desk.repo.cli().clone(),
+                name,
+                mine,
+                recorded,
+                (cancel.clone(), desk.ui),
+            )?)
+        }
+        None => None,
+    };
+    let link = Link {
+        cancel: Some(cancel.clone()),
+        recorded: Some(tell),
+    };
+    let inner = Context {
+        cwd: wt.path.clone(),
+        ui: q.ctx.ui,
+    };
+    let rel = format!(".ralph/tasks/{name}.md");
+    let mut options = q.options.clone();
+    options.yes = true;
+    let (words, who) = (q.words.clone(), name.to_string());
+    let thread = std::thread::Builder::new()
+        .name(format!("ralph-{name}"))
+        .spawn(move || {
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                start_linked(&inner, &[rel], &options, false, Continuation::Reset, &link)
+            }));
+            // The link goes first: the keeper sees the loop ended.
+            drop(link);
+            let ended = ran.unwrap_or_else(|_| Err(Error::user("the item's loop panicked")));
+            let _ = words.send((who, ended));
+        })
+        .map_err(|e| Error::io("failed to start the item's loop", e))?;
+    Ok(Some(Running {
+        item: item.clone(),
+        name: name.to_string(),
+        cancel,
+        keeper,
+        thread,
+    }))
+}
+
+/// The item's task file in its worktree: kept when the branch has it asking exactly the item's
+/// criteria (checked or not: a worker before this one got that far), else written and
+/// committed as the first commit of the item's work — what was asked, as the record.
+fn write_task_file(root: &Path, source: &str, item: &Item, name: &str) -> Result<()> {
+    let rel = format!(".ralph/tasks/{name}.md");
+    let path = root.join(&rel);
+    let text = queue::task_file(source, item);
+    let asked = |bytes: &[u8]| {
+        crate::task::document::parse_task_bytes(Path::new(&rel), bytes)
+            .ok()
+            .map(|d| {
+                d.checklist
+                    .criteria
+                    .into_iter()
+                    .map(|c| c.text)
+                    .collect::<Vec<_>>()
+            })
+    };
+    let on_branch = crate::files::read_bytes(&path, crate::files::MAX_TEXT).ok();
+    if on_branch.is_some_and(|b| asked(&b) == asked(text.as_bytes())) {
+        return Ok(());
+    }
+    if let Some(dir) = path.parent() {
+        crate::files::create_dir_all(dir).map_err(|e| Error::file("create directory", dir, e))?;
+    }
+    crate::state::write_atomic(&path, text.as_bytes())?;
+    Repo::discover(root)?.commit_paths(&[&rel], &format!("ralph: {source} {} task", item.id))?;
+    Ok(())
+}
+
+/// One item's loop has ended: merged, published and closed, its pull request opened, or
+/// released. `Some(code)` when its halt is not its own (an interrupt, the cost budget, the
+/// waiting budget, an error): the queue takes no more items and ends with that code.
+/// Whatever fails, the item is not left claimed.
+pub(super) fn conclude(
+    q: &mut Queue<'_>,
+    done: Running,
+    ended: Result<Ended>,
+) -> Result<(Taken, Option<i32>)> {
+    let Running {
+        item,
+        name,
+        keeper,
+        thread,
+        ..
+    } = done;
+    let _ = thread.join();
+    if let Some(kept) = keeper.and_then(Keeper::finish) {
+        if let Some(team) = &mut q.desk.team {
+            team.mine.insert(name.clone(), kept.mine);
+        }
+        if kept.lost {
+            let why = "its lease was taken over by another worker".to_string();
+            return Ok((Taken::new(&item, &name, Outcome::Released(why)), None));
+        }
+    }
+    let finished = q.desk.look().and_then(|()| finish(q, &item, &name, ended));
+    let (outcome, stop) = match finished {
         Ok(ended) => ended,
         Err(e) => {
-            let _ = tracker.release(&item, &format!("ralph: released — error: {e}"));
-            let _ = commit_tracker_files(repo, tracker, &format!("released {}", item.id));
-            // The release is ralph's own: the ledger must not put it back.
-            let _ = ledger.update(tracker);
+            let _ = q
+                .desk
+                .release(&item, &name, &format!("ralph: released — error: {e}"));
             return Err(e);
         }
     };
-    if let Some(why) = &released {
+    if let Outcome::Released(why) = &outcome {
         let comment = format!("ralph: released — {why}; its work is on branch ralph/{name}");
-        tracker.release(&item, &comment)?;
-        commit_tracker_files(repo, tracker, &format!("released {}", item.id))?;
+        q.desk.release(&item, &name, &comment)?;
     }
-    ledger.update(tracker)?;
-    Ok((
-        Taken {
-            item,
-            name,
-            pr_open: pr && released.is_none(),
-            released,
-        },
-        stop,
-    ))
+    Ok((Taken::new(&item, &name, outcome), stop))
 }
 
-/// After the item's loop: its merge and close, or `(why it is released, the queue's stop)`.
+/// After the item's loop: merged, published and closed, or its pull request opened; else
+/// `(Released(why), the queue's stop)`.
 fn finish(
-    ctx: &Context,
-    repo: &mut Repo,
-    tracker: &mut dyn Tracker,
-    (item, name, pr): (&Item, &str, bool),
-    code: Result<i32>,
-) -> Result<(Option<String>, Option<i32>)> {
-    let code = match code {
-        Ok(code) => code,
-        Err(e) => return Ok((Some(format!("error: {e}")), Some(exit::ERROR))),
+    q: &mut Queue<'_>,
+    item: &Item,
+    name: &str,
+    ended: Result<Ended>,
+) -> Result<(Outcome, Option<i32>)> {
+    let ended = match ended {
+        Ok(ended) => ended,
+        Err(e) => return Ok((Outcome::Released(format!("error: {e}")), Some(exit::ERROR))),
     };
-    if code != exit::COMPLETE {
+    if ended.code != exit::COMPLETE {
         let own = matches!(
-            code,
+            ended.code,
             exit::MAX_ITERATIONS
                 | exit::STALLED
                 | exit::STUCK
@@ -153,141 +290,140 @@ fn finish(
                 | exit::TAMPERED
                 | exit::PARTIAL
         );
-        return Ok((Some(halt_of(repo, name, code)), (!own).then_some(code)));
+        let halt = Outcome::Released(halt_words(&ended));
+        return Ok((halt, (!own).then_some(ended.code)));
+    }
+    // A person's decision on the tracker stands: an item closed as not planned, or deleted,
+    // while its loop ran is neither merged nor closed as completed.
+    match q.desk.tracker.now(item)? {
+        Now::NotPlanned => {
+            let why = "completed, but not merged: a person closed the item as not planned";
+            return Ok((Outcome::Released(why.to_string()), None));
+        }
+        Now::Gone => {
+            let why = "completed, but not merged: the item is gone from the tracker";
+            return Ok((Outcome::Released(why.to_string()), None));
+        }
+        Now::Open | Now::Completed => {}
     }
     // The tracker's files are the tracker's: a branch that changed them (an agent closing
     // items by editing `.beads/issues.jsonl`) is never merged, whatever else it holds.
-    let touched = repo.changed_on_branch(&format!("ralph/{name}"), tracker.own_paths())?;
+    let base = q.desk.base.clone().unwrap_or_default();
+    let touched = q.desk.repo.changed_on_branch(
+        &format!("refs/heads/{base}"),
+        &format!("ralph/{name}"),
+        q.desk.tracker.own_paths(),
+    )?;
     if !touched.is_empty() {
-        return Ok((
-            Some(format!(
-                "completed, but not merged: its branch changed the tracker's own files ({})",
-                touched.join(", ")
-            )),
-            None,
-        ));
+        let why = format!(
+            "completed, but not merged: its branch changed the tracker's own files ({})",
+            touched.join(", ")
+        );
+        return Ok((Outcome::Released(why), None));
     }
-    if pr {
-        return Ok((open_pr(ctx, repo, tracker, item, name).err(), None));
+    if q.limits.pr {
+        return Ok((open_pr(q, item, name), None));
     }
-    match crate::worktree::merge(repo, name, ctx.ui) {
-        Ok(exit::COMPLETE) => {}
-        Ok(code) => {
-            return Ok((
-                Some(format!("completed, but not merged (exit {code})")),
-                None,
-            ));
-        }
-        Err(e) => return Ok((Some(format!("completed, but not merged: {e}")), None)),
-    }
-    let commit = repo.head()?.map(|c| c.id).unwrap_or_default();
-    tracker.close(item, &commit)?;
-    commit_tracker_files(repo, tracker, &format!("closed {}", item.id))?;
-    Ok((None, None))
+    merge_and_close(q, item, name)
 }
 
-/// `--pr`: the item's branch pushed to `origin` and a pull request opened into the branch the
-/// queue started from; the item stays open. `Err(why)` is the item's halt: it is released.
-fn open_pr(
-    ctx: &Context,
-    repo: &Repo,
-    tracker: &mut dyn Tracker,
-    item: &Item,
-    name: &str,
-) -> std::result::Result<(), String> {
+/// Merged into the base branch, published on origin (when the team shares the tracker), closed.
+fn merge_and_close(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<(Outcome, Option<i32>)> {
+    let base = q.desk.base.clone().unwrap_or_default();
+    let before = q
+        .desk
+        .repo
+        .cli()
+        .run(&["rev-parse", &format!("refs/heads/{base}")], None)?;
+    let before = String::from_utf8_lossy(&before).trim().to_string();
+    let not_merged = |why: String| Ok((Outcome::Released(why), None));
+    match crate::worktree::merge(&q.desk.repo, name, q.ctx.ui) {
+        Ok(exit::COMPLETE) => {}
+        Ok(code) => return not_merged(format!("completed, but not merged (exit {code})")),
+        Err(e) => return not_merged(format!("completed, but not merged: {e}")),
+    }
+    let commit = match publish::merged(&mut q.desk, name, &before)? {
+        Published::Done(commit) => commit,
+        Published::Conflict(files) => {
+            return not_merged(format!(
+                "completed, but not published: origin's `{base}` moved and conflicts in {} (exit {})",
+                files.join(", "),
+                exit::NOT_MERGED
+            ));
+        }
+        Published::Lost => {
+            let why = "completed, but its lease was taken over before it was published";
+            return Ok((Outcome::Released(why.to_string()), None));
+        }
+    };
+    q.desk.close(item, name, &commit)?;
+    Ok((Outcome::Completed, None))
+}
+
+/// `--pr`: the item marked, its branch pushed with its lease, and a pull request into the
+/// branch the queue started from found or opened; the item stays open. `Released(why)` is the
+/// item's halt.
+fn open_pr(q: &mut Queue<'_>, item: &Item, name: &str) -> Outcome {
+    match pr(q, item, name) {
+        Ok(outcome) => outcome,
+        Err(why) => Outcome::Released(why),
+    }
+}
+
+fn pr(q: &mut Queue<'_>, item: &Item, name: &str) -> std::result::Result<Outcome, String> {
     let branch = format!("ralph/{name}");
-    let base = crate::worktree::current_branch(repo)
+    let base = q
+        .desk
+        .base
+        .clone()
         .ok_or("completed, but no pull request: the queue runs on a detached HEAD")?;
     // The issue says so before anything is pushed: a pull request is never left open behind
     // an issue a later run would take again, nor a branch pushed for nothing.
-    tracker
+    q.desk
         .mark_pr_open(item)
         .map_err(|e| format!("completed, but not marked for its pull request: {e}"))?;
-    repo.push_branch("origin", &branch)
-        .map_err(|e| format!("completed, but not pushed: {e}"))?;
-    let body = halt_of(repo, name, exit::COMPLETE);
-    let url = tracker
-        .open_pr(item, &branch, &base, &format!("ralph: {branch}, {body}"))
-        .map_err(|e| format!("completed and pushed, but no pull request: {e}"))?;
-    ctx.ui.note(&format!(
+    match publish::branch(&mut q.desk, name) {
+        Ok(Published::Lost) => {
+            return Err("completed, but its lease was taken over before it was pushed".into());
+        }
+        Ok(_) => {}
+        Err(e) => return Err(format!("completed, but not pushed: {e}")),
+    }
+    let body = format!("ralph: {branch}, completed");
+    let url = match q.desk.tracker.find_pr(&branch) {
+        Ok(Some(url)) => url,
+        _ => q
+            .desk
+            .tracker
+            .open_pr(item, &branch, &base, &body)
+            .map_err(|e| format!("completed and pushed, but no pull request: {e}"))?,
+    };
+    let lease = Next::free(Stage::PrOpen).with_note(&url);
+    if let Err(e) = q.desk.set_lease(name, &lease) {
+        q.ctx.ui.warn(&format!("{name}: {e}"));
+    }
+    q.ctx.ui.note(&format!(
         "{} {}: pull request {url}",
-        tracker.source(),
+        q.desk.source(),
         item.id
     ));
-    Ok(())
+    Ok(Outcome::PrOpen)
 }
 
-/// The item's worktree and task file, then its loop on a thread of its own, unattended.
-fn start_item(
-    ctx: &Context,
-    repo: &Repo,
-    source: &str,
-    item: &Item,
-    name: &str,
-    options: &RunOptions,
-) -> Result<std::thread::JoinHandle<Result<i32>>> {
-    let wt = crate::worktree::for_run(repo, name, ctx.ui)?;
-    let rel = format!(".ralph/tasks/{name}.md");
-    let path = wt.path.join(&rel);
-    if let Some(dir) = path.parent() {
-        crate::files::create_dir_all(dir).map_err(|e| Error::file("create directory", dir, e))?;
-    }
-    let text = queue::task_file(source, item);
-    crate::state::write_atomic(&path, text.as_bytes())?;
-    // The first commit of the item's branch: what was asked, as the record.
-    Repo::discover(&wt.path)?
-        .commit_paths(&[&rel], &format!("ralph: {source} {} task", item.id))?;
-    ctx.ui.note(&format!(
-        "{source} {}: {} — worktree {} on branch {}",
-        item.id,
-        item.title,
-        wt.path.display(),
-        wt.branch
-    ));
-    let inner = Context {
-        cwd: wt.path.clone(),
-        ui: ctx.ui,
-    };
-    let mut options = options.clone();
-    options.yes = true;
-    std::thread::Builder::new()
-        .name(format!("ralph-{name}"))
-        // An item released by an earlier queue run starts over on the branch its work was
-        // kept on.
-        .spawn(move || start(&inner, &[rel], &options, false, Continuation::Reset))
-        .map_err(|e| Error::io("failed to start the item's loop", e))
-}
-
-/// The halt of a loop that did not complete, in the words of its record.
-fn halt_of(repo: &Repo, name: &str, code: i32) -> String {
-    let recorded = crate::worktree::existing(repo, name)
-        .ok()
-        .flatten()
-        .and_then(|p| {
-            RunState::load(&RalphDir::new(&p).state_file())
-                .ok()
-                .flatten()
-        })
-        .and_then(|s| s.halt_reason);
-    match recorded {
-        Some(r) => format!("halted: {} (exit {code})", HaltReason::as_str(r)),
-        None => format!("halted (exit {code})"),
+/// A loop that did not complete, in the words of its halt.
+fn halt_words(ended: &Ended) -> String {
+    match ended.halt {
+        Some(r) => format!("halted: {} (exit {})", HaltReason::as_str(r), ended.code),
+        None => format!("halted (exit {})", ended.code),
     }
 }
 
-/// The tracker's own files, changed by a claim, a close or a release, committed on the base
-/// branch (`ralph: beads <id> claimed`), so no item's branch carries them and no merge finds
-/// the base dirty.
-pub(super) fn commit_tracker_files(
-    repo: &mut Repo,
-    tracker: &dyn Tracker,
-    what: &str,
-) -> Result<()> {
-    let paths = tracker.own_paths();
-    if paths.is_empty() {
-        return Ok(());
+impl Taken {
+    fn new(item: &Item, name: &str, outcome: Outcome) -> Taken {
+        Taken {
+            item: item.clone(),
+            name: name.to_string(),
+            outcome,
+        }
     }
-    let message = format!("ralph: {} {what}", tracker.source());
-    repo.commit_paths(paths, &message)?;
-    Ok(())
 }

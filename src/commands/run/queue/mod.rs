@@ -1,68 +1,106 @@
-//! `ralph run --from SOURCE` (SPEC §14): take the first ready item, claim it, run the loop on
-//! its task file in worktree `ralph/<source>-<id>`, merge back on exit 0 and close the item;
+//! `ralph run --from SOURCE` (SPEC §14, §15): take the first ready item, claim it, run the loop
+//! on its task file in worktree `ralph/<source>-<id>`, merge back on exit 0 and close the item;
 //! release a halted item with a comment naming the halt (its branch kept) and go on; stop when
 //! nothing is ready, after `--max-tasks` items, or on a halt that is not the item's own.
-//! `item` is one item's way from claim to close or release, `ledger` what ralph knows of the
-//! tracker's items.
+//!
+//! The rooms: `desk` (the one place a tracker change is made, committed, recorded and — for a
+//! tracker workers share — carried by the item's lease on origin), `ledger` (each item's
+//! standing, put back when changed outside ralph's workers), `item` (one item from take to
+//! close or release), `keeper` (an item's lease renewed and its branch pushed while its loop
+//! runs), `publish` (an item's work pushed where readers see it). Each item's loop runs on a
+//! thread of its own and hands back a typed [`Ended`] on one channel; each has a
+//! [`Cancel`] the queue stops it with.
 
+mod desk;
 mod item;
+mod keeper;
 mod ledger;
+mod publish;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::Duration;
 
+use super::Ended;
 use crate::cli::RunOptions;
 use crate::commands::Context;
 use crate::error::{Error, Result, exit};
 use crate::git::Repo;
+use crate::queue::lease::Leases;
 use crate::queue::{self, Item, Tracker};
+use crate::signals::{Background, Cancel};
 use crate::ui::Ui;
-use item::{conclude, next_finished, take_next};
-use ledger::Ledger;
+use desk::{Desk, Team};
+use item::{Took, conclude, take_next};
+use keeper::Keeper;
 
 /// What became of one item.
 struct Taken {
     item: Item,
     name: String,
-    /// Closed after its merge (or its pull request opened); else released, with why.
-    released: Option<String>,
+    outcome: Outcome,
+}
+
+/// How an item this run took ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    /// Merged (published on origin when the team shares the tracker) and closed.
+    Completed,
     /// `--pr`: its pull request is open and the item with it.
-    pr_open: bool,
+    PrOpen,
+    /// Open again (or left to the worker that took its lease over), with why.
+    Released(String),
 }
 
 impl Taken {
     /// The item's `queue_item` event for `--json`.
     fn event(&self, source: &'static str) -> crate::event::Event {
+        let (outcome, why) = match &self.outcome {
+            Outcome::Completed => ("completed", None),
+            Outcome::PrOpen => ("pr-open", None),
+            Outcome::Released(why) => ("released", Some(why.clone())),
+        };
         crate::event::Event::QueueItem(crate::event::QueueItem {
             source,
             id: self.item.id.clone(),
             title: self.item.title.clone(),
-            outcome: match (&self.released, self.pr_open) {
-                (Some(_), _) => "released",
-                (None, true) => "pr-open",
-                (None, false) => "completed",
-            },
+            outcome,
             branch: format!("ralph/{}", self.name),
-            why: self.released.clone(),
+            why,
         })
     }
 }
 
-/// How a queue runs: `--parallel`, `--max-tasks`, `--pr`.
-#[derive(Debug, Clone, Copy)]
+/// How a queue runs: `--parallel`, `--max-tasks`, `--pr`, and a worker's name and lease.
+#[derive(Debug, Clone)]
 pub(super) struct Limits {
     pub(super) parallel: usize,
     pub(super) max_tasks: Option<usize>,
     /// A completed item's branch is pushed and a pull request opened instead of a merge.
     pub(super) pr: bool,
+    /// `--worker-id` (default `<hostname>-<pid>`).
+    pub(super) worker: Option<String>,
+    /// `--lease` (else config `lease`, else 10 minutes).
+    pub(super) lease: Option<Duration>,
 }
+
+/// The lease of an item when neither `--lease` nor the configuration names one.
+const DEFAULT_LEASE: Duration = Duration::from_secs(600);
 
 /// An item whose loop runs on a thread of its own.
 struct Running {
     item: Item,
     name: String,
-    loop_: std::thread::JoinHandle<Result<i32>>,
+    /// Stops its loop as a Ctrl-C would.
+    cancel: Cancel,
+    /// Its lease's keeper (a team's tracker only).
+    keeper: Option<Keeper>,
+    thread: std::thread::JoinHandle<()>,
 }
+
+/// Word from an item's thread: its loop name and how its loop ended.
+type Word = (String, Result<Ended>);
 
 /// The queue run: up to `parallel` loops at once, merges one at a time; the items it took,
 /// each completed or released; its exit code.
@@ -81,147 +119,227 @@ pub(super) fn from_queue(
         )
         .with_hint("commit or stash them first"));
     }
+    let limits = configured(&repo, limits)?;
+    let base = crate::worktree::current_branch(&repo);
     let origin = repo.config_value("remote.origin.url");
-    let mut tracker = queue::open(spec, repo.root(), origin.as_deref())?;
+    let tracker = queue::open(spec, repo.root(), origin.as_deref())?;
+    let team = team(&repo, &*tracker, base.as_deref(), &limits)?;
     if limits.parallel > 1 {
         crate::live::LiveView::share_terminal();
     }
     // Counted between items too: a Ctrl-C while nothing runs still stops the queue.
-    let interrupts = crate::signals::Background::install()
-        .map_err(|e| Error::io("failed to install signal handlers", e))?;
-    let ledger = Ledger::read(&mut *tracker)?;
+    let interrupts =
+        Background::install().map_err(|e| Error::io("failed to install signal handlers", e))?;
+    let desk = Desk::new(ui, repo, tracker, base, team)?;
+    let (tell, words) = std::sync::mpsc::channel();
     let mut q = Queue {
         ctx,
-        repo,
-        tracker,
-        ledger,
+        desk,
         options,
         limits,
         seen: HashSet::new(),
         taken: Vec::new(),
-        running: Vec::new(),
+        running: BTreeMap::new(),
         started: 0,
         stop: None,
         failure: None,
+        words: tell,
     };
-    loop {
-        q.fill(&interrupts);
-        let Some(done) = next_finished(&mut q.running) else {
-            break;
-        };
-        q.settle(done);
-    }
-    if let Some(e) = q.failure {
-        report(ui, &*q.tracker, &q.taken, q.stop);
-        return Err(e);
-    }
+    q.run(&interrupts, &words);
     if interrupts.count() > 0 {
         q.stop.get_or_insert(exit::INTERRUPTED);
     }
-    Ok(report(ui, &*q.tracker, &q.taken, q.stop))
+    let code = report(ui, &*q.desk.tracker, &q.taken, q.stop);
+    match q.failure {
+        Some(e) => Err(e),
+        None => Ok(code),
+    }
+}
+
+/// The queue's own configuration keys: `lease` (unless `--lease` gave one) and `pass_env`,
+/// which only the user's own configuration sets — the agent can write the repository's.
+fn configured(repo: &Repo, mut limits: Limits) -> Result<Limits> {
+    let layers = crate::config::file_layers(&crate::state::RalphDir::new(repo.root()).path, None)?;
+    for s in &layers {
+        if let Some(names) = &s.layer.pass_env {
+            if s.from_repo {
+                return Err(Error::user(format!(
+                    "{}: `pass_env` is not taken from the repository (the agent can write it)",
+                    s.name
+                ))
+                .with_hint("set it in ~/.config/ralph/config.toml"));
+            }
+            crate::proc::withheld::pass(names);
+        }
+        if limits.lease.is_none()
+            && let Some(text) = &s.layer.lease
+        {
+            let d = humantime::parse_duration(text.trim()).map_err(|e| {
+                Error::user(format!("{}: `lease = \"{text}\"`: {e}", s.name))
+                    .with_hint("write a duration such as `10m` or `90s`")
+            })?;
+            limits.lease = Some(d);
+        }
+    }
+    if limits.lease.is_some_and(|d| d < Duration::from_secs(1)) {
+        return Err(Error::usage("a lease is at least 1s"));
+    }
+    Ok(limits)
+}
+
+/// The workers sharing a tracker (SPEC §15): this one's leases on `origin`, which must have the
+/// queue's base branch. `None` for a tracker of this machine's alone.
+fn team(
+    repo: &Repo,
+    tracker: &dyn Tracker,
+    base: Option<&str>,
+    limits: &Limits,
+) -> Result<Option<Team>> {
+    if !tracker.shared() {
+        return Ok(None);
+    }
+    let source = tracker.source();
+    let Some(base) = base else {
+        return Err(Error::user(format!(
+            "--from {source}: the work tree is on a detached HEAD: there is no branch to merge items into"
+        ))
+        .with_hint("check out the branch the queue's work goes to"));
+    };
+    if repo.config_value("remote.origin.url").is_none() {
+        return Err(Error::user(format!(
+            "--from {source}: there is no remote `origin`: each item's work and its lease go there, where the tracker's readers and the other workers see them"
+        ))
+        .with_hint("run the queue in a clone of the repository"));
+    }
+    let worker = limits.worker.clone().unwrap_or_else(default_worker);
+    let duration = limits.lease.unwrap_or(DEFAULT_LEASE);
+    let leases = Leases::new(repo.cli().clone(), "origin", &worker, duration);
+    let seen = leases.look(base).map_err(|e| {
+        Error::user(format!(
+            "--from {source}: origin's `{base}` cannot be fetched: {e}"
+        ))
+        .with_hint(format!(
+            "push `{base}` to origin first: git push origin {base}"
+        ))
+    })?;
+    if seen.base.is_none() {
+        return Err(Error::user(format!("origin has no branch `{base}`"))
+            .with_hint(format!("push it first: git push origin {base}")));
+    }
+    Ok(Some(Team {
+        leases,
+        seen,
+        mine: BTreeMap::new(),
+    }))
+}
+
+/// `<hostname>-<pid>`.
+fn default_worker() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .map(|h| h.to_string_lossy().into_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".to_string());
+    format!("{host}-{}", std::process::id())
 }
 
 /// A queue run under way.
 struct Queue<'a> {
     ctx: Context,
-    repo: Repo,
-    tracker: Box<dyn Tracker>,
-    ledger: Ledger,
+    desk: Desk,
     options: &'a RunOptions,
     limits: Limits,
     /// Items taken in this run, never taken twice.
     seen: HashSet<String>,
     taken: Vec<Taken>,
-    running: Vec<Running>,
+    running: BTreeMap<String, Running>,
     started: usize,
     /// The exit code of a halt that is not an item's own: no item is taken after it.
     stop: Option<i32>,
     failure: Option<Error>,
+    /// Where each item's thread says how its loop ended.
+    words: Sender<Word>,
 }
 
 impl Queue<'_> {
+    /// Fill, then settle each loop as it ends, until nothing runs.
+    fn run(&mut self, interrupts: &Background, words: &Receiver<Word>) {
+        loop {
+            self.fill(interrupts);
+            if self.running.is_empty() {
+                return;
+            }
+            // Every running item's thread sends its word once, whatever happens to its loop.
+            let Ok((name, ended)) = words.recv() else {
+                return;
+            };
+            if let Some(done) = self.running.remove(&name) {
+                self.settle(done, ended);
+            }
+        }
+    }
+
     /// Start loops until `--parallel` run, `--max-tasks` were taken, nothing is ready, or
     /// the queue stops.
-    fn fill(&mut self, interrupts: &crate::signals::Background) {
-        let Limits {
-            parallel,
-            max_tasks,
-            ..
-        } = self.limits;
+    fn fill(&mut self, interrupts: &Background) {
         while self.stop.is_none()
             && interrupts.count() == 0
-            && self.running.len() < parallel.max(1)
-            && max_tasks.is_none_or(|m| self.started < m)
+            && self.running.len() < self.limits.parallel.max(1)
+            && self.limits.max_tasks.is_none_or(|m| self.started < m)
         {
-            let next = take_next(
-                &self.ctx,
-                &mut self.repo,
-                &mut *self.tracker,
-                &mut self.ledger,
-                &mut self.seen,
-                self.options,
-            );
-            match next {
-                Ok(Some(r)) => {
-                    self.running.push(r);
+            match take_next(self) {
+                Ok(Took::Running(r)) => {
+                    self.running.insert(r.name.clone(), r);
                     self.started += 1;
                 }
-                Ok(None) => break,
+                Ok(Took::Settled(t)) => {
+                    self.started += 1;
+                    self.record(t, None);
+                }
+                Ok(Took::Nothing) => break,
                 Err(e) => self.fail(e),
             }
         }
     }
 
     /// One loop ended: its item merged and closed, or released.
-    fn settle(&mut self, done: Running) {
-        let code = done
-            .loop_
-            .join()
-            .unwrap_or_else(|_| Err(Error::user("the item's loop panicked")));
-        let concluded = conclude(
-            &self.ctx,
-            &mut self.repo,
-            &mut *self.tracker,
-            &mut self.ledger,
-            (done.item, done.name, self.limits.pr),
-            code,
-        );
-        match concluded {
-            Ok((outcome, halt)) => {
-                self.ctx
-                    .ui
-                    .event(&outcome.event(self.tracker.source()).line_now());
-                self.taken.push(outcome);
-                if let Some(code) = halt {
-                    self.stop.get_or_insert(code);
-                }
-            }
+    fn settle(&mut self, done: Running, ended: Result<Ended>) {
+        match conclude(self, done, ended) {
+            Ok((taken, halt)) => self.record(taken, halt),
             Err(e) => self.fail(e),
         }
     }
 
+    fn record(&mut self, taken: Taken, halt: Option<i32>) {
+        let event = taken.event(self.desk.source());
+        self.ctx.ui.event(&event.line_now());
+        self.taken.push(taken);
+        if let Some(code) = halt {
+            self.stop.get_or_insert(code);
+        }
+    }
+
     /// An error: no item is taken after it, and the queue never returns while loops run —
-    /// they are stopped as a Ctrl-C would stop them, and their items released as they end.
+    /// each is stopped as a Ctrl-C would stop it, and its item released as it ends.
     fn fail(&mut self, e: Error) {
-        if self.failure.is_none() && !self.running.is_empty() {
-            stop_running_loops();
+        if self.failure.is_none() {
+            for r in self.running.values() {
+                r.cancel.stop();
+            }
         }
         self.stop = Some(exit::ERROR);
         self.failure.get_or_insert(e);
     }
 }
 
-/// Interrupt this process's loops (each halts as on Ctrl-C: its agent stopped, its work
-/// committed), so the queue can release their items before it ends.
-fn stop_running_loops() {
-    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::INT);
-}
-
 /// What the queue did, item by item; the exit code: a halt that stopped it, else 9 when any
 /// item was released, else 0.
 fn report(ui: Ui, tracker: &dyn Tracker, taken: &[Taken], stopped: Option<i32>) -> i32 {
     let source = tracker.source();
-    let released = taken.iter().filter(|t| t.released.is_some()).count();
+    let released = taken
+        .iter()
+        .filter(|t| matches!(t.outcome, Outcome::Released(_)))
+        .count();
     let code = match stopped {
         Some(code) => code,
         None if released > 0 => exit::PARTIAL,
@@ -245,20 +363,18 @@ fn report(ui: Ui, tracker: &dyn Tracker, taken: &[Taken], stopped: Option<i32>) 
     }
     ui.plain(&format!("## {source}: {} item(s) taken", taken.len()));
     for t in taken {
-        match &t.released {
-            None if t.pr_open => ui.plain(&format!(
-                "🔀 {} {}: completed, pull request opened from ralph/{} (the item stays open)",
-                t.item.id, t.item.title, t.name
-            )),
-            None => ui.plain(&format!(
-                "✅ {} {}: completed, merged and closed (ralph/{})",
-                t.item.id, t.item.title, t.name
-            )),
-            Some(why) => ui.plain(&format!(
-                "↩️ {} {}: released — {why} (branch ralph/{})",
-                t.item.id, t.item.title, t.name
-            )),
-        }
+        let (id, title, name) = (&t.item.id, &t.item.title, &t.name);
+        ui.plain(&match &t.outcome {
+            Outcome::PrOpen => format!(
+                "🔀 {id} {title}: completed, pull request opened from ralph/{name} (the item stays open)"
+            ),
+            Outcome::Completed => {
+                format!("✅ {id} {title}: completed, merged and closed (ralph/{name})")
+            }
+            Outcome::Released(why) => {
+                format!("↩️ {id} {title}: released — {why} (branch ralph/{name})")
+            }
+        });
     }
     code
 }

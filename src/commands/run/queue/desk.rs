@@ -1,0 +1,274 @@
+//! The one place where a queue changes the tracker (STYLE.md, "One place per outside effect"):
+//! each claim, release, close and pull-request mark is made on the tracker, the tracker's own
+//! files committed on the base branch, the ledger told, and — for a tracker whose items workers
+//! on other machines share — the item's lease on origin moved with it (SPEC §15).
+
+use std::collections::BTreeMap;
+
+use chrono::Utc;
+
+use super::ledger::Ledger;
+use crate::error::Result;
+use crate::git::Repo;
+use crate::queue::lease::{Lease, Leases, Next, Seen, Stage, Swap};
+use crate::queue::{self, Claim, Item, Tracker};
+use crate::ui::Ui;
+
+/// The tracker, its ledger and the team's leases, as one queue run holds them.
+pub(super) struct Desk {
+    pub(super) ui: Ui,
+    /// The main work tree's repository.
+    pub(super) repo: Repo,
+    pub(super) tracker: Box<dyn Tracker>,
+    ledger: Ledger,
+    /// The branch the queue started from: items start from it and merge into it, and their
+    /// pull requests go to it, wherever the main tree's HEAD is later (`None`: a detached HEAD).
+    pub(super) base: Option<String>,
+    pub(super) team: Option<Team>,
+}
+
+/// The workers sharing the tracker, as this one sees them.
+pub(super) struct Team {
+    pub(super) leases: Leases,
+    /// What the last look at origin found.
+    pub(super) seen: Seen,
+    /// The leases this worker holds or last held, by loop name: each one's commit on origin
+    /// and the item branch's tip there.
+    pub(super) mine: BTreeMap<String, Mine>,
+}
+
+/// A lease this worker moved last.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Mine {
+    pub(super) oid: String,
+    /// The item's branch on origin as this worker last pushed it (or found it).
+    pub(super) branch: Option<String>,
+}
+
+impl Desk {
+    pub(super) fn new(
+        ui: Ui,
+        repo: Repo,
+        mut tracker: Box<dyn Tracker>,
+        base: Option<String>,
+        team: Option<Team>,
+    ) -> Result<Desk> {
+        let ledger = Ledger::read(&mut *tracker)?;
+        let mut desk = Desk {
+            ui,
+            repo,
+            tracker,
+            ledger,
+            base,
+            team,
+        };
+        if let (Some(team), Some(base)) = (&mut desk.team, &desk.base) {
+            team.seen = team.leases.look(base)?;
+        }
+        Ok(desk)
+    }
+
+    pub(super) fn source(&self) -> &'static str {
+        self.tracker.source()
+    }
+
+    /// Whether the ledger may let the queue take item `id` (it was there at the start).
+    pub(super) fn known(&self, id: &str) -> bool {
+        self.ledger.known(id)
+    }
+
+    /// Look at the tracker, then at origin's leases (in that order: a worker moves an item's
+    /// lease before it claims and after it releases, so a change seen on the tracker shows on
+    /// the lease too); put back what changed outside ralph's workers.
+    pub(super) fn look(&mut self) -> Result<()> {
+        let now = self.tracker.states()?;
+        let before = match (&mut self.team, &self.base) {
+            (Some(team), Some(base)) => match team.leases.look(base) {
+                Ok(fresh) => Some(std::mem::replace(&mut team.seen, fresh)),
+                Err(e) => {
+                    // Without the team's leases a change cannot be told from the team's:
+                    // nothing is put back this time. Taking an item still needs origin.
+                    self.ui.warn(&format!(
+                        "{e}; the tracker's changes are left as they are this time"
+                    ));
+                    return Ok(());
+                }
+            },
+            _ => None,
+        };
+        let source = self.tracker.source();
+        let (team, me) = (
+            self.team.as_ref().map(|t| &t.seen.leases),
+            self.team.as_ref().map(|t| t.leases.worker.as_str()),
+        );
+        let by_team = |id: &str| {
+            let (Some(after), Some(before), Some(me)) = (team, &before, me) else {
+                return false;
+            };
+            let name = queue::loop_name(source, id);
+            let (was, is) = (before.leases.get(&name), after.get(&name));
+            was.map(|l| &l.oid) != is.map(|l| &l.oid)
+                || is.is_some_and(|l| l.held(Utc::now()) && l.worker != me)
+        };
+        self.ledger
+            .hold(self.ui, &mut *self.tracker, now, &by_team)?;
+        self.commit_tracker_files("changes made outside the queue")
+    }
+
+    /// Item `name`'s lease as the last look found it.
+    pub(super) fn lease(&self, name: &str) -> Option<&Lease> {
+        self.team.as_ref()?.seen.leases.get(name)
+    }
+
+    /// Whether another worker holds item `name` now.
+    pub(super) fn held_by_another(&self, name: &str) -> bool {
+        let Some(team) = &self.team else {
+            return false;
+        };
+        team.seen
+            .leases
+            .get(name)
+            .is_some_and(|l| l.held(Utc::now()) && l.worker != team.leases.worker)
+    }
+
+    /// Take item `name`'s lease at `stage` (a compare-and-swap from the lease the last look
+    /// saw): `false` when another worker holds it or took it first. Without a team: `true`.
+    pub(super) fn take_lease(&mut self, name: &str, stage: Stage) -> Result<bool> {
+        if self.held_by_another(name) {
+            return Ok(false);
+        }
+        let Some(team) = &mut self.team else {
+            return Ok(true);
+        };
+        let seen = team.seen.leases.get(name).map(|l| l.oid.clone());
+        match team
+            .leases
+            .swap(name, seen.as_deref(), &Next::held(stage), None)?
+        {
+            Swap::Won(oid) => {
+                let branch = team.seen.branches.get(name).cloned();
+                team.mine.insert(name.to_string(), Mine { oid, branch });
+                Ok(true)
+            }
+            Swap::Lost => Ok(false),
+        }
+    }
+
+    /// Move this worker's lease of item `name` to `next`; one taken over meanwhile is said
+    /// and left to its new holder.
+    pub(super) fn set_lease(&mut self, name: &str, next: &Next) -> Result<()> {
+        let Some(team) = &mut self.team else {
+            return Ok(());
+        };
+        let Some(mine) = team.mine.get(name).cloned() else {
+            return Ok(());
+        };
+        match team.leases.swap(name, Some(&mine.oid), next, None)? {
+            Swap::Won(oid) => {
+                team.mine.insert(name.to_string(), Mine { oid, ..mine });
+            }
+            Swap::Lost => self.ui.warn(&format!(
+                "{name}: another worker took its lease over; left to them"
+            )),
+        }
+        Ok(())
+    }
+
+    /// Claim `item`: its lease first (which decides), then the tracker's claim for people to
+    /// see. Whatever fails after the lease was taken leaves the item released.
+    pub(super) fn claim(&mut self, item: &Item, name: &str) -> Result<Claim> {
+        if !self.take_lease(name, Stage::Working)? {
+            return Ok(Claim::Taken);
+        }
+        let claimed = self.tracker.claim(item).and_then(|c| {
+            if c == Claim::Ours {
+                self.after_change(&format!("claimed {}", item.id))?;
+            }
+            Ok(c)
+        });
+        match claimed {
+            Ok(Claim::Ours) => Ok(Claim::Ours),
+            Ok(Claim::Taken) => {
+                let why = "claimed by someone else";
+                self.set_lease(name, &Next::free(Stage::Released).with_note(why))?;
+                Ok(Claim::Taken)
+            }
+            Err(e) => {
+                let _ = self.release(item, name, &format!("ralph: released — error: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    /// Give `item` back with a comment saying `why`: on the tracker (open, unassigned, no
+    /// `ralph:in-progress`) and its lease released — the lease even when the tracker failed, so
+    /// no item stays held for ever; a lease origin does not take now runs out by itself (said).
+    /// The tracker's error, after both were tried.
+    pub(super) fn release(&mut self, item: &Item, name: &str, why: &str) -> Result<()> {
+        let tracker = self.tracker.release(item, why);
+        let recorded = self.after_change(&format!("released {}", item.id));
+        self.let_go(name, &Next::free(Stage::Released).with_note(why));
+        tracker.and(recorded)
+    }
+
+    /// [`Desk::set_lease`] when nothing else hangs on it: a lease origin does not take now is
+    /// said, and runs out by itself.
+    fn let_go(&mut self, name: &str, next: &Next) {
+        if let Err(e) = self.set_lease(name, next) {
+            let left = self.team.as_ref().map_or_else(String::new, |t| {
+                format!(
+                    " (it runs out within {})",
+                    humantime::format_duration(t.leases.duration)
+                )
+            });
+            self.ui
+                .warn(&format!("{name}: the lease could not be let go{left}: {e}"));
+        }
+    }
+
+    /// Close `item`, done at `commit` (on origin's base branch when the team shares it); its
+    /// lease then says so.
+    pub(super) fn close(&mut self, item: &Item, name: &str, commit: &str) -> Result<()> {
+        let closed = self
+            .tracker
+            .close(item, commit)
+            .and_then(|()| self.after_change(&format!("closed {}", item.id)));
+        match closed {
+            Ok(()) => {
+                self.let_go(name, &Next::free(Stage::Closed).with_commit(commit));
+                Ok(())
+            }
+            Err(e) => {
+                // The work is where readers see it: the next worker that looks finishes the
+                // close at once, without running the item again.
+                self.let_go(name, &Next::free(Stage::Merged).with_commit(commit));
+                Err(e)
+            }
+        }
+    }
+
+    /// `--pr`: the item marked as having its pull request, before anything is pushed.
+    pub(super) fn mark_pr_open(&mut self, item: &Item) -> Result<()> {
+        self.tracker.mark_pr_open(item)?;
+        self.after_change(&format!("pull request for {}", item.id))
+    }
+
+    /// A tracker change made: its files committed on the base branch, the ledger told.
+    fn after_change(&mut self, what: &str) -> Result<()> {
+        self.commit_tracker_files(what)?;
+        self.ledger.update(&mut *self.tracker)
+    }
+
+    /// The tracker's own files, changed by a claim, a close or a release (or a person adding
+    /// items meanwhile), committed on the base branch (`ralph: beads <id> claimed`), so no
+    /// item's branch carries them and no merge finds the base dirty.
+    fn commit_tracker_files(&mut self, what: &str) -> Result<()> {
+        let paths = self.tracker.own_paths();
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let message = format!("ralph: {} {what}", self.tracker.source());
+        self.repo.commit_paths(paths, &message)?;
+        Ok(())
+    }
+}

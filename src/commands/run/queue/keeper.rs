@@ -1,0 +1,153 @@
+//! An item's lease kept while its loop runs (SPEC §15): renewed every third of the lease, and
+//! the item's branch pushed with the renewal after each iteration the loop records — one atomic
+//! push, so a worker whose lease another took over publishes nothing more. Such a worker stops
+//! its loop (as a Ctrl-C would: the iteration recorded) and leaves the item to the new holder.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::desk::Mine;
+use crate::error::{Error, Result};
+use crate::git::cli::GitCli;
+use crate::queue::lease::{BranchPush, Leases, Next, Stage, Swap};
+use crate::signals::Cancel;
+use crate::ui::Ui;
+
+/// The shortest time between two renewals.
+const MIN_EVERY: Duration = Duration::from_millis(200);
+
+/// The thread keeping one item's lease.
+pub(super) struct Keeper {
+    thread: JoinHandle<Kept>,
+}
+
+/// What a keeper leaves: the lease as it last moved it, and whether it was taken over.
+pub(super) struct Kept {
+    pub(super) mine: Mine,
+    /// Another worker took the lease over: the loop was stopped.
+    pub(super) lost: bool,
+}
+
+impl Keeper {
+    /// Keep item `name`'s lease (`mine`) until `recorded` closes (its loop ended): renewed
+    /// every third of the lease, branch `ralph/NAME` pushed with each renewal once it moved.
+    pub(super) fn start(
+        leases: Leases,
+        git: GitCli,
+        name: &str,
+        mine: Mine,
+        recorded: Receiver<u32>,
+        (cancel, ui): (Cancel, Ui),
+    ) -> Result<Keeper> {
+        let name = name.to_string();
+        let thread = std::thread::Builder::new()
+            .name(format!("ralph-lease-{name}"))
+            .spawn(move || {
+                let mut k = Keeping {
+                    leases,
+                    git,
+                    name,
+                    mine,
+                    ui,
+                    warned: false,
+                };
+                let lost = k.run(&recorded);
+                if lost {
+                    cancel.stop();
+                }
+                Kept { mine: k.mine, lost }
+            })
+            .map_err(|e| Error::io("failed to start the lease's keeper", e))?;
+        Ok(Keeper { thread })
+    }
+
+    /// Wait for the keeper (its loop has ended): what it leaves.
+    pub(super) fn finish(self) -> Option<Kept> {
+        self.thread.join().ok()
+    }
+}
+
+struct Keeping {
+    leases: Leases,
+    git: GitCli,
+    name: String,
+    mine: Mine,
+    ui: Ui,
+    /// A renewal that failed was said once.
+    warned: bool,
+}
+
+impl Keeping {
+    /// Renew until the loop ends; `true` when the lease was taken over.
+    fn run(&mut self, recorded: &Receiver<u32>) -> bool {
+        let every = (self.leases.duration / 3).max(MIN_EVERY);
+        loop {
+            match recorded.recv_timeout(every) {
+                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return false,
+            }
+            match self.renew() {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.ui.warn(&format!(
+                        "{}: another worker took its lease over: its loop stops, the item is theirs",
+                        self.name
+                    ));
+                    return true;
+                }
+                Err(e) if !self.warned => {
+                    self.warned = true;
+                    self.ui.warn(&format!(
+                        "{}: the lease could not be renewed ({e}); trying again",
+                        self.name
+                    ));
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// One renewal, the branch with it when it moved; `Ok(false)` when the lease was lost.
+    fn renew(&mut self) -> Result<bool> {
+        let branch = push_of(&self.git, &self.name, &self.mine)?;
+        let next = Next::held(Stage::Working);
+        match self
+            .leases
+            .swap(&self.name, Some(&self.mine.oid), &next, branch.as_ref())?
+        {
+            Swap::Won(oid) => {
+                self.mine.oid = oid;
+                if let Some(b) = branch {
+                    self.mine.branch = Some(b.tip);
+                }
+                Ok(true)
+            }
+            Swap::Lost => Ok(false),
+        }
+    }
+}
+
+/// Branch `ralph/NAME` as this worker would push it: its local tip, when origin does not have
+/// it yet (`None`: nothing to push).
+pub(super) fn push_of(git: &GitCli, name: &str, mine: &Mine) -> Result<Option<BranchPush>> {
+    let branch = format!("ralph/{name}");
+    let tip = git.run(
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{branch}"),
+        ],
+        None,
+    )?;
+    let tip = String::from_utf8_lossy(&tip).trim().to_string();
+    if tip.is_empty() || mine.branch.as_deref() == Some(tip.as_str()) {
+        return Ok(None);
+    }
+    Ok(Some(BranchPush {
+        branch,
+        tip,
+        on_origin: mine.branch.clone(),
+    }))
+}

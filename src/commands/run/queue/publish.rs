@@ -1,0 +1,153 @@
+//! An item's work published where the tracker's readers see it (SPEC §15), in atomic pushes
+//! that carry the item's lease, so a worker whose lease was taken over publishes nothing:
+//! without `--pr`, the queue's base branch after the item's merge — origin's base merged in
+//! first when it moved, never forced, a few tries, a conflict the item's halt (and nothing
+//! changed here); with `--pr`, the item's branch before its pull request is opened.
+
+use super::desk::{Desk, Mine};
+use super::keeper::push_of;
+use crate::error::{Error, Result};
+use crate::git::Repo;
+use crate::queue::lease::{Expect, Next, Stage, Update};
+
+/// A base branch push is tried this many times when origin's base moved meanwhile.
+const TRIES: usize = 3;
+
+/// What publishing an item came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Published {
+    /// On origin's base branch at this commit (the lease says so), or its branch pushed.
+    Done(String),
+    /// Origin's base moved and conflicts with the item's work in these files: the local base
+    /// is back where it was before the item's merge.
+    Conflict(Vec<String>),
+    /// Another worker took the item's lease over: nothing was published.
+    Lost,
+}
+
+/// Without `--pr`: the base branch (the item merged into it, `before` its tip before that
+/// merge) pushed to origin with the item's branch and its lease (`merged`), in one atomic push.
+pub(super) fn merged(desk: &mut Desk, name: &str, before: &str) -> Result<Published> {
+    let base = desk
+        .base
+        .clone()
+        .ok_or_else(|| Error::user("the queue has no base branch to publish"))?;
+    for _ in 0..TRIES {
+        let Some(team) = &mut desk.team else {
+            return Ok(Published::Done(tip(&desk.repo, &base)?));
+        };
+        let mine = team.mine.get(name).cloned().unwrap_or_default();
+        let at = tip(&desk.repo, &base)?;
+        let branch = push_of(desk.repo.cli(), name, &mine)?;
+        let next = Next::held(Stage::Merged).with_commit(&at);
+        let (lease, oid) = team.leases.lease_update(name, Some(&mine.oid), &next)?;
+        let mut updates = vec![lease];
+        updates.extend(branch.as_ref().map(|b| b.update()));
+        updates.push(Update {
+            src: at.clone(),
+            dst: format!("refs/heads/{base}"),
+            expect: Expect::FastForward,
+        });
+        let pushed = team.leases.push(&updates)?;
+        if pushed.refused.is_empty() {
+            let branch = branch.map(|b| b.tip).or(mine.branch);
+            team.mine.insert(name.to_string(), Mine { oid, branch });
+            return Ok(Published::Done(at));
+        }
+        // The ref origin refused for its own sake (the others fail with it: "atomic push
+        // failed"): only the base moving is worth another try.
+        let base_ref = format!("refs/heads/{base}");
+        let cause = pushed
+            .refused
+            .iter()
+            .find(|(_, why)| !why.contains("atomic push failed"))
+            .unwrap_or(&pushed.refused[0]);
+        if !pushed.lost() {
+            reset_base(&desk.repo, &base, before)?;
+            return Err(pushed.refusal(team.leases.remote()));
+        }
+        if cause.0 != base_ref {
+            reset_base(&desk.repo, &base, before)?;
+            return Ok(Published::Lost);
+        }
+        team.seen = team.leases.look(&base)?;
+        let upstream = format!("refs/remotes/{}/{base}", team.leases.remote());
+        if let Err(conflicts) = merge_upstream(&desk.repo, &base, &upstream, desk.ui)? {
+            reset_base(&desk.repo, &base, before)?;
+            return Ok(Published::Conflict(conflicts));
+        }
+    }
+    reset_base(&desk.repo, &base, before)?;
+    Err(Error::user(format!(
+        "origin's `{base}` moved on each of {TRIES} tries: {name}'s work is not published"
+    )))
+}
+
+/// With `--pr`: the item's branch pushed with its lease renewed, in one atomic push.
+pub(super) fn branch(desk: &mut Desk, name: &str) -> Result<Published> {
+    let Some(team) = &mut desk.team else {
+        desk.repo.push_branch("origin", &format!("ralph/{name}"))?;
+        return Ok(Published::Done(String::new()));
+    };
+    let mine = team.mine.get(name).cloned().unwrap_or_default();
+    let branch = push_of(desk.repo.cli(), name, &mine)?;
+    let next = Next::held(Stage::Working);
+    match team
+        .leases
+        .swap(name, Some(&mine.oid), &next, branch.as_ref())?
+    {
+        crate::queue::lease::Swap::Won(oid) => {
+            let tip = branch.map(|b| b.tip).or(mine.branch);
+            team.mine.insert(
+                name.to_string(),
+                Mine {
+                    oid,
+                    branch: tip.clone(),
+                },
+            );
+            Ok(Published::Done(tip.unwrap_or_default()))
+        }
+        crate::queue::lease::Swap::Lost => Ok(Published::Lost),
+    }
+}
+
+/// Branch `base`'s commit.
+fn tip(repo: &Repo, base: &str) -> Result<String> {
+    let out = repo.cli().run(
+        &[
+            "rev-parse",
+            "--verify",
+            &format!("refs/heads/{base}^{{commit}}"),
+        ],
+        None,
+    )?;
+    Ok(String::from_utf8_lossy(&out).trim().to_string())
+}
+
+/// Origin's base (`upstream`) merged into branch `base`: in the main work tree when it has the
+/// base checked out, else by moving the ref. `Err(files)` when they conflict (nothing changed).
+fn merge_upstream(
+    repo: &Repo,
+    base: &str,
+    upstream: &str,
+    ui: crate::ui::Ui,
+) -> Result<std::result::Result<String, Vec<String>>> {
+    let conflicts = crate::worktree::conflicts_of(repo, base, upstream)?;
+    if !conflicts.is_empty() {
+        return Ok(Err(conflicts));
+    }
+    let at = crate::worktree::merge_commit(repo, base, upstream, ui)?;
+    Ok(Ok(at))
+}
+
+/// Branch `base` back at `to` (the main work tree with it when it has it checked out: clean,
+/// as the queue keeps it).
+fn reset_base(repo: &Repo, base: &str, to: &str) -> Result<()> {
+    if crate::worktree::current_branch(repo).as_deref() == Some(base) {
+        repo.cli().run(&["reset", "--quiet", "--keep", to], None)?;
+    } else {
+        repo.cli()
+            .run(&["update-ref", &format!("refs/heads/{base}"), to], None)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,697 @@
+//! Leases on a queue's items (SPEC §15): which worker holds an item is decided on `origin` by a
+//! compare-and-swap that exactly one worker wins — a push of the ref
+//! `refs/ralph/leases/<loop name>` with `--force-with-lease` naming the value the worker last
+//! saw (nothing, for an item never taken), which `git receive-pack` checks under the ref's
+//! lock. The ref points to a commit of the empty tree whose message is the lease: its stage,
+//! its worker and, while it is held, the time it runs out. Each change of the item a worker
+//! makes moves the ref, so the ref's history on origin is the team's log of the item, and a
+//! worker tells a change made by the team from one made outside it by whether the ref moved.
+//! The item's branch `ralph/<loop name>` is pushed in the same atomic push as a renewal, so a
+//! worker whose lease was taken over can no longer publish anything.
+//!
+//! Labels and assignees on the tracker are for people; the lease decides.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use crate::error::{Error, Result};
+use crate::git::cli::GitCli;
+
+/// Where the leases live on origin.
+const ON_ORIGIN: &str = "refs/ralph/leases/";
+/// Where a fetch puts origin's leases in the worker's repository.
+const SEEN: &str = "refs/ralph/origin/leases/";
+/// A lease's message opens with this line, then `Key: value` lines.
+const TITLE: &str = "ralph lease";
+/// A push that could not reach origin is tried this many times.
+const TRIES: u32 = 3;
+
+/// How far one worker got with an item, as its lease says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Its loop runs (or ran, when the lease is no longer held).
+    Working,
+    /// Given back: open for any worker.
+    Released,
+    /// Its work is on origin's base branch (`commit`); the tracker is yet to be told.
+    Merged,
+    /// Its pull request is open (`note` is its URL).
+    PrOpen,
+    /// Done: closed on the tracker.
+    Closed,
+}
+
+impl Stage {
+    fn as_str(self) -> &'static str {
+        match self {
+            Stage::Working => "working",
+            Stage::Released => "released",
+            Stage::Merged => "merged",
+            Stage::PrOpen => "pr-open",
+            Stage::Closed => "closed",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Stage> {
+        [
+            Stage::Working,
+            Stage::Released,
+            Stage::Merged,
+            Stage::PrOpen,
+            Stage::Closed,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+}
+
+/// An item's lease as origin has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Lease {
+    /// The commit the lease ref points to on origin: what a compare-and-swap names.
+    pub(crate) oid: String,
+    pub(crate) stage: Stage,
+    pub(crate) worker: String,
+    /// Held until then (`None`: not held).
+    pub(crate) until: Option<DateTime<Utc>>,
+    /// `Merged`, `Closed`: the commit origin's base branch has.
+    pub(crate) commit: Option<String>,
+    /// Why it was released; a pull request's URL.
+    pub(crate) note: Option<String>,
+}
+
+impl Lease {
+    /// Whether some worker holds it at `now`.
+    pub(crate) fn held(&self, now: DateTime<Utc>) -> bool {
+        self.until.is_some_and(|u| u > now)
+    }
+}
+
+/// What a worker writes as an item's lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Next {
+    pub(crate) stage: Stage,
+    /// Held for the worker's lease duration from now (else not held).
+    pub(crate) hold: bool,
+    pub(crate) commit: Option<String>,
+    pub(crate) note: Option<String>,
+}
+
+impl Next {
+    pub(crate) fn held(stage: Stage) -> Next {
+        Next {
+            stage,
+            hold: true,
+            commit: None,
+            note: None,
+        }
+    }
+
+    pub(crate) fn free(stage: Stage) -> Next {
+        Next {
+            hold: false,
+            ..Next::held(stage)
+        }
+    }
+
+    pub(crate) fn with_commit(mut self, commit: &str) -> Next {
+        self.commit = Some(commit.to_string());
+        self
+    }
+
+    pub(crate) fn with_note(mut self, note: &str) -> Next {
+        self.note = Some(one_line(note));
+        self
+    }
+}
+
+/// The item's branch pushed with a lease change: its local tip, and what origin must have now
+/// (`None`: no such branch on origin).
+#[derive(Debug, Clone)]
+pub(crate) struct BranchPush {
+    pub(crate) branch: String,
+    pub(crate) tip: String,
+    pub(crate) on_origin: Option<String>,
+}
+
+impl BranchPush {
+    pub(crate) fn update(&self) -> Update {
+        Update {
+            src: self.tip.clone(),
+            dst: format!("refs/heads/{}", self.branch),
+            expect: Expect::Is(self.on_origin.clone()),
+        }
+    }
+}
+
+/// One ref of an atomic push: `src` (a commit) to origin's `dst`.
+#[derive(Debug, Clone)]
+pub(crate) struct Update {
+    pub(crate) src: String,
+    pub(crate) dst: String,
+    pub(crate) expect: Expect,
+}
+
+/// What origin must have at `dst` for an update to go in.
+#[derive(Debug, Clone)]
+pub(crate) enum Expect {
+    /// Exactly this commit (`None`: no such ref): a compare-and-swap.
+    Is(Option<String>),
+    /// Anything `src` descends from: a push without force.
+    FastForward,
+}
+
+/// What an atomic push came to: the refs origin refused, with git's reason (`[rejected]
+/// (stale info)`, `(fetch first)`…); none when every update went in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Pushed {
+    pub(crate) refused: Vec<(String, String)>,
+}
+
+impl Pushed {
+    /// Whether origin refused because a ref moved meanwhile (another worker was first): not
+    /// what the push expected, or not a fast-forward — as opposed to a hook's or a
+    /// permission's refusal, which no retry changes.
+    pub(crate) fn lost(&self) -> bool {
+        self.refused.iter().any(|(_, why)| moved(why))
+    }
+
+    /// The refusal as an error: the ref origin refused for its own sake, and why.
+    pub(crate) fn refusal(&self, remote: &str) -> Error {
+        let (dst, why) = self
+            .refused
+            .iter()
+            .find(|(_, why)| !why.contains("atomic push failed"))
+            .or(self.refused.first())
+            .cloned()
+            .unwrap_or_default();
+        Error::user(format!("`{remote}` refused the push of {dst}: {why}"))
+    }
+}
+
+/// A push refused because the ref was not what the push expected (another worker moved it):
+/// refused by the client against what origin advertised, or — when two pushes race — by
+/// origin's own ref transaction, which checks the old value under the ref's lock.
+pub(crate) fn moved(why: &str) -> bool {
+    [
+        "stale info",
+        "fetch first",
+        "non-fast-forward",
+        "already exists",
+        "failed to update ref",
+        "cannot lock ref",
+        "transaction failed",
+    ]
+    .iter()
+    .any(|m| why.contains(m))
+}
+
+/// What a compare-and-swap came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Swap {
+    /// The lease is now this commit (and the branch, if any, is pushed).
+    Won(String),
+    /// Origin had another value: someone else changed the lease (or the branch) first.
+    Lost,
+}
+
+/// One worker's view of the leases on a remote.
+#[derive(Debug, Clone)]
+pub(crate) struct Leases {
+    git: GitCli,
+    remote: String,
+    pub(crate) worker: String,
+    pub(crate) duration: Duration,
+}
+
+/// What one look at origin found.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Seen {
+    /// Every item's lease, by loop name.
+    pub(crate) leases: BTreeMap<String, Lease>,
+    /// Origin's `ralph/*` branches, by loop name: their tips.
+    pub(crate) branches: BTreeMap<String, String>,
+    /// Origin's base branch tip.
+    pub(crate) base: Option<String>,
+}
+
+impl Leases {
+    pub(crate) fn new(git: GitCli, remote: &str, worker: &str, duration: Duration) -> Leases {
+        Leases {
+            git,
+            remote: remote.to_string(),
+            worker: worker.to_string(),
+            duration,
+        }
+    }
+
+    pub(crate) fn remote(&self) -> &str {
+        &self.remote
+    }
+
+    /// One fetch of origin's leases, its `ralph/*` branches and its base branch; what they are.
+    pub(crate) fn look(&self, base: &str) -> Result<Seen> {
+        let remote = &self.remote;
+        let specs = [
+            format!("+{ON_ORIGIN}*:{SEEN}*"),
+            format!("+refs/heads/ralph/*:refs/remotes/{remote}/ralph/*"),
+            format!("+refs/heads/{base}:refs/remotes/{remote}/{base}"),
+        ];
+        let mut args = vec![
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--prune",
+            "--no-write-fetch-head",
+            "--",
+            remote.as_str(),
+        ];
+        args.extend(specs.iter().map(String::as_str));
+        self.with_tries(|| self.git.run(&args, None).map(drop))?;
+        // Each ref with its commit's message, in one command: `OID REF\0MESSAGE\0`.
+        let refs = self.git.run(
+            &[
+                "for-each-ref",
+                "--format=%(objectname) %(refname)%00%(contents)%00",
+                SEEN,
+                &format!("refs/remotes/{remote}/ralph/"),
+                &format!("refs/remotes/{remote}/{base}"),
+            ],
+            None,
+        )?;
+        let text = String::from_utf8_lossy(&refs);
+        let mut fields = text.split('\0');
+        let mut seen = Seen::default();
+        while let (Some(head), Some(message)) = (fields.next(), fields.next()) {
+            let Some((oid, name)) = head.trim_start_matches('\n').split_once(' ') else {
+                continue;
+            };
+            if let Some(item) = name.strip_prefix(SEEN) {
+                if let Some(lease) = parse(oid, message) {
+                    seen.leases.insert(item.to_string(), lease);
+                }
+            } else if let Some(item) = name.strip_prefix(&format!("refs/remotes/{remote}/ralph/")) {
+                seen.branches.insert(item.to_string(), oid.to_string());
+            } else {
+                seen.base = Some(oid.to_string());
+            }
+        }
+        Ok(seen)
+    }
+
+    /// Compare-and-swap item `name`'s lease on origin from `from` (`None`: no lease there) to
+    /// `next`, with its branch in the same atomic push.
+    pub(crate) fn swap(
+        &self,
+        name: &str,
+        from: Option<&str>,
+        next: &Next,
+        branch: Option<&BranchPush>,
+    ) -> Result<Swap> {
+        let (update, oid) = self.lease_update(name, from, next)?;
+        let mut updates = vec![update];
+        updates.extend(branch.map(BranchPush::update));
+        let pushed = self.push(&updates)?;
+        if pushed.refused.is_empty() {
+            return Ok(Swap::Won(oid));
+        }
+        if pushed.lost() {
+            return Ok(Swap::Lost);
+        }
+        Err(pushed.refusal(&self.remote))
+    }
+
+    /// The update that moves item `name`'s lease from `from` to `next`, and the new lease.
+    pub(crate) fn lease_update(
+        &self,
+        name: &str,
+        from: Option<&str>,
+        next: &Next,
+    ) -> Result<(Update, String)> {
+        let oid = self.write(name, next)?;
+        let update = Update {
+            src: oid.clone(),
+            dst: format!("{ON_ORIGIN}{name}"),
+            expect: Expect::Is(from.map(str::to_string)),
+        };
+        Ok((update, oid))
+    }
+
+    /// One atomic push of `updates` to origin: all of them, or none (`refused` names each ref
+    /// origin refused, with git's reason). Tried again while origin cannot be reached.
+    pub(crate) fn push(&self, updates: &[Update]) -> Result<Pushed> {
+        let mut args: Vec<String> = ["push", "--porcelain", "--atomic"]
+            .map(String::from)
+            .to_vec();
+        for u in updates {
+            if let Expect::Is(was) = &u.expect {
+                args.push(format!(
+                    "--force-with-lease={}:{}",
+                    u.dst,
+                    was.as_deref().unwrap_or("")
+                ));
+            }
+        }
+        args.extend(["--".to_string(), self.remote.clone()]);
+        args.extend(updates.iter().map(|u| format!("{}:{}", u.src, u.dst)));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.with_tries(|| {
+            let out = self.git.output(&args, None)?;
+            pushed(&String::from_utf8_lossy(&out.stdout)).ok_or_else(|| crate::git::GitError::Cli {
+                command: format!("git {}", args.join(" ")),
+                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            })
+        })
+    }
+
+    /// The lease commit for `next`, written in the worker's repository.
+    fn write(&self, name: &str, next: &Next) -> Result<String> {
+        let empty = self.git.run(&["mktree"], Some(b""))?;
+        let empty = String::from_utf8_lossy(&empty).trim().to_string();
+        let until = next.hold.then(|| {
+            let d = chrono::Duration::from_std(self.duration).unwrap_or(chrono::Duration::MAX);
+            Utc::now() + d
+        });
+        let message = render(name, &self.worker, next, until, &nonce());
+        let out = self.git.run(
+            &[
+                "-c",
+                "user.name=ralph",
+                "-c",
+                "user.email=ralph@localhost",
+                "commit-tree",
+                &empty,
+                "-m",
+                &message,
+            ],
+            None,
+        )?;
+        Ok(String::from_utf8_lossy(&out).trim().to_string())
+    }
+
+    /// `f`, tried again when origin could not be reached (a pause between tries); its last
+    /// error names the command.
+    fn with_tries<T>(&self, f: impl Fn() -> Result<T, crate::git::GitError>) -> Result<T> {
+        let mut pause = Duration::from_millis(500);
+        let mut tries = 1;
+        loop {
+            match f() {
+                Ok(t) => return Ok(t),
+                Err(e) if tries >= TRIES => {
+                    return Err(Error::user(format!(
+                        "cannot reach `{}` for the queue's leases ({tries} tries): {e}",
+                        self.remote
+                    )));
+                }
+                Err(_) => {
+                    std::thread::sleep(pause);
+                    pause *= 2;
+                    tries += 1;
+                }
+            }
+        }
+    }
+}
+
+/// What `git push --porcelain` did: each ref it was refused (`!`: stale, already there, not a
+/// fast-forward, or the atomic push failed with another), with the reason; `None` when it
+/// reached no ref at all (origin could not be reached).
+fn pushed(porcelain: &str) -> Option<Pushed> {
+    let refs: Vec<Vec<&str>> = porcelain
+        .lines()
+        .map(|l| l.split('\t').collect::<Vec<_>>())
+        .filter(|f| f.len() >= 3 && f[0].chars().count() == 1)
+        .collect();
+    if refs.is_empty() {
+        return None;
+    }
+    let refused = refs
+        .iter()
+        .filter(|f| f[0] == "!")
+        .map(|f| {
+            let dst = f[1].rsplit_once(':').map_or(f[1], |(_, d)| d);
+            (dst.to_string(), f[2].to_string())
+        })
+        .collect();
+    Some(Pushed { refused })
+}
+
+/// A lease as its commit's message says it.
+fn render(
+    name: &str,
+    worker: &str,
+    next: &Next,
+    until: Option<DateTime<Utc>>,
+    nonce: &str,
+) -> String {
+    let mut m = format!(
+        "{TITLE} {name}: {}\n\nStage: {}\nWorker: {}\n",
+        next.stage.as_str(),
+        next.stage.as_str(),
+        one_line(worker)
+    );
+    if let Some(u) = until {
+        m.push_str(&format!(
+            "Until: {}\n",
+            u.to_rfc3339_opts(SecondsFormat::Millis, true)
+        ));
+    }
+    if let Some(c) = &next.commit {
+        m.push_str(&format!("Commit: {c}\n"));
+    }
+    if let Some(n) = &next.note {
+        m.push_str(&format!("Note: {n}\n"));
+    }
+    m.push_str(&format!("Nonce: {nonce}\n"));
+    m
+}
+
+/// The lease of a commit message; `None` when it is not one.
+fn parse(oid: &str, message: &str) -> Option<Lease> {
+    let mut lines = message.lines();
+    if !lines.next()?.starts_with(TITLE) {
+        return None;
+    }
+    let mut fields: BTreeMap<&str, &str> = BTreeMap::new();
+    for l in lines {
+        if let Some((k, v)) = l.split_once(": ") {
+            fields.insert(k, v);
+        }
+    }
+    Some(Lease {
+        oid: oid.to_string(),
+        stage: Stage::parse(fields.get("Stage")?)?,
+        worker: fields.get("Worker")?.to_string(),
+        until: fields
+            .get("Until")
+            .and_then(|u| DateTime::parse_from_rfc3339(u).ok())
+            .map(|u| u.with_timezone(&Utc)),
+        commit: fields.get("Commit").map(|c| c.to_string()),
+        note: fields.get("Note").map(|n| n.to_string()),
+    })
+}
+
+/// 16 random hex digits: no two lease commits are the same object.
+fn nonce() -> String {
+    let mut bytes = [0u8; 8];
+    let _ = getrandom::fill(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_reads_back_as_written() {
+        let until = DateTime::parse_from_rfc3339("2026-12-07T12:30:00.250Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let next = Next::held(Stage::Merged)
+            .with_commit("abc123")
+            .with_note("line one\nline two");
+        let m = render("github-3", "host-1", &next, Some(until), "00ff");
+        let l = parse("oid", &m).unwrap();
+        assert_eq!(l.stage, Stage::Merged);
+        assert_eq!(l.worker, "host-1");
+        assert_eq!(l.until, Some(until));
+        assert_eq!(l.commit.as_deref(), Some("abc123"));
+        assert_eq!(l.note.as_deref(), Some("line one line two"));
+        assert!(l.held(until - chrono::Duration::seconds(1)));
+        assert!(!l.held(until));
+        let free = parse(
+            "oid",
+            &render("x", "w", &Next::free(Stage::Released), None, "1"),
+        )
+        .unwrap();
+        assert!(!free.held(Utc::now()));
+        assert_eq!(parse("oid", "Merge branch 'x'\n"), None);
+        assert_eq!(
+            parse("oid", "ralph lease x: bogus\n\nStage: bogus\nWorker: w\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn porcelain_tells_a_push_from_a_refusal_and_from_no_answer() {
+        let ok = "To /o.git\n*\tabc:refs/ralph/leases/x\t[new reference]\nDone\n";
+        assert_eq!(pushed(ok), Some(Pushed::default()));
+        let refused = "To /o.git\n!\tabc:refs/ralph/leases/x\t[rejected] (stale info)\n!\tdef:refs/heads/ralph/x\t[rejected] (atomic push failed)\nDone\n";
+        assert_eq!(
+            pushed(refused).unwrap().refused,
+            [
+                (
+                    "refs/ralph/leases/x".to_string(),
+                    "[rejected] (stale info)".to_string()
+                ),
+                (
+                    "refs/heads/ralph/x".to_string(),
+                    "[rejected] (atomic push failed)".to_string()
+                )
+            ]
+        );
+        let same = "To /o.git\n=\tabc:refs/heads/ralph/x\t[up to date]\n \tdef:refs/ralph/leases/x\t1..2\nDone\n";
+        assert_eq!(pushed(same), Some(Pushed::default()));
+        assert_eq!(pushed(""), None);
+    }
+
+    /// `git ARGS` in `dir`, reading no configuration of the user's; its stdout.
+    fn git(dir: &std::path::Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// A bare origin with branch `main`, and `n` clones of it, each a worker's leases.
+    fn workers(n: usize) -> (tempfile::TempDir, Vec<Leases>) {
+        let d = tempfile::tempdir().unwrap();
+        let origin = d.path().join("origin.git");
+        git(
+            d.path(),
+            &[
+                "init",
+                "-q",
+                "--bare",
+                "-b",
+                "main",
+                origin.to_str().unwrap(),
+            ],
+        );
+        let seed = d.path().join("seed");
+        git(
+            d.path(),
+            &[
+                "clone",
+                "-q",
+                origin.to_str().unwrap(),
+                seed.to_str().unwrap(),
+            ],
+        );
+        git(&seed, &["commit", "-q", "--allow-empty", "-m", "first"]);
+        git(&seed, &["push", "-q", "origin", "HEAD:main"]);
+        let leases = (0..n)
+            .map(|i| {
+                let c = d.path().join(format!("w{i}"));
+                git(
+                    d.path(),
+                    &["clone", "-q", origin.to_str().unwrap(), c.to_str().unwrap()],
+                );
+                let cli = GitCli::new(&c.join(".git"), &c);
+                Leases::new(cli, "origin", &format!("w{i}"), Duration::from_secs(60))
+            })
+            .collect();
+        (d, leases)
+    }
+
+    #[test]
+    fn of_workers_taking_a_free_item_at_once_exactly_one_wins() {
+        let (_d, ws) = workers(4);
+        let won: Vec<bool> = std::thread::scope(|s| {
+            let tries: Vec<_> = ws
+                .iter()
+                .map(|w| s.spawn(|| w.swap("github-1", None, &Next::held(Stage::Working), None)))
+                .collect();
+            tries
+                .into_iter()
+                .map(|t| matches!(t.join().unwrap().unwrap(), Swap::Won(_)))
+                .collect()
+        });
+        assert_eq!(won.iter().filter(|w| **w).count(), 1, "{won:?}");
+        let winner = won.iter().position(|w| *w).unwrap();
+        // Every worker, the losers too, now sees the winner's lease, held.
+        for w in &ws {
+            let seen = w.look("main").unwrap();
+            let l = &seen.leases["github-1"];
+            assert_eq!(l.worker, format!("w{winner}"));
+            assert_eq!(l.stage, Stage::Working);
+            assert!(l.held(Utc::now()));
+            assert!(seen.base.is_some());
+        }
+    }
+
+    #[test]
+    fn a_stale_lease_loses_and_fences_its_branch() {
+        let (_d, ws) = workers(2);
+        let Swap::Won(first) = ws[0]
+            .swap("github-2", None, &Next::held(Stage::Working), None)
+            .unwrap()
+        else {
+            panic!("the first take")
+        };
+        // Another worker takes it over from the lease it saw (as after an expiry).
+        let seen = ws[1].look("main").unwrap();
+        let taken = ws[1]
+            .swap(
+                "github-2",
+                Some(&seen.leases["github-2"].oid),
+                &Next::held(Stage::Working),
+                None,
+            )
+            .unwrap();
+        assert!(matches!(taken, Swap::Won(_)));
+        // The first worker's renewal, with its branch in the same push, is refused whole: its
+        // branch never reaches origin.
+        let tip = ws[0].git.run(&["rev-parse", "HEAD"], None).unwrap();
+        let branch = BranchPush {
+            branch: "ralph/github-2".to_string(),
+            tip: String::from_utf8_lossy(&tip).trim().to_string(),
+            on_origin: None,
+        };
+        let renewed = ws[0]
+            .swap(
+                "github-2",
+                Some(&first),
+                &Next::held(Stage::Working),
+                Some(&branch),
+            )
+            .unwrap();
+        assert_eq!(renewed, Swap::Lost);
+        let seen = ws[0].look("main").unwrap();
+        assert!(
+            !seen.branches.contains_key("github-2"),
+            "{:?}",
+            seen.branches
+        );
+        assert_eq!(seen.leases["github-2"].worker, "w1");
+    }
+}
