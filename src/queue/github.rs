@@ -2,7 +2,13 @@
 //! `https://api.github.com`): issues labelled `ralph`, oldest first, following the `Link` pages;
 //! pull requests, issues claimed (`ralph:in-progress`, `ralph:pr-open`), assigned to someone else
 //! or blocked by open issues skipped. Claimed by assigning the token's user plus the label, then
-//! read again; closed with a comment and `state_reason: completed`.
+//! read again; closed with a comment and `state_reason: completed`. `wire` sends a request and
+//! tries again through transient faults (`retry` says which and when); `find` reads what
+//! stands now (an issue, the open pull request from a branch).
+
+mod find;
+mod retry;
+mod wire;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,8 +25,6 @@ const LABEL: &str = "ralph";
 const IN_PROGRESS: &str = "ralph:in-progress";
 /// The label of an issue whose pull request is open.
 const PR_OPEN: &str = "ralph:pr-open";
-/// The most of a response read.
-const BODY_LIMIT: u64 = 16 * 1024 * 1024;
 /// Pages followed at most (100 issues each).
 const MAX_PAGES: usize = 100;
 
@@ -35,7 +39,16 @@ pub(crate) struct GitHub {
     login: Option<String>,
     /// Every issue the ledger has seen: read by number when it no longer carries the label.
     known: std::collections::BTreeSet<String>,
+    /// How long one request keeps trying through transient faults (`RALPH_TRACKER_RETRY`).
+    retry: Duration,
+    /// The waiting budget (`--max-wait`): rate limits waited out, in all, up to this.
+    max_wait: Duration,
+    /// Rate limits waited out so far.
+    waited: std::cell::Cell<Duration>,
 }
+
+#[expect(unused_imports, reason = "for the queue runner, with `issue_now` (issue 28)")]
+pub(crate) use find::IssueNow;
 
 /// An issue as the API gives it (other fields ignored).
 #[derive(Debug, Deserialize)]
@@ -43,6 +56,8 @@ struct Issue {
     number: u64,
     #[serde(default)]
     state: String,
+    #[serde(default)]
+    state_reason: Option<String>,
     #[serde(default)]
     title: String,
     #[serde(default)]
@@ -75,11 +90,12 @@ struct Dependencies {
 
 impl GitHub {
     /// The tracker for `OWNER/REPO`, with a token from `GITHUB_TOKEN`, `GH_TOKEN` or
-    /// `gh auth token`.
-    pub(crate) fn new(repo: &str) -> Result<GitHub> {
+    /// `gh auth token`; rate limits waited out up to `max_wait` in all.
+    pub(crate) fn new(repo: &str, max_wait: Duration) -> Result<GitHub> {
         if repo.split('/').filter(|p| !p.is_empty()).count() != 2 {
             return Err(Error::usage(format!("`{repo}` is not OWNER/REPO")));
         }
+        let retry = retry::budget()?;
         let (token, token_from) = token()?;
         let api = std::env::var("GITHUB_API_URL")
             .ok()
@@ -98,11 +114,14 @@ impl GitHub {
             token_from,
             login: None,
             known: Default::default(),
+            retry,
+            max_wait,
+            waited: Default::default(),
         })
     }
 
-    /// One request: the status, the `Link` header and the body. A status outside 2xx is an
-    /// error naming the method, the URL and what the API said.
+    /// One request: the `Link` header and the body. A status outside 2xx is an error naming
+    /// the method, the URL and what the API said (after transient faults were tried again).
     fn call(
         &self,
         method: &str,
@@ -121,61 +140,6 @@ impl GitHub {
             label.replace(':', "%3A")
         );
         self.call_allowing("DELETE", &url, None, &[404]).map(|_| ())
-    }
-
-    /// As [`GitHub::call`], a status in `also` answered as no error: the status, the `Link`
-    /// header and the body.
-    fn call_allowing(
-        &self,
-        method: &str,
-        url: &str,
-        body: Option<&Value>,
-        also: &[u16],
-    ) -> Result<(u16, Option<String>, String)> {
-        let auth = format!("Bearer {}", self.token);
-        let req = ureq::http::Request::builder()
-            .method(method)
-            .uri(url)
-            .header("Authorization", auth)
-            .header("Accept", "application/vnd.github+json")
-            .header("X-GitHub-Api-Version", "2022-11-28")
-            .header("User-Agent", "ralph")
-            .header("Content-Type", "application/json");
-        let payload = body.map(|b| b.to_string()).unwrap_or_default();
-        let req = req
-            .body(payload)
-            .map_err(|e| Error::user(format!("{method} {url}: {e}")))?;
-        let mut resp = self
-            .agent
-            .run(req)
-            .map_err(|e| Error::user(format!("{method} {url}: {e}")))?;
-        let status = resp.status().as_u16();
-        let link = resp
-            .headers()
-            .get("link")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let text = resp
-            .body_mut()
-            .with_config()
-            .limit(BODY_LIMIT)
-            .read_to_string()
-            .map_err(|e| Error::user(format!("{method} {url}: {e}")))?;
-        if !(200..300).contains(&status) && !also.contains(&status) {
-            let said = serde_json::from_str::<Value>(&text)
-                .ok()
-                .and_then(|v| v["message"].as_str().map(str::to_string))
-                .unwrap_or_else(|| text.chars().take(200).collect());
-            let mut err = Error::user(format!("{method} {url}: HTTP {status}: {said}"));
-            if status == 401 {
-                err = err.with_hint(format!(
-                    "the token (from {}) was refused: set GITHUB_TOKEN or GH_TOKEN to a token for {}",
-                    self.token_from, self.repo
-                ));
-            }
-            return Err(err);
-        }
-        Ok((status, link, text))
     }
 
     /// The issues labelled `ralph` in `state` (`open`, `all`), oldest first, every page.
@@ -263,8 +227,17 @@ impl Tracker for GitHub {
             .map(|i| (i.number.to_string(), standing(i)))
             .collect();
         for id in self.known.clone() {
-            if !states.contains_key(&id) {
-                states.insert(id.clone(), standing(&self.issue(&id)?));
+            if states.contains_key(&id) {
+                continue;
+            }
+            // An issue deleted since (404, 410) is gone from the standing, not an error.
+            match self.issue_if_any(&id)? {
+                Some(i) => {
+                    states.insert(id.clone(), standing(&i));
+                }
+                None => {
+                    self.known.remove(&id);
+                }
             }
         }
         self.known.extend(states.keys().cloned());
@@ -345,20 +318,12 @@ impl Tracker for GitHub {
     }
 
     fn open_pr(&mut self, item: &Item, head: &str, base: &str, body: &str) -> Result<String> {
-        let url = format!("{}/repos/{}/pulls", self.api, self.repo);
-        let sent = json!({
-            "title": item.title,
-            "head": head,
-            "base": base,
-            "body": format!("{body}\n\nCloses #{}", item.id),
-        });
-        let (_, text) = self.call("POST", &url, Some(&sent))?;
-        let pr = serde_json::from_str::<Value>(&text)
-            .ok()
-            .and_then(|v| v["html_url"].as_str().map(str::to_string))
-            .ok_or_else(|| Error::user(format!("POST {url}: no pull request in the answer")))?;
+        let body = format!("{body}\n\nCloses #{}", item.id);
+        let (pr, asked) = self.open_or_find_pr(&item.title, head, base, &body)?;
         // Opened and labelled: the comment only says where (its failure changes nothing).
-        let _ = self.comment(&item.id, &format!("ralph: pull request {pr}"));
+        if asked {
+            let _ = self.comment(&item.id, &format!("ralph: pull request {pr}"));
+        }
         Ok(pr)
     }
 

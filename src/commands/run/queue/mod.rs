@@ -82,7 +82,10 @@ pub(super) fn from_queue(
         .with_hint("commit or stash them first"));
     }
     let origin = repo.config_value("remote.origin.url");
-    let mut tracker = queue::open(spec, repo.root(), origin.as_deref())?;
+    let max_wait = options
+        .max_wait
+        .map_or(crate::config::DEFAULT_MAX_WAIT, Into::into);
+    let mut tracker = queue::open(spec, repo.root(), origin.as_deref(), max_wait)?;
     if limits.parallel > 1 {
         crate::live::LiveView::share_terminal();
     }
