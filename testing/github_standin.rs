@@ -32,7 +32,9 @@
 //! …/N/labels/NAME`; `GET …/N/comments` (`since`, `page`) and `POST`; `PATCH|DELETE
 //! /repos/O/R/issues/comments/ID`; `POST /repos/O/R/pulls`, `GET /repos/O/R/pulls` (`head=O:BRANCH`,
 //! `base`, `state=open|closed|all`, `page`), `GET|PATCH /repos/O/R/pulls/N`. Control (no token,
-//! not logged): `POST /_standin/faults` appends the faults sent (one or an array).
+//! not logged), for tests that change the state while ralph runs: `POST /_standin/faults`
+//! appends the faults sent (one or an array); `POST /_standin/issues/N` sets the fields sent on
+//! issue N as the state file has them (`{"deleted": true}`: deleted, as only the web can).
 //!
 //! Logs: `STATE.json.log` has one `METHOD TARGET` line per request (faults included, the query
 //! kept); `STATE.json.calls` one JSON line per request: `{user, method, target, status, fault}`
@@ -95,12 +97,15 @@ fn serve(mut stream: TcpStream, path: &str, port: u16) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let req = read_request(&stream)?;
     let mut state = load(path)?;
-    if req.method == "POST" && req.target == "/_standin/faults" {
-        add_faults(&mut state, &req.sent);
+    if req.method == "POST" && req.target.starts_with("/_standin/") {
+        let a = control(&mut state, &req);
         save(path, &state)?;
-        return respond(&mut stream, &Answer::json(201, json!({})));
+        return respond(&mut stream, &a);
     }
-    append(&format!("{path}.log"), &format!("{} {}", req.method, req.target))?;
+    append(
+        &format!("{path}.log"),
+        &format!("{} {}", req.method, req.target),
+    )?;
     let user = login_of(&state, &req.token);
     let route = format!(
         "{} {}",
@@ -214,6 +219,26 @@ fn login_of(state: &Value, token: &str) -> Option<String> {
     }
     (state["token"].as_str() == Some(token))
         .then(|| state["login"].as_str().unwrap_or("ralph-bot").to_string())
+}
+
+/// A test's change to the state, in line with every request.
+fn control(state: &mut Value, req: &Request) -> Answer {
+    match req.target.trim_start_matches("/_standin/").split_once('/') {
+        None if req.target == "/_standin/faults" => add_faults(state, &req.sent),
+        Some(("issues", n)) => {
+            let i = state["issues"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+                .find(|i| i["number"].as_u64() == n.parse().ok());
+            match (i.and_then(Value::as_object_mut), req.sent.as_object()) {
+                (Some(i), Some(fields)) => i.extend(fields.clone()),
+                _ => return Answer::message(404, "Not Found"),
+            }
+        }
+        _ => return Answer::message(404, "Not Found"),
+    }
+    Answer::json(201, json!({}))
 }
 
 fn add_faults(state: &mut Value, sent: &Value) {
@@ -339,7 +364,12 @@ fn paged(state: &Value, list: Vec<Value>, target: &str, port: u16) -> Answer {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let size = state["page_size"].as_u64().unwrap_or(30).max(1) as usize;
     let page: usize = param(query, "page").parse().unwrap_or(1).max(1);
-    let chunk: Vec<Value> = list.iter().skip((page - 1) * size).take(size).cloned().collect();
+    let chunk: Vec<Value> = list
+        .iter()
+        .skip((page - 1) * size)
+        .take(size)
+        .cloned()
+        .collect();
     let mut a = Answer::json(200, Value::Array(chunk));
     if list.len() > page * size {
         let q: Vec<&str> = query
@@ -379,8 +409,7 @@ fn route(state: &mut Value, req: &Request, login: &str, port: u16) -> Answer {
         }
         (_, ["repos", o, r, "issues", n, rest @ ..]) => {
             let repo = format!("{o}/{r}");
-            let Some(i) = issues(state).position(|i| i["number"].as_u64() == n.parse().ok())
-            else {
+            let Some(i) = issues(state).position(|i| i["number"].as_u64() == n.parse().ok()) else {
                 return Answer::message(404, "Not Found");
             };
             if state["issues"][i]["deleted"] == true {
@@ -580,7 +609,11 @@ fn pulls(
         ("GET", []) => {
             let head = param(query, "head");
             let (base, wanted) = (param(query, "base"), param(query, "state"));
-            let wanted = if wanted.is_empty() { "open".into() } else { wanted };
+            let wanted = if wanted.is_empty() {
+                "open".into()
+            } else {
+                wanted
+            };
             let mut list: Vec<Value> = state["pulls"]
                 .as_array()
                 .into_iter()
@@ -636,9 +669,10 @@ fn open_pull(state: &mut Value, sent: &Value, repo: &str, owner: &str, login: &s
             ]}),
         );
     }
-    let exists = state["pulls"].as_array().into_iter().flatten().any(|p| {
-        p["state"] == "open" && p["head"] == head.as_str() && p["base"] == base.as_str()
-    });
+    let exists =
+        state["pulls"].as_array().into_iter().flatten().any(|p| {
+            p["state"] == "open" && p["head"] == head.as_str() && p["base"] == base.as_str()
+        });
     if exists {
         return Answer::json(
             422,
@@ -718,7 +752,8 @@ fn shown(state: &Value, i: &Value) -> Value {
         .into_iter()
         .flatten()
         .filter(|n| {
-            issues(state).any(|j| &j["number"] == *n && j["state"] == "open" && j["deleted"] != true)
+            issues(state)
+                .any(|j| &j["number"] == *n && j["state"] == "open" && j["deleted"] != true)
         })
         .count();
     let mut v = json!({

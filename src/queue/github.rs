@@ -9,6 +9,8 @@
 mod find;
 mod retry;
 mod wire;
+#[cfg(test)]
+mod wire_tests;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -47,7 +49,13 @@ pub(crate) struct GitHub {
     waited: std::cell::Cell<Duration>,
 }
 
-#[expect(unused_imports, reason = "for the queue runner, with `issue_now` (issue 28)")]
+#[cfg_attr(
+    not(test),
+    expect(
+        unused_imports,
+        reason = "for the queue runner, with `issue_now` (issue 28)"
+    )
+)]
 pub(crate) use find::IssueNow;
 
 /// An issue as the API gives it (other fields ignored).
@@ -101,12 +109,23 @@ impl GitHub {
             .ok()
             .filter(|u| !u.trim().is_empty())
             .unwrap_or_else(|| "https://api.github.com".to_string());
+        Ok(GitHub::at(&api, repo, (token, token_from), retry, max_wait))
+    }
+
+    /// The tracker for `repo` at the API `api`, resolved.
+    fn at(
+        api: &str,
+        repo: &str,
+        (token, token_from): (String, &'static str),
+        retry: Duration,
+        max_wait: Duration,
+    ) -> GitHub {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(60)))
             .max_redirects(0)
             .build();
-        Ok(GitHub {
+        GitHub {
             agent: config.into(),
             api: api.trim_end_matches('/').to_string(),
             repo: repo.to_string(),
@@ -117,7 +136,7 @@ impl GitHub {
             retry,
             max_wait,
             waited: Default::default(),
-        })
+        }
     }
 
     /// One request: the `Link` header and the body. A status outside 2xx is an error naming

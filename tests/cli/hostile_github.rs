@@ -286,7 +286,11 @@ fn agent_closing_an_issue_and_stripping_its_label_escapes_the_ledger() {
     );
     let two = api.issue(2);
     assert!(
-        two["state"] == "open" || api.comments(2).iter().any(|c| c.starts_with("ralph: complete at")),
+        two["state"] == "open"
+            || api
+                .comments(2)
+                .iter()
+                .any(|c| c.starts_with("ralph: complete at")),
         "#2 was closed by the agent and never put back: {two}\n{}",
         stdout(&out)
     );

@@ -85,14 +85,6 @@ impl Api {
             .collect()
     }
 
-    /// How many requests were `METHOD PATH` (the query left off).
-    pub(crate) fn count(&self, route: &str) -> usize {
-        self.requests()
-            .iter()
-            .filter(|r| r.split('?').next() == Some(route))
-            .count()
-    }
-
     /// The bodies of issue `n`'s comments, oldest first.
     pub(crate) fn comments(&self, n: u64) -> Vec<String> {
         self.comment_field(n, |c| c["body"].as_str().unwrap_or("").to_string())
@@ -100,9 +92,7 @@ impl Api {
 
     /// Who wrote each of issue `n`'s comments, oldest first.
     pub(crate) fn comment_authors(&self, n: u64) -> Vec<String> {
-        self.comment_field(n, |c| {
-            c["user"]["login"].as_str().unwrap_or("").to_string()
-        })
+        self.comment_field(n, |c| c["user"]["login"].as_str().unwrap_or("").to_string())
     }
 
     fn comment_field(&self, n: u64, f: impl Fn(&Value) -> String) -> Vec<String> {
@@ -118,6 +108,13 @@ impl Api {
     /// with every other request, so no change of the state is lost.
     pub(crate) fn add_fault(&self, fault: Value) {
         let (status, _) = self.request("", "POST", "/_standin/faults", Some(&fault));
+        assert_eq!(status, 201);
+    }
+
+    /// Set fields of issue `n` as the state file has them (`{"deleted": true}`), in line with
+    /// every request.
+    pub(crate) fn set_issue(&self, n: u64, fields: Value) {
+        let (status, _) = self.request("", "POST", &format!("/_standin/issues/{n}"), Some(&fields));
         assert_eq!(status, 201);
     }
 

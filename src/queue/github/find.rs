@@ -27,7 +27,13 @@ struct Pull {
 
 impl GitHub {
     /// Issue `number` as it stands now; `None` when it is gone (404, or 410 once deleted).
-    #[expect(dead_code, reason = "for the queue runner to read before it acts (issue 28)")]
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "for the queue runner to read before it acts (issue 28)"
+        )
+    )]
     pub(crate) fn issue_now(&self, number: &str) -> Result<Option<IssueNow>> {
         Ok(self.issue_if_any(number)?.map(|i| IssueNow {
             state: i.state,
@@ -101,15 +107,11 @@ impl GitHub {
 /// "A pull request already exists for O:BRANCH.").
 fn already_exists(text: &str) -> bool {
     serde_json::from_str::<Value>(text).is_ok_and(|v| {
-        v["errors"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|e| {
-                e["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("A pull request already exists"))
-            })
+        v["errors"].as_array().into_iter().flatten().any(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("A pull request already exists"))
+        })
     })
 }
 

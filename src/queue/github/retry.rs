@@ -96,7 +96,11 @@ pub(super) fn transient(e: &ureq::Error) -> bool {
 /// come back together.
 pub(super) fn backoff(n: u32, jitter: f64) -> Duration {
     let base = FIRST.saturating_mul(1u32 << n.min(16)).min(CAP);
-    let jitter = if jitter.is_nan() { 0.0 } else { jitter.clamp(0.0, 1.0) };
+    let jitter = if jitter.is_nan() {
+        0.0
+    } else {
+        jitter.clamp(0.0, 1.0)
+    };
     base.saturating_add(base.mul_f64(jitter / 4.0)).min(CAP)
 }
 
@@ -170,8 +174,16 @@ mod tests {
             (503, none, Next::Backoff),
             (504, none, Next::Backoff),
             (429, none, Next::Backoff),
-            (429, h(Some("1"), None, None), Next::RateLimit(Duration::from_secs(1))),
-            (403, h(Some("60"), None, None), Next::RateLimit(Duration::from_secs(60))),
+            (
+                429,
+                h(Some("1"), None, None),
+                Next::RateLimit(Duration::from_secs(1)),
+            ),
+            (
+                403,
+                h(Some("60"), None, None),
+                Next::RateLimit(Duration::from_secs(60)),
+            ),
             (
                 403,
                 h(None, Some("0"), Some("1700000100")),
@@ -188,14 +200,21 @@ mod tests {
             (301, none, Next::Stop),
         ];
         for (status, headers, want) in table {
-            assert_eq!(of_status(*status, *headers, NOW), *want, "{status} {headers:?}");
+            assert_eq!(
+                of_status(*status, *headers, NOW),
+                *want,
+                "{status} {headers:?}"
+            );
         }
     }
 
     #[test]
     fn rate_limit_headers_are_read_as_github_sends_them() {
         let wait = |r, m, s| rate_limit_wait(h(r, m, s), NOW);
-        assert_eq!(wait(Some(" 30 "), None, None), Some(Duration::from_secs(30)));
+        assert_eq!(
+            wait(Some(" 30 "), None, None),
+            Some(Duration::from_secs(30))
+        );
         // retry-after wins over the reset.
         assert_eq!(
             wait(Some("2"), Some("0"), Some("1700009999")),

@@ -69,7 +69,10 @@ impl GitHub {
                 Next::Stop => return Err(self.failure(method, url, got, "")),
                 Next::Backoff if started.elapsed() + backoff > self.retry => {
                     let tried = match tries {
-                        1 => format!(" (tried once: the retry budget is {})", human_duration(self.retry)),
+                        1 => format!(
+                            " (tried once: the retry budget is {})",
+                            human_duration(self.retry)
+                        ),
                         n => format!(" ({n} tries in {})", human_duration(started.elapsed())),
                     };
                     return Err(self.failure(method, url, got, &tried));
