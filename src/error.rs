@@ -42,6 +42,13 @@ pub(crate) enum Error {
         message: String,
         hint: Option<String>,
     },
+    /// A wait beyond the waiting budget (`--max-wait`), as a tracker's rate limit whose reset is
+    /// further away (exit 10).
+    #[error("{message}")]
+    Budget {
+        message: String,
+        hint: Option<String>,
+    },
     #[error("{context}")]
     Io {
         context: String,
@@ -67,7 +74,14 @@ impl Error {
         }
     }
 
-    /// Attach a hint to a user or usage error (other kinds carry their own).
+    pub(crate) fn budget(message: impl Into<String>) -> Self {
+        Error::Budget {
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    /// Attach a hint to a user, usage or budget error (other kinds carry their own).
     pub(crate) fn with_hint(self, text: impl Into<String>) -> Self {
         match self {
             Error::User { message, .. } => Error::User {
@@ -75,6 +89,10 @@ impl Error {
                 hint: Some(text.into()),
             },
             Error::Usage { message, .. } => Error::Usage {
+                message,
+                hint: Some(text.into()),
+            },
+            Error::Budget { message, .. } => Error::Budget {
                 message,
                 hint: Some(text.into()),
             },
@@ -97,6 +115,7 @@ impl Error {
     pub(crate) fn exit_code(&self) -> i32 {
         match self {
             Error::Usage { .. } => exit::USAGE,
+            Error::Budget { .. } => exit::BUDGET,
             _ => exit::ERROR,
         }
     }
@@ -105,7 +124,9 @@ impl Error {
         match self {
             Error::Task(e) => e.hint(),
             Error::Git(_) => None,
-            Error::User { hint, .. } | Error::Usage { hint, .. } => hint.clone(),
+            Error::User { hint, .. } | Error::Usage { hint, .. } | Error::Budget { hint, .. } => {
+                hint.clone()
+            }
             Error::Io { .. } => None,
         }
     }

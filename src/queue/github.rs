@@ -2,7 +2,15 @@
 //! `https://api.github.com`): issues labelled `ralph`, oldest first, following the `Link` pages;
 //! pull requests, issues claimed (`ralph:in-progress`, `ralph:pr-open`), assigned to someone else
 //! or blocked by open issues skipped. Claimed by assigning the token's user plus the label, then
-//! read again; closed with a comment and `state_reason: completed`.
+//! read again; closed with a comment and `state_reason: completed`. `wire` sends a request and
+//! tries again through transient faults (`retry` says which and when); `find` reads what
+//! stands now (an issue, the open pull request from a branch).
+
+mod find;
+mod retry;
+mod wire;
+#[cfg(test)]
+mod wire_tests;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,8 +27,6 @@ const LABEL: &str = "ralph";
 const IN_PROGRESS: &str = "ralph:in-progress";
 /// The label of an issue whose pull request is open.
 const PR_OPEN: &str = "ralph:pr-open";
-/// The most of a response read.
-const BODY_LIMIT: u64 = 16 * 1024 * 1024;
 /// Pages followed at most (100 issues each).
 const MAX_PAGES: usize = 100;
 
@@ -35,6 +41,12 @@ pub(crate) struct GitHub {
     login: Option<String>,
     /// Every issue the ledger has seen: read by number when it no longer carries the label.
     known: std::collections::BTreeSet<String>,
+    /// How long one request keeps trying through transient faults (`RALPH_TRACKER_RETRY`).
+    retry: Duration,
+    /// The waiting budget (`--max-wait`): rate limits waited out, in all, up to this.
+    max_wait: Duration,
+    /// Rate limits waited out so far.
+    waited: std::cell::Cell<Duration>,
 }
 
 /// An issue as the API gives it (other fields ignored).
@@ -77,11 +89,12 @@ struct Dependencies {
 
 impl GitHub {
     /// The tracker for `OWNER/REPO`, with a token from `GITHUB_TOKEN`, `GH_TOKEN` or
-    /// `gh auth token`.
-    pub(crate) fn new(repo: &str) -> Result<GitHub> {
+    /// `gh auth token`; rate limits waited out up to `max_wait` in all.
+    pub(crate) fn new(repo: &str, max_wait: Duration) -> Result<GitHub> {
         if repo.split('/').filter(|p| !p.is_empty()).count() != 2 {
             return Err(Error::usage(format!("`{repo}` is not OWNER/REPO")));
         }
+        let retry = retry::budget()?;
         let (token, token_from) = token()?;
         // The tracker's token is not the agent's (SPEC §15).
         crate::proc::withheld::withhold(&crate::proc::withheld::TOKEN_VARS, &token);
@@ -89,12 +102,23 @@ impl GitHub {
             .ok()
             .filter(|u| !u.trim().is_empty())
             .unwrap_or_else(|| "https://api.github.com".to_string());
+        Ok(GitHub::at(&api, repo, (token, token_from), retry, max_wait))
+    }
+
+    /// The tracker for `repo` at the API `api`, resolved.
+    fn at(
+        api: &str,
+        repo: &str,
+        (token, token_from): (String, &'static str),
+        retry: Duration,
+        max_wait: Duration,
+    ) -> GitHub {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(60)))
             .max_redirects(0)
             .build();
-        Ok(GitHub {
+        GitHub {
             agent: config.into(),
             api: api.trim_end_matches('/').to_string(),
             repo: repo.to_string(),
@@ -102,11 +126,14 @@ impl GitHub {
             token_from,
             login: None,
             known: Default::default(),
-        })
+            retry,
+            max_wait,
+            waited: Default::default(),
+        }
     }
 
-    /// One request: the status, the `Link` header and the body. A status outside 2xx is an
-    /// error naming the method, the URL and what the API said.
+    /// One request: the `Link` header and the body. A status outside 2xx is an error naming
+    /// the method, the URL and what the API said (after transient faults were tried again).
     fn call(
         &self,
         method: &str,
@@ -125,61 +152,6 @@ impl GitHub {
             label.replace(':', "%3A")
         );
         self.call_allowing("DELETE", &url, None, &[404]).map(|_| ())
-    }
-
-    /// As [`GitHub::call`], a status in `also` answered as no error: the status, the `Link`
-    /// header and the body.
-    fn call_allowing(
-        &self,
-        method: &str,
-        url: &str,
-        body: Option<&Value>,
-        also: &[u16],
-    ) -> Result<(u16, Option<String>, String)> {
-        let auth = format!("Bearer {}", self.token);
-        let req = ureq::http::Request::builder()
-            .method(method)
-            .uri(url)
-            .header("Authorization", auth)
-            .header("Accept", "application/vnd.github+json")
-            .header("X-GitHub-Api-Version", "2022-11-28")
-            .header("User-Agent", "ralph")
-            .header("Content-Type", "application/json");
-        let payload = body.map(|b| b.to_string()).unwrap_or_default();
-        let req = req
-            .body(payload)
-            .map_err(|e| Error::user(format!("{method} {url}: {e}")))?;
-        let mut resp = self
-            .agent
-            .run(req)
-            .map_err(|e| Error::user(format!("{method} {url}: {e}")))?;
-        let status = resp.status().as_u16();
-        let link = resp
-            .headers()
-            .get("link")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let text = resp
-            .body_mut()
-            .with_config()
-            .limit(BODY_LIMIT)
-            .read_to_string()
-            .map_err(|e| Error::user(format!("{method} {url}: {e}")))?;
-        if !(200..300).contains(&status) && !also.contains(&status) {
-            let said = serde_json::from_str::<Value>(&text)
-                .ok()
-                .and_then(|v| v["message"].as_str().map(str::to_string))
-                .unwrap_or_else(|| text.chars().take(200).collect());
-            let mut err = Error::user(format!("{method} {url}: HTTP {status}: {said}"));
-            if status == 401 {
-                err = err.with_hint(format!(
-                    "the token (from {}) was refused: set GITHUB_TOKEN or GH_TOKEN to a token for {}",
-                    self.token_from, self.repo
-                ));
-            }
-            return Err(err);
-        }
-        Ok((status, link, text))
     }
 
     /// The issues labelled `ralph` in `state` (`open`, `all`), oldest first, every page.
@@ -267,8 +239,17 @@ impl Tracker for GitHub {
             .map(|i| (i.number.to_string(), standing(i)))
             .collect();
         for id in self.known.clone() {
-            if !states.contains_key(&id) {
-                states.insert(id.clone(), standing(&self.issue(&id)?));
+            if states.contains_key(&id) {
+                continue;
+            }
+            // An issue deleted since (404, 410) is gone from the standing, not an error.
+            match self.issue_if_any(&id)? {
+                Some(i) => {
+                    states.insert(id.clone(), standing(&i));
+                }
+                None => {
+                    self.known.remove(&id);
+                }
             }
         }
         self.known.extend(states.keys().cloned());
@@ -280,18 +261,18 @@ impl Tracker for GitHub {
     }
 
     fn now(&mut self, item: &Item) -> Result<Now> {
-        let url = self.issue_url(&item.id);
-        let (status, _, text) = self.call_allowing("GET", &url, None, &[404, 410])?;
-        if status == 404 || status == 410 {
+        let Some(i) = self.issue_if_any(&item.id)? else {
             return Ok(Now::Gone);
-        }
-        let i: Issue = serde_json::from_str(&text)
-            .map_err(|e| Error::user(format!("GET {url}: not an issue: {e}")))?;
+        };
         Ok(match (i.state.as_str(), i.state_reason.as_deref()) {
             ("closed", Some("not_planned")) => Now::NotPlanned,
             ("closed", _) => Now::Completed,
             _ => Now::Open,
         })
+    }
+
+    fn find_pr(&mut self, head: &str) -> Result<Option<String>> {
+        GitHub::find_pr(self, head)
     }
 
     fn stands(&self, is: &str) -> bool {
@@ -376,20 +357,12 @@ impl Tracker for GitHub {
     }
 
     fn open_pr(&mut self, item: &Item, head: &str, base: &str, body: &str) -> Result<String> {
-        let url = format!("{}/repos/{}/pulls", self.api, self.repo);
-        let sent = json!({
-            "title": item.title,
-            "head": head,
-            "base": base,
-            "body": format!("{body}\n\nCloses #{}", item.id),
-        });
-        let (_, text) = self.call("POST", &url, Some(&sent))?;
-        let pr = serde_json::from_str::<Value>(&text)
-            .ok()
-            .and_then(|v| v["html_url"].as_str().map(str::to_string))
-            .ok_or_else(|| Error::user(format!("POST {url}: no pull request in the answer")))?;
+        let body = format!("{body}\n\nCloses #{}", item.id);
+        let (pr, asked) = self.open_or_find_pr(&item.title, head, base, &body)?;
         // Opened and labelled: the comment only says where (its failure changes nothing).
-        let _ = self.comment(&item.id, &format!("ralph: pull request {pr}"));
+        if asked {
+            let _ = self.comment(&item.id, &format!("ralph: pull request {pr}"));
+        }
         Ok(pr)
     }
 

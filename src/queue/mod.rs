@@ -8,6 +8,7 @@ pub(crate) mod lease;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 
@@ -106,11 +107,16 @@ pub(crate) enum Now {
 
 /// `--from SOURCE`: the tracker in the repository at `root`; `origin` is the configured
 /// `remote.origin.url` (as written, before any `insteadOf` rewriting), for `github` without
-/// `:OWNER/REPO`.
-pub(crate) fn open(spec: &str, root: &Path, origin: Option<&str>) -> Result<Box<dyn Tracker>> {
+/// `:OWNER/REPO`; `max_wait` the run's waiting budget, for a tracker's rate limits.
+pub(crate) fn open(
+    spec: &str,
+    root: &Path,
+    origin: Option<&str>,
+    max_wait: Duration,
+) -> Result<Box<dyn Tracker>> {
     match spec.split_once(':') {
         None if spec == "beads" => Ok(Box::new(beads::Beads::find(root)?)),
-        Some(("github", repo)) => Ok(Box::new(github::GitHub::new(repo)?)),
+        Some(("github", repo)) => Ok(Box::new(github::GitHub::new(repo, max_wait)?)),
         None if spec == "github" => {
             let repo = origin.and_then(github::repo_of_url).ok_or_else(|| {
                 Error::user(format!(
@@ -119,7 +125,7 @@ pub(crate) fn open(spec: &str, root: &Path, origin: Option<&str>) -> Result<Box<
                 ))
                 .with_hint("name it: --from github:OWNER/REPO")
             })?;
-            Ok(Box::new(github::GitHub::new(&repo)?))
+            Ok(Box::new(github::GitHub::new(&repo, max_wait)?))
         }
         _ => Err(Error::usage(format!("unknown queue `{spec}`"))
             .with_hint("use --from beads or --from github[:OWNER/REPO]")),

@@ -20,6 +20,7 @@ mod git_budget;
 mod git_exact;
 mod git_links;
 mod git_props;
+mod github_faults;
 mod help;
 mod hooks;
 mod hostile_fallback;

@@ -3,7 +3,7 @@
 //! pages, blockers respected, pull requests and unlabelled issues untouched, closed with
 //! `state_reason: completed` on ralph's own exit 0; a refused token is exit 1 naming it.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
@@ -21,8 +21,17 @@ pub(crate) struct Api {
 
 impl Api {
     pub(crate) fn start(env: &TestEnv, issues: Value, page_size: u64) -> Api {
+        Api::start_with(env, issues, page_size, json!({}))
+    }
+
+    /// [`Api::start`] with more of the state: `extra`'s fields (`tokens`, `faults`, `pulls`…)
+    /// added to it (see the state file's format in `testing/github_standin.rs`).
+    pub(crate) fn start_with(env: &TestEnv, issues: Value, page_size: u64, extra: Value) -> Api {
         let state = env.home.join("github.json");
-        let doc = json!({ "token": TOKEN, "login": "ralph-bot", "page_size": page_size, "issues": issues });
+        let mut doc = json!({ "token": TOKEN, "login": "ralph-bot", "page_size": page_size, "issues": issues });
+        if let (Some(d), Some(e)) = (doc.as_object_mut(), extra.as_object()) {
+            d.extend(e.clone());
+        }
         std::fs::write(&state, doc.to_string()).unwrap();
         let bin = fake_agent().with_file_name("github-standin");
         let mut child = std::process::Command::new(&bin)
@@ -65,6 +74,80 @@ impl Api {
             .lines()
             .map(str::to_string)
             .collect()
+    }
+
+    /// Every request with its user and answer: `{user, method, target, status, fault}`.
+    pub(crate) fn calls(&self) -> Vec<Value> {
+        std::fs::read_to_string(format!("{}.calls", self.state.display()))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The bodies of issue `n`'s comments, oldest first.
+    pub(crate) fn comments(&self, n: u64) -> Vec<String> {
+        self.comment_field(n, |c| c["body"].as_str().unwrap_or("").to_string())
+    }
+
+    /// Who wrote each of issue `n`'s comments, oldest first.
+    pub(crate) fn comment_authors(&self, n: u64) -> Vec<String> {
+        self.comment_field(n, |c| c["user"]["login"].as_str().unwrap_or("").to_string())
+    }
+
+    fn comment_field(&self, n: u64, f: impl Fn(&Value) -> String) -> Vec<String> {
+        self.issue(n)["comments"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(f)
+            .collect()
+    }
+
+    /// Add faults (one or an array) while ralph runs: through the stand-in itself, in line
+    /// with every other request, so no change of the state is lost.
+    pub(crate) fn add_fault(&self, fault: Value) {
+        let (status, _) = self.request("", "POST", "/_standin/faults", Some(&fault));
+        assert_eq!(status, 201);
+    }
+
+    /// Set fields of issue `n` as the state file has them (`{"deleted": true}`), in line with
+    /// every request.
+    pub(crate) fn set_issue(&self, n: u64, fields: Value) {
+        let (status, _) = self.request("", "POST", &format!("/_standin/issues/{n}"), Some(&fields));
+        assert_eq!(status, 201);
+    }
+
+    /// A person (or a second worker) acting with `token`: a real HTTP request, its status and
+    /// body (`null` when empty).
+    pub(crate) fn as_user(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        self.request(token, method, path, body.as_ref())
+    }
+
+    fn request(&self, token: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let payload = body.map(Value::to_string).unwrap_or_default();
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+            payload.len()
+        )
+        .unwrap();
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).unwrap();
+        let status = raw
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status in {raw:?}"));
+        let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        (status, serde_json::from_str(body).unwrap_or(Value::Null))
     }
 }
 
@@ -184,12 +267,8 @@ fn labelled_issues_run_oldest_first_blockers_respected_and_others_untouched() {
         let i = api.issue(n);
         assert_eq!(i["state"], "closed", "#{n}: {}", stdout(&out));
         assert_eq!(i["state_reason"], "completed");
-        assert!(
-            i["comments"][0]
-                .as_str()
-                .unwrap()
-                .starts_with("ralph: complete at ")
-        );
+        assert!(api.comments(n)[0].starts_with("ralph: complete at "));
+        assert_eq!(api.comment_authors(n)[0], "ralph-bot");
         assert!(env.repo.join(format!("work/github-{n}-1.txt")).exists());
     }
     // Oldest first (page size 2, so the Link pages were followed): #2 is older than #5 and is
@@ -272,7 +351,7 @@ fn a_stalled_issue_is_released_open_unassigned_with_a_comment() {
     assert_eq!(i["state"], "open");
     assert_eq!(i["assignees"], json!([]));
     assert_eq!(i["labels"], json!(["ralph"]));
-    let comment = i["comments"][0].as_str().unwrap().to_string();
+    let comment = api.comments(1)[0].clone();
     assert!(
         comment.contains("stalled") && comment.contains("ralph/github-1"),
         "{comment}"
@@ -374,7 +453,7 @@ fn pr_whose_push_fails_is_the_items_halt_never_a_silent_success() {
     assert_eq!(i["state"], "open");
     assert_eq!(i["labels"], json!(["ralph"]));
     assert_eq!(i["assignees"], json!([]));
-    let comment = i["comments"][0].as_str().unwrap().to_string();
+    let comment = api.comments(1)[0].clone();
     assert!(comment.contains("not pushed"), "{comment}");
     let state: Value = serde_json::from_str(&std::fs::read_to_string(&api.state).unwrap()).unwrap();
     assert!(
@@ -435,7 +514,7 @@ fn an_issue_an_agent_closed_through_the_api_is_reopened_and_worked() {
         "the agent's close, ralph's reopen, ralph's close: {requests:#?}"
     );
     let two = api.issue(2);
-    let comments = two["comments"].to_string();
+    let comments = api.comments(2).join("\n");
     assert!(
         comments.contains("put back from `closed||ralph|completed` to `open||ralph|`"),
         "{comments}"

@@ -122,7 +122,10 @@ pub(super) fn from_queue(
     let limits = configured(&repo, limits)?;
     let base = crate::worktree::current_branch(&repo);
     let origin = repo.config_value("remote.origin.url");
-    let tracker = queue::open(spec, repo.root(), origin.as_deref())?;
+    let max_wait = options
+        .max_wait
+        .map_or(crate::config::DEFAULT_MAX_WAIT, Into::into);
+    let tracker = queue::open(spec, repo.root(), origin.as_deref(), max_wait)?;
     let team = team(&repo, &*tracker, base.as_deref(), &limits)?;
     if limits.parallel > 1 {
         crate::live::LiveView::share_terminal();
