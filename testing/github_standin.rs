@@ -33,7 +33,8 @@
 //! /repos/O/R/issues/comments/ID`; `POST /repos/O/R/pulls`, `GET /repos/O/R/pulls` (`head=O:BRANCH`,
 //! `base`, `state=open|closed|all`, `page`), `GET|PATCH /repos/O/R/pulls/N`. Control (no token,
 //! not logged), for tests that change the state while ralph runs: `POST /_standin/faults`
-//! appends the faults sent (one or an array); `POST /_standin/issues/N` sets the fields sent on
+//! appends the faults sent (one or an array), `POST /_standin/faults/clear` drops them all;
+//! `POST /_standin/issues/N` sets the fields sent on
 //! issue N as the state file has them (`{"deleted": true}`: deleted, as only the web can).
 //!
 //! Logs: `STATE.json.log` has one `METHOD TARGET` line per request (faults included, the query
@@ -233,6 +234,7 @@ fn login_of(state: &Value, token: &str) -> Option<String> {
 fn control(state: &mut Value, req: &Request) -> Answer {
     match req.target.trim_start_matches("/_standin/").split_once('/') {
         None if req.target == "/_standin/faults" => add_faults(state, &req.sent),
+        Some(("faults", "clear")) => state["faults"] = json!([]),
         Some(("issues", n)) => {
             let i = state["issues"]
                 .as_array_mut()

@@ -21,6 +21,8 @@ use serde_json::{Value, json};
 use super::{Claim, Item, Now, Tracker};
 use crate::error::{Error, Result};
 
+/// How long a fault is tried again once the queue is stopping.
+const HURRIED: Duration = Duration::from_secs(2);
 /// The label that puts an issue in the queue.
 const LABEL: &str = "ralph";
 /// The label of an issue a run holds.
@@ -156,16 +158,21 @@ impl GitHub {
 
     /// The issues labelled `ralph` in `state` (`open`, `all`), oldest first, every page.
     fn labelled(&self, state: &str) -> Result<Vec<Issue>> {
-        let mut url = format!(
+        let url = format!(
             "{}/repos/{}/issues?labels={LABEL}&state={state}&sort=created&direction=asc&per_page=100",
             self.api, self.repo
         );
+        self.pages(url, "a list of issues")
+    }
+
+    /// Every page of the list at `url` (`what` it is, for errors), following `Link`.
+    fn pages<T: serde::de::DeserializeOwned>(&self, mut url: String, what: &str) -> Result<Vec<T>> {
         let mut all = Vec::new();
         for _ in 0..MAX_PAGES {
             let (link, text) = self.call("GET", &url, None)?;
-            let issues: Vec<Issue> = serde_json::from_str(&text)
-                .map_err(|e| Error::user(format!("GET {url}: not a list of issues: {e}")))?;
-            all.extend(issues);
+            let page: Vec<T> = serde_json::from_str(&text)
+                .map_err(|e| Error::user(format!("GET {url}: not {what}: {e}")))?;
+            all.extend(page);
             match link.as_deref().and_then(next_page) {
                 // Only pages of the same API: a `Link` elsewhere would take the token along.
                 Some(next) if next.starts_with(&format!("{}/", self.api)) => url = next,
@@ -173,6 +180,27 @@ impl GitHub {
             }
         }
         Ok(all)
+    }
+
+    /// Comment `body` on issue `number` unless the token's user said it there already (a step
+    /// a worker before failed to finish, done again: SPEC §15).
+    fn comment_once(&mut self, number: &str, body: &str) -> Result<()> {
+        #[derive(Deserialize)]
+        struct Comment {
+            #[serde(default)]
+            body: String,
+            user: Option<User>,
+        }
+        let login = self.login()?;
+        let url = format!("{}/comments?per_page=100", self.issue_url(number));
+        let said: Vec<Comment> = self.pages(url, "a list of comments")?;
+        let already = said
+            .iter()
+            .any(|c| c.body == body && c.user.as_ref().is_some_and(|u| u.login == login));
+        if already {
+            return Ok(());
+        }
+        self.comment(number, body)
     }
 
     fn issue_url(&self, number: &str) -> String {
@@ -260,6 +288,11 @@ impl Tracker for GitHub {
         true
     }
 
+    fn hurry(&mut self) {
+        self.retry = self.retry.min(HURRIED);
+        self.max_wait = self.waited.get();
+    }
+
     fn now(&mut self, item: &Item) -> Result<Now> {
         let Some(i) = self.issue_if_any(&item.id)? else {
             return Ok(Now::Gone);
@@ -336,7 +369,7 @@ impl Tracker for GitHub {
     fn close(&mut self, item: &Item, commit: &str) -> Result<()> {
         // The claim's label first: an issue is never left closed and still claimed.
         self.unlabel(&item.id, IN_PROGRESS)?;
-        self.comment(&item.id, &format!("ralph: complete at {commit}"))?;
+        self.comment_once(&item.id, &format!("ralph: complete at {commit}"))?;
         let url = self.issue_url(&item.id);
         self.call(
             "PATCH",

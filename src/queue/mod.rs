@@ -62,6 +62,9 @@ pub(crate) trait Tracker {
     fn states(&mut self) -> Result<Option<BTreeMap<String, String>>> {
         Ok(None)
     }
+    /// The queue is stopping (SIGTERM, Ctrl-C): faults are tried again only briefly and no rate
+    /// limit is waited for, so the items are released within the stop's time.
+    fn hurry(&mut self) {}
     /// Whether standing `is` (as [`Tracker::states`] gives it) is a person's decision that no
     /// ledger puts back: an issue closed as not planned.
     fn stands(&self, _is: &str) -> bool {

@@ -163,10 +163,34 @@ fn a_close_that_keeps_failing_ends_the_run_with_exit_1_naming_its_tries() {
             && err.contains(&format!("({tries} tries in ")),
         "{err}"
     );
-    // The item is released, not left claimed; its work is merged and on its branch.
+    // Not closed; its work is on origin's main, and its lease says so.
     let i = api.issue(1);
     assert_eq!(i["state"], "open");
-    assert!(!claimed(&i), "{i}");
+    let on_main = git_output_in(
+        &env,
+        &env.home.join("origin.git"),
+        &["cat-file", "-e", "main:work/github-1-1.txt"],
+    );
+    assert!(on_main.status.success(), "the work is not on origin's main");
+    // The next run closes it without running its agent again.
+    api.clear_faults();
+    std::fs::remove_dir_all(&env.log).unwrap();
+    let out = run(&env, &api, "github:o/r", &[], &[]);
+    assert_exit(&out, 0);
+    assert!(!env.agent_ran(1), "the agent ran again:\n{}", stdout(&out));
+    let i = api.issue(1);
+    assert_eq!(i["state"], "closed", "{i}");
+    assert!(!i.to_string().contains("ralph:in-progress"), "{i}");
+    let said = api.comments(1);
+    let complete: Vec<&String> = said
+        .iter()
+        .filter(|c| c.starts_with("ralph: complete at "))
+        .collect();
+    assert_eq!(
+        complete.len(),
+        1,
+        "said once, though the first run said it before failing: {said:#?}"
+    );
 }
 
 #[test]

@@ -111,6 +111,12 @@ impl Api {
         assert_eq!(status, 201);
     }
 
+    /// Drop every fault, in line with every request.
+    pub(crate) fn clear_faults(&self) {
+        let (status, _) = self.request("", "POST", "/_standin/faults/clear", Some(&json!({})));
+        assert_eq!(status, 201);
+    }
+
     /// Set fields of issue `n` as the state file has them (`{"deleted": true}`), in line with
     /// every request.
     pub(crate) fn set_issue(&self, n: u64, fields: Value) {

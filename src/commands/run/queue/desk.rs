@@ -41,6 +41,8 @@ pub(super) struct Team {
 #[derive(Debug, Clone, Default)]
 pub(super) struct Mine {
     pub(super) oid: String,
+    /// What it says (`None`: not this worker's to say any more).
+    pub(super) stage: Option<Stage>,
     /// The item's branch on origin as this worker last pushed it (or found it).
     pub(super) branch: Option<String>,
 }
@@ -147,7 +149,9 @@ impl Desk {
         {
             Swap::Won(oid) => {
                 let branch = team.seen.branches.get(name).cloned();
-                team.mine.insert(name.to_string(), Mine { oid, branch });
+                let stage = Some(stage);
+                team.mine
+                    .insert(name.to_string(), Mine { oid, stage, branch });
                 Ok(true)
             }
             Swap::Lost => Ok(false),
@@ -165,13 +169,34 @@ impl Desk {
         };
         match team.leases.swap(name, Some(&mine.oid), next, None)? {
             Swap::Won(oid) => {
-                team.mine.insert(name.to_string(), Mine { oid, ..mine });
+                let stage = Some(next.stage);
+                team.mine
+                    .insert(name.to_string(), Mine { oid, stage, ..mine });
             }
-            Swap::Lost => self.ui.warn(&format!(
-                "{name}: another worker took its lease over; left to them"
-            )),
+            Swap::Lost => {
+                team.mine.insert(
+                    name.to_string(),
+                    Mine {
+                        stage: None,
+                        ..mine
+                    },
+                );
+                self.ui.warn(&format!(
+                    "{name}: another worker took its lease over; left to them"
+                ));
+            }
         }
         Ok(())
+    }
+
+    /// Whether item `name`'s work is published and only its close is left (this worker's
+    /// lease says `merged`): a failure then leaves the item to the next worker to close, never
+    /// released to be worked again.
+    pub(super) fn close_pending(&self, name: &str) -> bool {
+        self.team
+            .as_ref()
+            .and_then(|t| t.mine.get(name))
+            .is_some_and(|m| m.stage == Some(Stage::Merged))
     }
 
     /// Claim `item`: its lease first (which decides), then the tracker's claim for people to

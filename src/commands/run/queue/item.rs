@@ -253,6 +253,8 @@ pub(super) fn conclude(
     let finished = q.desk.look().and_then(|()| finish(q, &item, &name, ended));
     let (outcome, stop) = match finished {
         Ok(ended) => ended,
+        // Published, its close failed: the next worker that looks closes it.
+        Err(e) if q.desk.close_pending(&name) => return Err(e),
         Err(e) => {
             let _ = q
                 .desk

@@ -276,6 +276,9 @@ impl Queue<'_> {
             let Ok((name, ended)) = words.recv() else {
                 return;
             };
+            if interrupts.count() > 0 {
+                self.desk.tracker.hurry();
+            }
             if let Some(done) = self.running.remove(&name) {
                 self.settle(done, ended);
             }

@@ -51,7 +51,9 @@ pub(super) fn merged(desk: &mut Desk, name: &str, before: &str) -> Result<Publis
         let pushed = team.leases.push(&updates)?;
         if pushed.refused.is_empty() {
             let branch = branch.map(|b| b.tip).or(mine.branch);
-            team.mine.insert(name.to_string(), Mine { oid, branch });
+            let stage = Some(Stage::Merged);
+            team.mine
+                .insert(name.to_string(), Mine { oid, stage, branch });
             return Ok(Published::Done(at));
         }
         // The ref origin refused for its own sake (the others fail with it: "atomic push
@@ -102,6 +104,7 @@ pub(super) fn branch(desk: &mut Desk, name: &str) -> Result<Published> {
                 name.to_string(),
                 Mine {
                     oid,
+                    stage: Some(Stage::Working),
                     branch: tip.clone(),
                 },
             );
