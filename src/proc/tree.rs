@@ -115,7 +115,7 @@ mod imp {
     }
 }
 
-pub(crate) use imp::{descendants, signal};
+pub(crate) use imp::{descendants, read, signal};
 
 #[cfg(test)]
 mod tests {

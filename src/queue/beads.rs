@@ -203,6 +203,10 @@ impl Tracker for Beads {
         self.ok(&["comments", "add", id, why], &[]).map(|_| ())
     }
 
+    fn claimed(&self, is: &str) -> bool {
+        is == "in_progress"
+    }
+
     fn own_paths(&self) -> &'static [&'static str] {
         &[".beads"]
     }

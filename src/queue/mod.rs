@@ -62,6 +62,11 @@ pub(crate) trait Tracker {
     fn states(&mut self) -> Result<Option<BTreeMap<String, String>>> {
         Ok(None)
     }
+    /// Whether standing `is` (as [`Tracker::states`] gives it) is an item someone claimed
+    /// (beads: `in_progress`), which a queue that claimed it and died must give back.
+    fn claimed(&self, _is: &str) -> bool {
+        false
+    }
     /// The queue is stopping (SIGTERM, Ctrl-C): faults are tried again only briefly and no rate
     /// limit is waited for, so the items are released within the stop's time.
     fn hurry(&mut self) {}

@@ -26,6 +26,7 @@ mod hooks;
 mod hostile_fallback;
 mod hostile_github;
 mod hostile_queue_stories;
+mod hostile_team;
 mod init;
 mod integrity;
 mod limits;

@@ -24,6 +24,11 @@ pub(crate) struct Team {
 impl Team {
     /// Origin with one commit, and the stand-in holding `issues`.
     pub(crate) fn new(issues: Value) -> Team {
+        Team::new_with(issues, json!({}))
+    }
+
+    /// [`Team::new`], `extra` added to the stand-in's state (`tokens`, `faults`).
+    pub(crate) fn new_with(issues: Value, extra: Value) -> Team {
         let server = TestEnv::new();
         server.write("README.md", "queue\n");
         server.commit_all("initial");
@@ -37,7 +42,7 @@ impl Team {
             &origin.display().to_string(),
         ]);
         server.git(&["push", "-q", &origin.display().to_string(), "main"]);
-        let api = Api::start(&server, issues, 100);
+        let api = Api::start_with(&server, issues, 100, extra);
         let runs = server.home.join("runs.log");
         Team {
             server,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use chrono::Utc;
 
+use super::claims::Claims;
 use super::ledger::Ledger;
 use crate::error::Result;
 use crate::git::Repo;
@@ -25,6 +26,8 @@ pub(super) struct Desk {
     /// pull requests go to it, wherever the main tree's HEAD is later (`None`: a detached HEAD).
     pub(super) base: Option<String>,
     pub(super) team: Option<Team>,
+    /// The claims this machine holds on a tracker of its own (no team).
+    claims: Option<Claims>,
 }
 
 /// The workers sharing the tracker, as this one sees them.
@@ -56,6 +59,10 @@ impl Desk {
         team: Option<Team>,
     ) -> Result<Desk> {
         let ledger = Ledger::read(&mut *tracker)?;
+        let claims = match team {
+            None => Claims::open(&repo)?,
+            Some(_) => None,
+        };
         let mut desk = Desk {
             ui,
             repo,
@@ -63,11 +70,55 @@ impl Desk {
             ledger,
             base,
             team,
+            claims,
         };
         if let (Some(team), Some(base)) = (&mut desk.team, &desk.base) {
             team.seen = team.leases.look(base)?;
         }
+        desk.release_orphans()?;
         Ok(desk)
+    }
+
+    /// Items a queue of this machine claimed and never gave back (it was killed, or the
+    /// tracker refused the release): released now, before anything is taken.
+    fn release_orphans(&mut self) -> Result<()> {
+        let Some(claims) = &self.claims else {
+            return Ok(());
+        };
+        let orphans = claims.orphans()?;
+        if orphans.is_empty() {
+            return Ok(());
+        }
+        let standing = self.tracker.states()?.unwrap_or_default();
+        for (name, claim) in orphans {
+            let held = standing
+                .get(&claim.id)
+                .is_some_and(|is| self.tracker.claimed(is));
+            if held {
+                let item = Item {
+                    id: claim.id.clone(),
+                    title: String::new(),
+                    body: String::new(),
+                    criteria: Vec::new(),
+                };
+                let why = format!(
+                    "ralph: released — the queue that claimed it (pid {}) ended without giving it back",
+                    claim.pid
+                );
+                self.tracker.release(&item, &why)?;
+                self.after_change(&format!("released {}", claim.id))?;
+                self.ui.note(&format!(
+                    "{} {}: {}",
+                    self.tracker.source(),
+                    claim.id,
+                    &why[7..]
+                ));
+            }
+            if let Some(claims) = &self.claims {
+                claims.strike(&name)?;
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn source(&self) -> &'static str {
@@ -212,7 +263,12 @@ impl Desk {
             Ok(c)
         });
         match claimed {
-            Ok(Claim::Ours) => Ok(Claim::Ours),
+            Ok(Claim::Ours) => {
+                if let Some(claims) = &self.claims {
+                    claims.add(name, &item.id)?;
+                }
+                Ok(Claim::Ours)
+            }
             Ok(Claim::Taken) => {
                 let why = "claimed by someone else";
                 self.set_lease(name, &Next::free(Stage::Released).with_note(why))?;
@@ -233,7 +289,18 @@ impl Desk {
         let tracker = self.tracker.release(item, why);
         let recorded = self.after_change(&format!("released {}", item.id));
         self.let_go(name, &Next::free(Stage::Released).with_note(why));
+        if tracker.is_ok() {
+            self.strike(name)?;
+        }
         tracker.and(recorded)
+    }
+
+    /// Item `name` no longer claimed by this machine.
+    fn strike(&self, name: &str) -> Result<()> {
+        match &self.claims {
+            Some(claims) => claims.strike(name),
+            None => Ok(()),
+        }
     }
 
     /// [`Desk::set_lease`] when nothing else hangs on it: a lease origin does not take now is
@@ -261,7 +328,7 @@ impl Desk {
         match closed {
             Ok(()) => {
                 self.let_go(name, &Next::free(Stage::Closed).with_commit(commit));
-                Ok(())
+                self.strike(name)
             }
             Err(e) => {
                 // The work is where readers see it: the next worker that looks finishes the

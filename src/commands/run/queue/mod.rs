@@ -11,6 +11,7 @@
 //! thread of its own and hands back a typed [`Ended`] on one channel; each has a
 //! [`Cancel`] the queue stops it with.
 
+mod claims;
 mod desk;
 mod item;
 mod keeper;
