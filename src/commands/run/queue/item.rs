@@ -29,23 +29,19 @@ pub(super) enum Took {
 }
 
 /// Take the first ready item not seen yet: finish it when its work is on origin already, or
-/// claim it and start its loop.
+/// claim it and start its loop. One look at the tracker and origin for the whole list: an item
+/// another worker took meanwhile loses its compare-and-swap, and the next one is tried.
 pub(super) fn take_next(q: &mut Queue<'_>) -> Result<Took> {
-    loop {
-        q.desk.look()?;
-        let source = q.desk.source();
-        let ready = q.desk.tracker.ready()?;
+    q.desk.look()?;
+    let source = q.desk.source();
+    for item in q.desk.tracker.ready()? {
+        let name = queue::loop_name(source, &item.id);
         // Only items the tracker had when the queue started: one that turns up while loops
         // run (an agent labelling an issue `ralph`) waits for a run a person starts.
-        let Some(item) = ready.into_iter().find(|i| {
-            !q.seen.contains(&i.id)
-                && q.desk.known(&i.id)
-                && !q.desk.held_by_another(&queue::loop_name(source, &i.id))
-        }) else {
-            return Ok(Took::Nothing);
-        };
+        if q.seen.contains(&item.id) || !q.desk.known(&item.id) || q.desk.held_by_another(&name) {
+            continue;
+        }
         q.seen.insert(item.id.clone());
-        let name = queue::loop_name(source, &item.id);
         // An item whose text would change its task file's criteria is never claimed: skipped,
         // said, the queue goes on (one hostile issue does not stop the others).
         let text = queue::task_file(source, &item);
@@ -56,11 +52,10 @@ pub(super) fn take_next(q: &mut Queue<'_>) -> Result<Took> {
             ));
             continue;
         }
-        if let Some(took) = already_done(q, &item, &name)? {
-            match took {
-                Some(taken) => return Ok(Took::Settled(taken)),
-                None => continue,
-            }
+        match already_done(q, &item, &name)? {
+            Some(Some(taken)) => return Ok(Took::Settled(taken)),
+            Some(None) => continue,
+            None => {}
         }
         if q.desk.claim(&item, &name)? == Claim::Taken {
             q.ctx.ui.note(&format!(
@@ -69,17 +64,18 @@ pub(super) fn take_next(q: &mut Queue<'_>) -> Result<Took> {
             ));
             continue;
         }
-        return match start(q, &item, &name) {
-            Ok(Some(running)) => Ok(Took::Running(running)),
+        match start(q, &item, &name) {
+            Ok(Some(running)) => return Ok(Took::Running(running)),
             Ok(None) => continue,
             Err(e) => {
                 let _ = q
                     .desk
                     .release(&item, &name, &format!("ralph: released — error: {e}"));
-                Err(e)
+                return Err(e);
             }
-        };
+        }
     }
+    Ok(Took::Nothing)
 }
 
 /// An item a worker already finished in part: its work merged on origin with the close left
