@@ -295,6 +295,58 @@ quickstart() {
     in_image env RALPH_BIN=ralph bash /opt/ralph/examples/quickstart.sh
 }
 
+# What an engine does to stop a worker: SIGTERM to the container's PID 1 (a pod deleted, a run
+# cancelled). tini must hand it to ralph, and ralph's exit code (130) must come out as the
+# container's, which the Job's podFailurePolicy reads. Nothing waits by sleeping: the agent
+# says it started through a FIFO, and the loop's end closes a pipe the check reads.
+# stop_case SIGNAL: runs a loop in the image, sends SIGNAL to its PID 1 once the agent runs,
+# and sets `stopped` to the exit status that came out (or dies after 120 s).
+stop_case() {
+    local sig=$1 home=$mnt/home/ralph started ended line sub unshare_pid tini
+    stopped=0
+    mkfifo "$home/started-$sig" "$cache/ended-$sig"
+    chown 1000:1000 "$home/started-$sig"
+    exec {started}<>"$home/started-$sig"
+    in_image sh -c '
+        set -e
+        mkdir "$HOME/stop-$0" && cd "$HOME/stop-$0"
+        git init -q && git config user.name check && git config user.email check@localhost
+        cp /opt/ralph/examples/sample-task.md RALPH_TASK.md
+        git add -A && git commit -q -m task
+        exec ralph run --yes --agent-cmd "sh -c \"echo started > \$HOME/started-$0; exec sleep 3600\""
+    ' "$sig" >"$cache/stop-$sig.log" 2>&1 3>"$cache/ended-$sig" &
+    sub=$!
+    # The loop holds the pipe's only writer: reading it ends when every process of it ended.
+    exec {ended}<"$cache/ended-$sig"
+    rm -f "$cache/ended-$sig"
+    if ! read -r -t 120 -u "$started" line; then
+        cat "$cache/stop-$sig.log" >&2
+        die "the agent did not start within 120 s"
+    fi
+    unshare_pid=$(ps -o pid= --ppid "$sub" | tr -d ' ')
+    tini=$(ps -o pid= --ppid "$unshare_pid" | tr -d ' ')
+    [[ $(cat "/proc/$tini/comm") == tini ]] || die "PID 1 of the image is $(cat "/proc/$tini/comm"), not tini"
+    kill -"$sig" "$tini"
+    if read -r -t 120 -u "$ended" line || (($? > 128)); then
+        kill -KILL "$tini"
+        die "the loop did not end within 120 s of SIG$sig"
+    fi
+    exec {started}<&- {ended}<&-
+    wait "$sub" || stopped=$?
+}
+
+sigterm() {
+    # The control: killed outright, ralph says nothing, so the 130 below is ralph's own and
+    # not the wrappers'. (util-linux's unshare reports its child's death by a signal as 1.)
+    stop_case KILL
+    ((stopped != 130 && stopped != 0)) || die "SIGKILL to PID 1 came out as $stopped"
+    echo "    control: SIGKILL to PID 1 -> exit $stopped"
+    stop_case TERM
+    tail -2 "$cache/stop-TERM.log"
+    ((stopped == 130)) || { cat "$cache/stop-TERM.log" >&2; die "SIGTERM to PID 1: exit $stopped, not 130"; }
+    echo "    SIGTERM to PID 1 (tini): ralph stopped the agent and exited 130"
+}
+
 image() {
     image_tools || return 0
     step "Debian base: debootstrap --variant=minbase $suite (cached: ${base_tar/#$HOME/\~})" debootstrap_base
@@ -305,6 +357,7 @@ image() {
     mnt=$(pod mount "$ctr")
     step "inside the image: ralph, git, git-lfs, bwrap, CA certificates, non-root, agents" look_inside
     step "inside the image: the quickstart (examples/quickstart.sh)" quickstart
+    step "inside the image: SIGTERM to PID 1 ends ralph with exit 130" sigterm
 }
 
 case "${1:-all}" in
