@@ -288,6 +288,29 @@ look_inside() {
     ' sh $agents
 }
 
+# The git credential helper job.yaml and the workflow set up, run by the image's git as a push
+# would run it: the token comes from the environment and is written to no file; without the
+# token there is no credential at all (the control), rather than an empty password.
+credentials() {
+    local file helper
+    for file in "$repo/deploy/kubernetes/job.yaml" "$repo/deploy/github-actions/ralph-queue.yml"; do
+        helper=$("$venv/bin/python" "$repo/deploy/promises.py" helper "$file")
+        in_image sh -c '
+            set -e
+            cd "$(mktemp -d)" && git init -q && git config credential.helper "$1"
+            ask() { printf "protocol=https\nhost=github.com\npath=o/r.git\n\n" | GIT_TERMINAL_PROMPT=0 git credential fill; }
+            unset GITHUB_TOKEN
+            if ask >/dev/null 2>&1; then echo "credentials without a token" >&2; exit 1; fi
+            export GITHUB_TOKEN=check-token-value
+            out=$(ask)
+            printf "%s\n" "$out" | grep -qx "username=x-access-token"
+            printf "%s\n" "$out" | grep -qx "password=check-token-value"
+            ! grep -rq check-token-value .git "$HOME"
+        ' sh "$helper"
+        echo "    ${file#"$repo"/}: the token from the environment, in no file; none without it"
+    done
+}
+
 quickstart() {
     mkdir -p "$mnt/opt/ralph"
     cp -r "$repo/examples" "$mnt/opt/ralph/"
@@ -356,6 +379,7 @@ image() {
     ctr=$(pod create "$image")
     mnt=$(pod mount "$ctr")
     step "inside the image: ralph, git, git-lfs, bwrap, CA certificates, non-root, agents" look_inside
+    step "inside the image: the workers' git credential helper" credentials
     step "inside the image: the quickstart (examples/quickstart.sh)" quickstart
     step "inside the image: SIGTERM to PID 1 ends ralph with exit 130" sigterm
 }

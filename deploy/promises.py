@@ -2,6 +2,7 @@
 
     python3 deploy/promises.py job deploy/kubernetes/job.yaml
     python3 deploy/promises.py workflow deploy/github-actions/ralph-queue.yml
+    python3 deploy/promises.py helper FILE     # prints the git credential helper FILE sets up
 
 A schema accepts `restartPolicy: OnFailure`, a podFailurePolicy that retries exit 1, a grace
 period shorter than ralph's stop or a worker without `--pr`; these checks do not. Each broken
@@ -9,6 +10,7 @@ promise is one line naming the file and what is wrong; the exit code is 1 when t
 Run by deploy/check.sh with the validators' Python (PyYAML comes with kubernetes-validate).
 """
 
+import shlex
 import sys
 
 import yaml
@@ -126,9 +128,28 @@ def workflow_problems(doc):
     return problems
 
 
+def credential_helpers(node):
+    """The `git config credential.helper VALUE` values of every shell script in the document."""
+    if isinstance(node, dict):
+        return [h for v in node.values() for h in credential_helpers(v)]
+    if isinstance(node, list):
+        return [h for v in node for h in credential_helpers(v)]
+    if not isinstance(node, str) or "credential.helper" not in node:
+        return []
+    try:
+        words = shlex.split(node.replace("\\\n", " "), comments=True)
+    except ValueError:
+        return []
+    return [
+        words[i + 3]
+        for i in range(len(words) - 3)
+        if words[i : i + 3] == ["git", "config", "credential.helper"]
+    ]
+
+
 def main(argv):
-    if len(argv) != 3 or argv[1] not in ("job", "workflow"):
-        print("usage: promises.py job|workflow FILE", file=sys.stderr)
+    if len(argv) != 3 or argv[1] not in ("job", "workflow", "helper"):
+        print("usage: promises.py job|workflow|helper FILE", file=sys.stderr)
         return 2
     kind, path = argv[1], argv[2]
     try:
@@ -137,6 +158,14 @@ def main(argv):
     except (OSError, yaml.YAMLError) as e:
         print(f"{path}: {e}", file=sys.stderr)
         return 1
+    if kind == "helper":
+        # deploy/check.sh runs the helper the file configures, as git would.
+        helpers = credential_helpers(docs)
+        if len(helpers) != 1:
+            print(f"{path}: {len(helpers)} credential helpers, not one", file=sys.stderr)
+            return 1
+        print(helpers[0])
+        return 0
     if kind == "job":
         jobs = [d for d in docs if d.get("kind") == "Job"]
         problems = job_problems(jobs[0]) if len(jobs) == 1 else ["not exactly one Job"]
