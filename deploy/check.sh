@@ -115,6 +115,10 @@ controls_run() {
     control kube_promises "$job" 's/terminationGracePeriodSeconds: 45/terminationGracePeriodSeconds: 10/' \
         'a grace period under ralph stop time'
     control kube_promises "$job" 's/key: GITHUB_TOKEN/key: TOKEN/' 'the token from another key'
+    control kube_promises "$job" 's/podReplacementPolicy: Failed/podReplacementPolicy: TerminatingOrFailed/' \
+        'a replacement beside a terminating worker'
+    control kube_promises "$job" "s/metadata.annotations\['batch.kubernetes.io\/job-completion-index'\]/metadata.name/" \
+        'a worker id that changes with each pod'
     control workflow_promises "$workflow" 's/fail-fast: false/fail-fast: true/' 'fail-fast'
     control workflow_promises "$workflow" 's/persist-credentials: false/persist-credentials: true/' \
         'the token left in .git/config'

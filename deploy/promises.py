@@ -51,11 +51,14 @@ def job_problems(doc):
             problems.append(f"podFailurePolicy does not fail the Job on ralph's exit {code}")
     if 0 in fail_codes or 130 in fail_codes:
         problems.append("podFailurePolicy fails the Job on exit 0 or 130")
+    if spec.get("podReplacementPolicy") != "Failed":
+        problems.append("podReplacementPolicy is not Failed: a retried worker could start beside the one before it")
     worker = [c for c in containers.values() if "run" in (c.get("args") or [])]
     if len(worker) != 1:
         problems.append("no single container runs `ralph run`")
     else:
         problems += worker_args_problems(worker[0].get("args"), one_item=True)
+        problems += worker_id_problems(worker[0])
         for key in ("requests", "limits"):
             if not (worker[0].get("resources") or {}).get(key):
                 problems.append(f"the worker has no resource {key}")
@@ -67,6 +70,24 @@ def job_problems(doc):
                     problems.append(f"{c.get('name')}: {env['name']} is not its key of a Secret")
     if not (pod.get("securityContext") or {}).get("runAsNonRoot"):
         problems.append("the pod may run as root (securityContext.runAsNonRoot)")
+    return problems
+
+
+def worker_id_problems(container):
+    """A retried index must be the same worker (it takes its lease back at once): the worker id
+    names the completion index, and nothing that changes with each pod, like its name."""
+    args = container.get("args") or []
+    worker_id = str(args[args.index("--worker-id") + 1]) if "--worker-id" in args[:-1] else ""
+    sources = {}
+    for env in container.get("env") or []:
+        field = ((env.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+        sources[env.get("name")] = field
+    used = {name: field for name, field in sources.items() if f"$({name})" in worker_id}
+    problems = []
+    if not any("job-completion-index" in f for f in used.values()) and "$(JOB_COMPLETION_INDEX)" not in worker_id:
+        problems.append("--worker-id does not name the Job's completion index")
+    if any(f in ("metadata.name", "metadata.uid") for f in used.values()):
+        problems.append("--worker-id names the pod: a retried index would wait for its own lease")
     return problems
 
 
