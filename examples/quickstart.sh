@@ -1,19 +1,34 @@
 #!/usr/bin/env bash
 # Quickstart: build ralph and run a complete loop with the bundled demo agent in a temporary git
 # repository. No agent CLI, no network. Usage: bash examples/quickstart.sh
+# (RALPH_BIN=/path/to/ralph: use that binary instead of building one)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 
-echo "==> building ralph (release)"
-# Ask cargo where the binary went: CARGO_TARGET_DIR, a config's build.target-dir and the
-# default target/ all end up in its "executable" record.
-ralph=$(cargo build --release --quiet --manifest-path "$root/Cargo.toml" --bin ralph \
-    --message-format=json-render-diagnostics |
-    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
-if [ -z "$ralph" ] || [ ! -x "$ralph" ]; then
-    echo "quickstart: cargo built no ralph executable" >&2
-    exit 1
+if [ -n "${RALPH_BIN:-}" ]; then
+    # A ralph built before: deploy/check.sh runs the quickstart inside the container image,
+    # which has no cargo.
+    case $RALPH_BIN in
+        */*) ralph=$(cd "$(dirname "$RALPH_BIN")" && pwd)/$(basename "$RALPH_BIN") ;;
+        *) ralph=$(command -v "$RALPH_BIN" || true) ;;
+    esac
+    if [ -z "$ralph" ] || [ ! -x "$ralph" ]; then
+        echo "quickstart: RALPH_BIN=$RALPH_BIN is not an executable" >&2
+        exit 1
+    fi
+    echo "==> ralph: $ralph"
+else
+    echo "==> building ralph (release)"
+    # Ask cargo where the binary went: CARGO_TARGET_DIR, a config's build.target-dir and the
+    # default target/ all end up in its "executable" record.
+    ralph=$(cargo build --release --quiet --manifest-path "$root/Cargo.toml" --bin ralph \
+        --message-format=json-render-diagnostics |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+    if [ -z "$ralph" ] || [ ! -x "$ralph" ]; then
+        echo "quickstart: cargo built no ralph executable" >&2
+        exit 1
+    fi
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ralph-quickstart.XXXXXX")
