@@ -492,14 +492,19 @@ fn walk(root: &Path) -> Vec<PathBuf> {
 /// closed at a commit origin's main has, all the work there.
 #[test]
 fn two_workers_without_pr_publish_every_item_to_main() {
-    let team = Team::new(json!((1..=4)
-        .map(|n| match n % 2 {
-            0 => issue(n, &[&format!("item {n}")]),
-            _ => issue(n, &[&format!("item {n}"), &format!("more of {n}")]),
-        })
-        .collect::<Vec<_>>()));
+    let team = Team::new(json!(
+        (1..=4)
+            .map(|n| match n % 2 {
+                0 => issue(n, &[&format!("item {n}")]),
+                _ => issue(n, &[&format!("item {n}"), &format!("more of {n}")]),
+            })
+            .collect::<Vec<_>>()
+    ));
     let (a, b) = (team.machine(), team.machine());
-    let workers = [team.start(&a, "w1", CHECK, &[]), team.start(&b, "w2", CHECK, &[])];
+    let workers = [
+        team.start(&a, "w1", CHECK, &[]),
+        team.start(&b, "w2", CHECK, &[]),
+    ];
     for (i, w) in workers.into_iter().enumerate() {
         let (code, out, err) = w.wait(Duration::from_secs(240));
         assert_eq!(code, Some(0), "worker {i}:\n{out}\n{err}");
@@ -509,6 +514,9 @@ fn two_workers_without_pr_publish_every_item_to_main() {
         let i = team.api.issue(n);
         assert_eq!(i["state"], "closed", "#{n}: {i}");
         let on_main = team.origin_git(&["cat-file", "-e", &format!("main:work/github-{n}-1.txt")]);
-        assert!(on_main.status.success(), "#{n}'s work is not on origin's main");
+        assert!(
+            on_main.status.success(),
+            "#{n}'s work is not on origin's main"
+        );
     }
 }

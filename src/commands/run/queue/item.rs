@@ -161,15 +161,33 @@ fn start(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<Option<Running>> 
         cancel: Some(cancel.clone()),
         recorded: Some(tell),
     };
+    let thread = spawn_loop(q, &wt.path, name, link)?;
+    Ok(Some(Running {
+        item: item.clone(),
+        name: name.to_string(),
+        cancel,
+        keeper,
+        thread,
+    }))
+}
+
+/// Item `name`'s loop in its worktree at `root`, unattended, on a thread of its own that says
+/// how it ended on the queue's channel — once, whatever happens to the loop.
+fn spawn_loop(
+    q: &Queue<'_>,
+    root: &Path,
+    name: &str,
+    link: Link,
+) -> Result<std::thread::JoinHandle<()>> {
     let inner = Context {
-        cwd: wt.path.clone(),
+        cwd: root.to_path_buf(),
         ui: q.ctx.ui,
     };
     let rel = format!(".ralph/tasks/{name}.md");
     let mut options = q.options.clone();
     options.yes = true;
     let (words, who) = (q.words.clone(), name.to_string());
-    let thread = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name(format!("ralph-{name}"))
         .spawn(move || {
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -180,14 +198,7 @@ fn start(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<Option<Running>> 
             let ended = ran.unwrap_or_else(|_| Err(Error::user("the item's loop panicked")));
             let _ = words.send((who, ended));
         })
-        .map_err(|e| Error::io("failed to start the item's loop", e))?;
-    Ok(Some(Running {
-        item: item.clone(),
-        name: name.to_string(),
-        cancel,
-        keeper,
-        thread,
-    }))
+        .map_err(|e| Error::io("failed to start the item's loop", e))
 }
 
 /// The item's task file in its worktree: kept when the branch has it asking exactly the item's
