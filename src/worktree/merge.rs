@@ -219,22 +219,26 @@ fn is_dirty_tracked(tree: &Repo) -> Result<bool> {
 }
 
 /// The driver that merges ralph's own files for a merge of branch `theirs` into branch `ours`
-/// (`None`: no file of ralph's differs between them).
+/// (`None`: no file of ralph's differs between them, or a branch is not there — git's merge
+/// then says so).
 fn driver(repo: &Repo, ours: &str, theirs: &str, confined: bool) -> Result<Option<Driver>> {
     let tip = |branch: &str| {
         repo.git2()
             .revparse_single(&format!("refs/heads/{branch}"))
             .and_then(|o| o.peel_to_commit())
             .map(|c| c.id())
-            .map_err(GitError::from)
+            .ok()
+    };
+    let (Some(ours_tip), Some(theirs_tip)) = (tip(ours), tip(theirs)) else {
+        return Ok(None);
     };
     let ours = Side {
         label: ours,
-        tip: tip(ours)?,
+        tip: ours_tip,
     };
     let theirs = Side {
         label: theirs,
-        tip: tip(theirs)?,
+        tip: theirs_tip,
     };
     Driver::for_merge(repo, &ours, &theirs, confined)
 }
