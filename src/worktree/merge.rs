@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::own_files::{Driver, Side};
+use super::own_files::{self, Driver, Side};
 use super::records::Records;
 use super::{Worktree, current_branch, retire};
 use crate::error::{Error, Result, exit};
@@ -273,12 +273,18 @@ fn conflicts(
     let out = repo.cli().output(&args, None)?;
     match out.status.code() {
         Some(0) => Ok(Vec::new()),
-        Some(1) => Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .skip(1)
-            .take_while(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect()),
+        Some(1) => {
+            let said = String::from_utf8_lossy(&out.stderr);
+            Ok(String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .skip(1)
+                .take_while(|l| !l.is_empty())
+                .map(|file| match own_files::refused(&said, file) {
+                    Some(why) => format!("{file} (ralph's merge driver, named for it: {why})"),
+                    None => file.to_string(),
+                })
+                .collect())
+        }
         _ => Err(GitError::Cli {
             command: format!("git merge-tree {ours} {theirs}"),
             message: String::from_utf8_lossy(&out.stderr).trim().to_string(),

@@ -202,11 +202,22 @@ pub(crate) fn main(args: &[OsString]) -> i32 {
         Ok(()) => 0,
         Err(why) => {
             let path = args.last().map_or("?", String::as_str);
-            eprintln!("ralph: {path}: not merged by ralph: {why}");
+            eprintln!("{REFUSED_PREFIX}{path}{REFUSED}{why}");
             1
         }
     }
 }
+
+/// Why the driver left `file` to git as a conflict, from what git's command printed.
+pub(crate) fn refused<'a>(stderr: &'a str, file: &str) -> Option<&'a str> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix(REFUSED_PREFIX))
+        .find_map(|l| l.strip_prefix(file)?.strip_prefix(REFUSED))
+}
+
+const REFUSED_PREFIX: &str = "ralph: ";
+const REFUSED: &str = ": not merged by ralph: ";
 
 /// What the driver was told.
 #[derive(Default)]
@@ -443,6 +454,12 @@ mod tests {
             "x\n- a\n",
             "untouched"
         );
+        let said = "Auto-merging x\nralph: src/lib.rs: not merged by ralph: not one of ralph's own files\n";
+        assert_eq!(
+            refused(said, "src/lib.rs"),
+            Some("not one of ralph's own files")
+        );
+        assert_eq!(refused(said, "src/lib"), None);
         run(&args(".ralph/guardrails.md", &expect)).unwrap();
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "x\n- a\n- b\n");
     }
