@@ -280,7 +280,7 @@ fn conflicts(
                 .skip(1)
                 .take_while(|l| !l.is_empty())
                 .map(|file| match own_files::refused(&said, file) {
-                    Some(why) => format!("{file} (ralph's merge driver, named for it: {why})"),
+                    Some(why) => format!("{file} (left by ralph's merge driver: {why})"),
                     None => file.to_string(),
                 })
                 .collect())

@@ -285,7 +285,7 @@ fn an_attributes_file_naming_ralphs_driver_never_merges_the_agents_conflict() {
     assert_exit(&out, 11);
     let said = stdout(&out);
     assert!(
-        said.contains("conflicts with `main` in 1 file:\n  shared.txt (ralph's merge driver, named for it: not one of ralph's own files)\n"),
+        said.contains("conflicts with `main` in 1 file:\n  shared.txt (left by ralph's merge driver: not one of ralph's own files)\n"),
         "{said}"
     );
     assert_eq!(env.git(&["rev-parse", "main"]), before);
