@@ -44,6 +44,9 @@ pub fn main() -> i32 {
     if first.as_deref() == Some(std::ffi::OsStr::new(proc::reaper::GUARD_COMMAND)) {
         return proc::reaper::main(&args.collect::<Vec<_>>());
     }
+    if first.as_deref() == Some(std::ffi::OsStr::new(worktree::own_files::COMMAND)) {
+        return worktree::own_files::main(&args.collect::<Vec<_>>());
+    }
     if first.as_deref() == Some(std::ffi::OsStr::new(sandbox::confine::COMMAND)) {
         return sandbox::confine::main(&args.collect::<Vec<_>>());
     }

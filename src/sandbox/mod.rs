@@ -174,7 +174,7 @@ impl Sandbox {
     /// ralph's own binary where the agent cannot write it: the installed one, or a private
     /// copy that lives as long as this sandbox.
     pub(crate) fn own_binary(&self) -> &Path {
-        &self.own.path
+        self.own.path()
     }
 
     /// What stays open on this machine that the sandbox would close elsewhere, to say once.
@@ -194,7 +194,7 @@ impl Sandbox {
 /// (ralph built in the repository it works on), a copy of the running binary, in a private
 /// directory that lives as long as the run.
 #[derive(Debug, Clone)]
-struct OwnBinary {
+pub(crate) struct OwnBinary {
     path: PathBuf,
     _copy: Option<Arc<tempfile::TempDir>>,
 }
@@ -208,7 +208,9 @@ impl PartialEq for OwnBinary {
 impl Eq for OwnBinary {}
 
 impl OwnBinary {
-    fn resolve(reach: &[PathBuf]) -> Result<OwnBinary> {
+    /// ralph's binary at its path when no directory of `reach` (what an agent can write) holds
+    /// it, else a private copy that lives as long as the value.
+    pub(crate) fn resolve(reach: &[PathBuf]) -> Result<OwnBinary> {
         let reach: Vec<PathBuf> = reach.iter().map(|p| paths::normal(p)).collect();
         if let Ok(exe) = std::env::current_exe().map(|e| paths::normal(&e))
             && exe.is_file()
@@ -230,6 +232,10 @@ impl OwnBinary {
             path,
             _copy: Some(Arc::new(dir)),
         })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
     }
 }
 

@@ -68,9 +68,129 @@ pub(crate) fn without_status_block(text: &str) -> String {
     }
 }
 
+/// The first line of a merged block: no loop runs on the merged branch, and each line after it
+/// is one branch's last status.
+const MERGED: &str = "Status: Merged; the branches' last statuses follow";
+
+/// The Current Status block of a merge (SPEC §13), from the block of each side (`None`: the
+/// side's file has none) and the merge base's: as a three-way merge would, the side that
+/// changed it wins; when both did, a merged block names each branch with its last status —
+/// `- LABEL: Iteration: 3; Criteria completed: 3/3; Status: Complete` — a side's own block
+/// under its label (`ours`/`theirs`: the branch merged into and the branch merged), a side's
+/// merged block with its lines as they are (the same branch twice: the branch merged wins).
+pub(crate) fn merged_block(
+    base: Option<&str>,
+    ours: Option<&str>,
+    theirs: Option<&str>,
+    (ours_label, theirs_label): (&str, &str),
+) -> Option<String> {
+    if ours == theirs || theirs == base {
+        return ours.map(str::to_string);
+    }
+    if ours == base {
+        return theirs.map(str::to_string);
+    }
+    let mut entries: Vec<(String, String)> = Vec::new();
+    for (block, label) in [(ours, ours_label), (theirs, theirs_label)] {
+        for (label, status) in block.map(|b| entries_of(b, label)).unwrap_or_default() {
+            match entries.iter_mut().find(|(l, _)| *l == label) {
+                Some(entry) => entry.1 = status,
+                None => entries.push((label, status)),
+            }
+        }
+    }
+    let mut out = format!("## Current Status\n- {MERGED}\n");
+    for (label, status) in entries {
+        out.push_str(&format!("- {label}: {status}\n"));
+    }
+    Some(out)
+}
+
+/// The block of a progress file, from its heading to the next heading of level 1 or 2.
+pub(crate) fn block_of(text: &str) -> Option<&str> {
+    split_status(text).map(|(s, e)| &text[s..e])
+}
+
+/// A block's lines as `(label, status)`: a merged block's own, or one line for a loop's block
+/// (its items joined by `; `) under `label`.
+fn entries_of(block: &str, label: &str) -> Vec<(String, String)> {
+    let md = crate::markdown::parse(block);
+    let items: Vec<&str> = md
+        .items
+        .iter()
+        .filter(|i| i.depth == 0 && !i.quoted)
+        .map(|i| i.markup.as_str())
+        .collect();
+    match items.split_first() {
+        Some((first, rest)) if *first == MERGED => rest
+            .iter()
+            .filter_map(|line| line.split_once(": "))
+            .map(|(l, s)| (l.to_string(), s.to_string()))
+            .collect(),
+        Some(_) => vec![(label.to_string(), items.join("; "))],
+        None => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_merge_of_two_loops_names_each_branch_with_its_last_status() {
+        let a = status_block(1, 1, 1, "Complete");
+        let b = status_block(3, 3, 3, "Complete");
+        let base = status_block(0, 0, 1, "Not started");
+        let merged = merged_block(Some(&base), Some(&a), Some(&b), ("main", "ralph/b")).unwrap();
+        assert_eq!(
+            merged,
+            "## Current Status\n- Status: Merged; the branches' last statuses follow\n\
+             - main: Iteration: 1; Criteria completed: 1/1; Status: Complete\n\
+             - ralph/b: Iteration: 3; Criteria completed: 3/3; Status: Complete\n"
+        );
+        // A third loop merged later adds its line; the same branch merged again replaces its own.
+        let c = status_block(2, 2, 2, "Complete");
+        let again = merged_block(Some(&a), Some(&merged), Some(&c), ("main", "ralph/b")).unwrap();
+        assert!(
+            again.ends_with(
+                "- main: Iteration: 1; Criteria completed: 1/1; Status: Complete\n\
+             - ralph/b: Iteration: 2; Criteria completed: 2/2; Status: Complete\n"
+            ),
+            "{again}"
+        );
+        let third = merged_block(None, Some(&merged), Some(&c), ("main", "ralph/c")).unwrap();
+        assert_eq!(third.lines().count(), 5, "{third}");
+        assert!(
+            third.ends_with("- ralph/c: Iteration: 2; Criteria completed: 2/2; Status: Complete\n")
+        );
+    }
+
+    #[test]
+    fn a_block_only_one_side_changed_is_that_sides() {
+        let base = status_block(0, 0, 1, "Not started");
+        let a = status_block(1, 1, 1, "Complete");
+        let labels = ("main", "ralph/a");
+        assert_eq!(
+            merged_block(Some(&base), Some(&base), Some(&a), labels),
+            Some(a.clone())
+        );
+        assert_eq!(
+            merged_block(Some(&base), Some(&a), Some(&base), labels),
+            Some(a.clone())
+        );
+        assert_eq!(
+            merged_block(None, Some(&a), Some(&a), labels),
+            Some(a.clone())
+        );
+        assert_eq!(merged_block(Some(&base), None, Some(&base), labels), None);
+        // Added on both sides (no base): both named.
+        let b = status_block(2, 1, 2, "Running");
+        let both = merged_block(None, Some(&a), Some(&b), labels).unwrap();
+        assert!(
+            both.contains("- main: Iteration: 1;") && both.contains("- ralph/a: Iteration: 2;"),
+            "{both}"
+        );
+    }
 
     #[test]
     fn status_block_is_replaced_in_place() {

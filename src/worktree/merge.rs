@@ -2,9 +2,12 @@
 //! would: only a completed loop, only into a clean work tree, serialised across loops, changing
 //! nothing on a conflict. The branch to merge into is ralph's record, never a file in the git
 //! directory; ralph's git looks inside no submodule (whose configuration an agent could write).
+//! ralph's own files (`own_files`) merge through ralph's driver, on every path: the check, a
+//! merge in the base's work tree, a merge of the base's ref alone.
 
 use std::path::{Path, PathBuf};
 
+use super::own_files::{self, Driver, Side};
 use super::records::Records;
 use super::{Worktree, current_branch, retire};
 use crate::error::{Error, Result, exit};
@@ -65,23 +68,34 @@ pub(crate) fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
         return not_merged(&loop_repo);
     }
     let target = target.map(|(tree, _)| tree);
-    if let Some(tree) = &target
-        && is_dirty_tracked(&opened(tree, sandboxed)?)?
+    let base_tree = target
+        .as_deref()
+        .map(|t| opened(t, sandboxed))
+        .transpose()?;
+    if let Some(tree) = &base_tree
+        && is_dirty_tracked(tree)?
     {
         ui.alert(&format!(
             "not merged: the work tree of `{base}` ({}) has uncommitted changes",
-            tree.display()
+            tree.root().display()
         ));
         return not_merged(&loop_repo);
     }
-    let conflicts = conflicts(repo, &base, &wt.branch)?;
+    let driver = driver(repo, &base, &wt.branch, sandboxed)?;
+    // The check runs where the merge will: git reads the attributes of that work tree.
+    let conflicts = conflicts(
+        base_tree.as_ref().unwrap_or(repo),
+        &base,
+        &wt.branch,
+        driver.as_ref(),
+    )?;
     if !conflicts.is_empty() {
         report_conflicts(&wt, &base, &conflicts, ui);
         return not_merged(&loop_repo);
     }
-    let at = match &target {
-        Some(tree) => merge_in(&opened(tree, sandboxed)?, &wt.branch, ui)?,
-        None => merge_ref(repo, &base, &wt.branch, ui)?,
+    let at = match &base_tree {
+        Some(tree) => merge_in(tree, &wt.branch, driver.as_ref(), ui)?,
+        None => merge_ref(repo, &base, &wt.branch, driver.as_ref(), ui)?,
     };
     settle(repo, &records, &wt, &loop_repo, at, ui)?;
     Ok(exit::COMPLETE)
@@ -204,9 +218,49 @@ fn is_dirty_tracked(tree: &Repo) -> Result<bool> {
     Ok(!out.is_empty())
 }
 
+/// The driver that merges ralph's own files for a merge of branch `theirs` into branch `ours`
+/// (`None`: no file of ralph's differs between them, or a branch is not there — git's merge
+/// then says so).
+fn driver(repo: &Repo, ours: &str, theirs: &str, confined: bool) -> Result<Option<Driver>> {
+    let tip = |branch: &str| {
+        repo.git2()
+            .revparse_single(&format!("refs/heads/{branch}"))
+            .and_then(|o| o.peel_to_commit())
+            .map(|c| c.id())
+            .ok()
+    };
+    let (Some(ours_tip), Some(theirs_tip)) = (tip(ours), tip(theirs)) else {
+        return Ok(None);
+    };
+    let ours = Side {
+        label: ours,
+        tip: ours_tip,
+    };
+    let theirs = Side {
+        label: theirs,
+        tip: theirs_tip,
+    };
+    Driver::for_merge(repo, &ours, &theirs, confined)
+}
+
+/// `args` after the driver's `-c` options.
+fn with_driver<'a>(driver: Option<&'a Driver>, args: &[&'a str]) -> Vec<&'a str> {
+    driver
+        .into_iter()
+        .flat_map(Driver::args)
+        .chain(args.iter().copied())
+        .collect()
+}
+
 /// The files a merge of `theirs` into `ours` would conflict in (nothing is touched).
-fn conflicts(repo: &Repo, ours: &str, theirs: &str) -> Result<Vec<String>> {
-    let out = repo.cli().output(
+fn conflicts(
+    repo: &Repo,
+    ours: &str,
+    theirs: &str,
+    driver: Option<&Driver>,
+) -> Result<Vec<String>> {
+    let args = with_driver(
+        driver,
         &[
             "merge-tree",
             "--write-tree",
@@ -215,16 +269,22 @@ fn conflicts(repo: &Repo, ours: &str, theirs: &str) -> Result<Vec<String>> {
             ours,
             theirs,
         ],
-        None,
-    )?;
+    );
+    let out = repo.cli().output(&args, None)?;
     match out.status.code() {
         Some(0) => Ok(Vec::new()),
-        Some(1) => Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .skip(1)
-            .take_while(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect()),
+        Some(1) => {
+            let said = String::from_utf8_lossy(&out.stderr);
+            Ok(String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .skip(1)
+                .take_while(|l| !l.is_empty())
+                .map(|file| match own_files::refused(&said, file) {
+                    Some(why) => format!("{file} (left by ralph's merge driver: {why})"),
+                    None => file.to_string(),
+                })
+                .collect())
+        }
         _ => Err(GitError::Cli {
             command: format!("git merge-tree {ours} {theirs}"),
             message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
@@ -238,8 +298,12 @@ fn conflicts(repo: &Repo, ours: &str, theirs: &str) -> Result<Vec<String>> {
 /// merge that is not a fast-forward) whose `.gitmodules` entry says `ignore = none`, whatever
 /// `diff.ignoreSubmodules` says: every submodule named is told `ignore = dirty` (the
 /// configuration beats `.gitmodules`).
-fn merge_in(base_tree: &Repo, branch: &str, ui: Ui) -> Result<String> {
-    let mut args: Vec<String> = Vec::new();
+fn merge_in(base_tree: &Repo, branch: &str, driver: Option<&Driver>, ui: Ui) -> Result<String> {
+    let mut args: Vec<String> = driver
+        .into_iter()
+        .flat_map(Driver::args)
+        .map(String::from)
+        .collect();
     for name in submodule_names(base_tree)? {
         args.extend(["-c".to_string(), format!("submodule.{name}.ignore=dirty")]);
     }
@@ -351,7 +415,13 @@ fn unmergeable(why: &str) -> Error {
 
 /// The base branch is checked out nowhere: move its ref (fast-forward, or a merge commit of
 /// git's merged tree) without touching any work tree; returns the commit it is at then.
-fn merge_ref(repo: &Repo, base: &str, branch: &str, ui: Ui) -> Result<String> {
+fn merge_ref(
+    repo: &Repo,
+    base: &str,
+    branch: &str,
+    driver: Option<&Driver>,
+    ui: Ui,
+) -> Result<String> {
     let g = repo.git2();
     let base_ref = format!("refs/heads/{base}");
     let commit_of = |r: &str| {
@@ -371,9 +441,8 @@ fn merge_ref(repo: &Repo, base: &str, branch: &str, ui: Ui) -> Result<String> {
     {
         theirs.id()
     } else {
-        let out = repo
-            .cli()
-            .run(&["merge-tree", "--write-tree", base, branch], None)?;
+        let args = with_driver(driver, &["merge-tree", "--write-tree", base, branch]);
+        let out = repo.cli().run(&args, None)?;
         let tree_id = String::from_utf8_lossy(&out)
             .lines()
             .next()

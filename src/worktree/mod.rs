@@ -5,13 +5,15 @@
 //! The rooms: `place` (where the worktrees live, reached through no link), `records` (ralph's
 //! records of the loops, in its state directory: each loop's base branch, the retired loops and
 //! their logs, the lock between loops), `retire` (a loop's worktree removed, its logs kept, its
-//! branch kept aside when a new loop takes the name), `merge`.
+//! branch kept aside when a new loop takes the name), `merge`, and `own_files` (the merge
+//! driver that keeps ralph's own files out of a merge's conflicts).
 //!
 //! A loop name is a branch's name for one task: a run on a name whose loop finished (merged or
 //! not) starts a new `ralph/NAME` from the current HEAD, the old branch kept as
 //! `ralph/NAME-<date>`; a loop still unfinished keeps its worktree and branch.
 
 mod merge;
+pub(crate) mod own_files;
 mod place;
 mod records;
 mod retire;

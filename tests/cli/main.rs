@@ -33,6 +33,7 @@ mod limits;
 mod limits_wait;
 mod links;
 mod live;
+mod merge_own_files;
 mod observe;
 mod own_files;
 mod planted;
