@@ -222,9 +222,15 @@ fn is_dirty_tracked(tree: &Repo) -> Result<bool> {
 /// (`None`: no file of ralph's differs between them, or a branch is not there — git's merge
 /// then says so).
 fn driver(repo: &Repo, ours: &str, theirs: &str, confined: bool) -> Result<Option<Driver>> {
+    // A branch by its name, or any ref by its full name (origin's base: `refs/remotes/…`).
     let tip = |branch: &str| {
+        let full = if branch.starts_with("refs/") {
+            branch.to_string()
+        } else {
+            format!("refs/heads/{branch}")
+        };
         repo.git2()
-            .revparse_single(&format!("refs/heads/{branch}"))
+            .revparse_single(&full)
             .and_then(|o| o.peel_to_commit())
             .map(|c| c.id())
             .ok()
@@ -232,12 +238,20 @@ fn driver(repo: &Repo, ours: &str, theirs: &str, confined: bool) -> Result<Optio
     let (Some(ours_tip), Some(theirs_tip)) = (tip(ours), tip(theirs)) else {
         return Ok(None);
     };
+    let label = |given: &str| -> String {
+        given
+            .strip_prefix("refs/remotes/")
+            .or_else(|| given.strip_prefix("refs/heads/"))
+            .unwrap_or(given)
+            .to_string()
+    };
+    let (ours_label, theirs_label) = (label(ours), label(theirs));
     let ours = Side {
-        label: ours,
+        label: &ours_label,
         tip: ours_tip,
     };
     let theirs = Side {
-        label: theirs,
+        label: &theirs_label,
         tip: theirs_tip,
     };
     Driver::for_merge(repo, &ours, &theirs, confined)
@@ -473,15 +487,17 @@ fn merge_ref(
 /// The files a merge of `theirs` (any commit, such as origin's base) into branch `ours` would
 /// conflict in; nothing is touched.
 pub(crate) fn conflicts_of(repo: &Repo, ours: &str, theirs: &str) -> Result<Vec<String>> {
-    conflicts(repo, ours, theirs)
+    let driver = driver(repo, ours, theirs, false)?;
+    conflicts(repo, ours, theirs, driver.as_ref())
 }
 
 /// `theirs` (any commit, such as origin's base) merged into branch `base` as a loop's branch
 /// is: in the clean work tree that has `base` checked out, else by moving its ref. The commit
 /// `base` is at then. The caller checked it does not conflict.
 pub(crate) fn merge_commit(repo: &Repo, base: &str, theirs: &str, ui: Ui) -> Result<String> {
+    let driver = driver(repo, base, theirs, false)?;
     match checked_out_at(repo, base)? {
-        Some((tree, _)) => merge_in(&opened(&tree, false)?, theirs, ui),
-        None => merge_ref(repo, base, theirs, ui),
+        Some((tree, _)) => merge_in(&opened(&tree, false)?, theirs, driver.as_ref(), ui),
+        None => merge_ref(repo, base, theirs, driver.as_ref(), ui),
     }
 }
