@@ -129,7 +129,7 @@ impl Next {
 
 /// The item's branch pushed with a lease change: its local tip, and what origin must have now
 /// (`None`: no such branch on origin).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BranchPush {
     pub(crate) branch: String,
     pub(crate) tip: String,
@@ -213,8 +213,25 @@ pub(crate) fn moved(why: &str) -> bool {
 pub(crate) enum Swap {
     /// The lease is now this commit (and the branch, if any, is pushed).
     Won(String),
-    /// Origin had another value: someone else changed the lease (or the branch) first.
+    /// Origin had another lease: another worker changed it first.
     Lost,
+    /// The lease is still this worker's, but origin's branch is at this commit, which the
+    /// worker's branch does not have: someone not holding the lease pushed it. Nothing moved.
+    Diverged(String),
+}
+
+/// Which of an item's refs origin no longer has as a refused push expected them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Moved {
+    /// Its lease: another worker's now.
+    Lease,
+    /// Only its branch: to a commit the worker's branch has (an agent pushing the work it
+    /// was given), or away; the push to make instead.
+    Branch(BranchPush),
+    /// Only its branch, to this commit, which the worker's branch lacks.
+    Diverged(String),
+    /// Neither (another ref of the push moved, or a race origin settled meanwhile).
+    Neither,
 }
 
 /// One worker's view of the leases on a remote.
@@ -303,6 +320,8 @@ impl Leases {
 
     /// Compare-and-swap item `name`'s lease on origin from `from` (`None`: no lease there) to
     /// `next`, with its branch in the same atomic push.
+    /// A refusal of the branch alone is not a lost lease: origin's branch moved to a commit
+    /// the worker's branch has (its agent pushed its own work) is caught up with.
     pub(crate) fn swap(
         &self,
         name: &str,
@@ -310,17 +329,97 @@ impl Leases {
         next: &Next,
         branch: Option<&BranchPush>,
     ) -> Result<Swap> {
-        let (update, oid) = self.lease_update(name, from, next)?;
-        let mut updates = vec![update];
-        updates.extend(branch.map(BranchPush::update));
-        let pushed = self.push(&updates)?;
-        if pushed.refused.is_empty() {
-            return Ok(Swap::Won(oid));
+        let mut branch = branch.cloned();
+        for _ in 0..TRIES {
+            let (update, oid) = self.lease_update(name, from, next)?;
+            let mut updates = vec![update];
+            updates.extend(branch.as_ref().map(BranchPush::update));
+            let pushed = self.push(&updates)?;
+            if pushed.refused.is_empty() {
+                return Ok(Swap::Won(oid));
+            }
+            if !pushed.lost() {
+                return Err(pushed.refusal(&self.remote));
+            }
+            match self.what_moved(name, from, branch.as_ref())? {
+                Moved::Lease => return Ok(Swap::Lost),
+                Moved::Branch(b) => branch = Some(b),
+                Moved::Diverged(at) => return Ok(Swap::Diverged(at)),
+                Moved::Neither => {}
+            }
         }
-        if pushed.lost() {
-            return Ok(Swap::Lost);
+        Err(Error::user(format!(
+            "`{}` refused the lease of {name} on each of {TRIES} tries",
+            self.remote
+        )))
+    }
+
+    /// After a push of item `name`'s lease (expected at `lease`) with its `branch` was refused
+    /// as moved: which of them origin has otherwise now.
+    pub(crate) fn what_moved(
+        &self,
+        name: &str,
+        lease: Option<&str>,
+        branch: Option<&BranchPush>,
+    ) -> Result<Moved> {
+        let lease_ref = format!("{ON_ORIGIN}{name}");
+        let branch_ref = branch.map(|b| format!("refs/heads/{}", b.branch));
+        let mut args = vec!["ls-remote", "--", self.remote.as_str(), &lease_ref];
+        args.extend(branch_ref.as_deref());
+        let out = self.with_tries(|| self.git.run(&args, None))?;
+        let text = String::from_utf8_lossy(&out);
+        let at = |r: &str| {
+            text.lines()
+                .filter_map(|l| l.split_once('\t'))
+                .find(|(_, name)| *name == r)
+                .map(|(oid, _)| oid.to_string())
+        };
+        if at(&lease_ref).as_deref() != lease {
+            return Ok(Moved::Lease);
         }
-        Err(pushed.refusal(&self.remote))
+        let (Some(b), Some(r)) = (branch, &branch_ref) else {
+            return Ok(Moved::Neither);
+        };
+        let there = at(r);
+        if there == b.on_origin {
+            return Ok(Moved::Neither);
+        }
+        match there {
+            Some(t) if !self.descends(&b.tip, &t, r)? => Ok(Moved::Diverged(t)),
+            there => Ok(Moved::Branch(BranchPush {
+                on_origin: there,
+                ..b.clone()
+            })),
+        }
+    }
+
+    /// Whether commit `tip` has commit `from` (origin's `remote_ref`, fetched when this
+    /// repository lacks it).
+    fn descends(&self, tip: &str, from: &str, remote_ref: &str) -> Result<bool> {
+        let object = format!("{from}^{{commit}}");
+        if self.git.run(&["cat-file", "-e", &object], None).is_err() {
+            let args = [
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--",
+                self.remote.as_str(),
+                remote_ref,
+            ];
+            self.with_tries(|| self.git.run(&args, None).map(drop))?;
+        }
+        let out = self
+            .git
+            .output(&["merge-base", "--is-ancestor", from, tip], None)?;
+        match out.status.code() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(Error::user(format!(
+                "git merge-base --is-ancestor {from} {tip}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))),
+        }
     }
 
     /// The update that moves item `name`'s lease from `from` to `next`, and the new lease.

@@ -25,6 +25,7 @@ mod help;
 mod hooks;
 mod hostile_fallback;
 mod hostile_github;
+mod hostile_lease;
 mod hostile_queue_stories;
 mod hostile_team;
 mod init;

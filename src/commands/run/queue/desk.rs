@@ -205,7 +205,7 @@ impl Desk {
                     .insert(name.to_string(), Mine { oid, stage, branch });
                 Ok(true)
             }
-            Swap::Lost => Ok(false),
+            Swap::Lost | Swap::Diverged(_) => Ok(false),
         }
     }
 
@@ -224,7 +224,7 @@ impl Desk {
                 team.mine
                     .insert(name.to_string(), Mine { oid, stage, ..mine });
             }
-            Swap::Lost => {
+            Swap::Lost | Swap::Diverged(_) => {
                 team.mine.insert(
                     name.to_string(),
                     Mine {

@@ -364,6 +364,7 @@ fn merge_and_close(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<(Outcom
             let why = "completed, but its lease was taken over before it was published";
             return Ok((Outcome::Released(why.to_string()), None));
         }
+        Published::Diverged(at) => return not_merged(diverged(name, &at)),
     };
     q.desk.close(item, name, &commit)?;
     Ok((Outcome::Completed, None))
@@ -395,6 +396,7 @@ fn pr(q: &mut Queue<'_>, item: &Item, name: &str) -> std::result::Result<Outcome
         Ok(Published::Lost) => {
             return Err("completed, but its lease was taken over before it was pushed".into());
         }
+        Ok(Published::Diverged(at)) => return Err(diverged(name, &at)),
         Ok(_) => {}
         Err(e) => return Err(format!("completed, but not pushed: {e}")),
     }
@@ -417,6 +419,13 @@ fn pr(q: &mut Queue<'_>, item: &Item, name: &str) -> std::result::Result<Outcome
         item.id
     ));
     Ok(Outcome::PrOpen)
+}
+
+/// An item whose branch on origin has a commit its worker's branch lacks, in words.
+fn diverged(name: &str, at: &str) -> String {
+    format!(
+        "completed, but not published: origin's ralph/{name} is at {at}, which this worker's branch does not have (pushed by someone not holding the item's lease)"
+    )
 }
 
 /// A loop that did not complete, in the words of its halt.

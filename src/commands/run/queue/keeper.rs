@@ -124,6 +124,28 @@ impl Keeping {
                 Ok(true)
             }
             Swap::Lost => Ok(false),
+            Swap::Diverged(at) => {
+                // Someone without the lease pushed to the item's branch: the lease is kept
+                // (the loop goes on), the branch left for the item's publish to refuse.
+                if !self.warned {
+                    self.warned = true;
+                    self.ui.warn(&format!(
+                        "{}: origin's ralph/{} is at {at}, which this worker's branch does not have (pushed by someone not holding the item's lease); the lease is renewed without the branch",
+                        self.name, self.name
+                    ));
+                }
+                let next = Next::held(Stage::Working);
+                match self
+                    .leases
+                    .swap(&self.name, Some(&self.mine.oid), &next, None)?
+                {
+                    Swap::Won(oid) => {
+                        self.mine.oid = oid;
+                        Ok(true)
+                    }
+                    _ => Ok(false),
+                }
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ use super::desk::{Desk, Mine};
 use super::keeper::push_of;
 use crate::error::{Error, Result};
 use crate::git::Repo;
-use crate::queue::lease::{Expect, Next, Stage, Update};
+use crate::queue::lease::{BranchPush, Expect, Moved, Next, Stage, Update};
 
 /// A base branch push is tried this many times when origin's base moved meanwhile.
 const TRIES: usize = 3;
@@ -23,6 +23,9 @@ pub(super) enum Published {
     Conflict(Vec<String>),
     /// Another worker took the item's lease over: nothing was published.
     Lost,
+    /// Origin's item branch is at this commit, which the worker's branch lacks (pushed by
+    /// someone not holding the lease): nothing was published.
+    Diverged(String),
 }
 
 /// Without `--pr`: the base branch (the item merged into it, `before` its tip before that
@@ -32,13 +35,18 @@ pub(super) fn merged(desk: &mut Desk, name: &str, before: &str) -> Result<Publis
         .base
         .clone()
         .ok_or_else(|| Error::user("the queue has no base branch to publish"))?;
+    // The item's branch as origin has it when its agent pushed it there itself.
+    let mut caught: Option<BranchPush> = None;
     for _ in 0..TRIES {
         let Some(team) = &mut desk.team else {
             return Ok(Published::Done(tip(&desk.repo, &base)?));
         };
         let mine = team.mine.get(name).cloned().unwrap_or_default();
         let at = tip(&desk.repo, &base)?;
-        let branch = push_of(desk.repo.cli(), name, &mine)?;
+        let branch = match &caught {
+            Some(b) => Some(b.clone()),
+            None => push_of(desk.repo.cli(), name, &mine)?,
+        };
         let next = Next::held(Stage::Merged).with_commit(&at);
         let (lease, oid) = team.leases.lease_update(name, Some(&mine.oid), &next)?;
         let mut updates = vec![lease];
@@ -56,21 +64,30 @@ pub(super) fn merged(desk: &mut Desk, name: &str, before: &str) -> Result<Publis
                 .insert(name.to_string(), Mine { oid, stage, branch });
             return Ok(Published::Done(at));
         }
-        // The ref origin refused for its own sake (the others fail with it: "atomic push
-        // failed"): only the base moving is worth another try.
-        let base_ref = format!("refs/heads/{base}");
-        let cause = pushed
-            .refused
-            .iter()
-            .find(|(_, why)| !why.contains("atomic push failed"))
-            .unwrap_or(&pushed.refused[0]);
+        // A refusal no retry changes (a hook's, a permission's) is an error; a ref that moved
+        // is found on origin: the lease (another worker's now), the branch (caught up with
+        // when it moved to this worker's own work), else the base (merged in).
         if !pushed.lost() {
             reset_base(&desk.repo, &base, before)?;
             return Err(pushed.refusal(team.leases.remote()));
         }
-        if cause.0 != base_ref {
-            reset_base(&desk.repo, &base, before)?;
-            return Ok(Published::Lost);
+        match team
+            .leases
+            .what_moved(name, Some(&mine.oid), branch.as_ref())?
+        {
+            Moved::Lease => {
+                reset_base(&desk.repo, &base, before)?;
+                return Ok(Published::Lost);
+            }
+            Moved::Diverged(at) => {
+                reset_base(&desk.repo, &base, before)?;
+                return Ok(Published::Diverged(at));
+            }
+            Moved::Branch(b) => {
+                caught = Some(b);
+                continue;
+            }
+            Moved::Neither => {}
         }
         team.seen = team.leases.look(&base)?;
         let upstream = format!("refs/remotes/{}/{base}", team.leases.remote());
@@ -111,6 +128,7 @@ pub(super) fn branch(desk: &mut Desk, name: &str) -> Result<Published> {
             Ok(Published::Done(tip.unwrap_or_default()))
         }
         crate::queue::lease::Swap::Lost => Ok(Published::Lost),
+        crate::queue::lease::Swap::Diverged(at) => Ok(Published::Diverged(at)),
     }
 }
 

@@ -1,0 +1,100 @@
+//! The hostile pass on issue 28's leases (SPEC §15): an agent that pushes to origin itself, a
+//! worker cut off from origin while its lease runs out, a worker whose lease another took over.
+//! Each test shows first that the attack reaches what it aims at (a control), then that ralph
+//! keeps its promise. Real `ralph` processes in clones of a bare origin (`workers::Team`).
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::common::*;
+use crate::workers::{Team, issue};
+
+/// Attack: the agent pushes its own work to origin (`git push origin HEAD:ralph/github-1`, as
+/// agents asked to "commit and push" do; it has the clone's remote). Origin's item branch then
+/// moves under the worker, though its lease is untouched. Promise: a branch that moved to a
+/// commit the worker's own branch has is not another worker's takeover — the item's loop goes
+/// on, its pull request opens, nothing is left claimed. (Before: the renewal's refused branch
+/// was taken for a lost lease, the loop stopped and the item left labelled and held.)
+#[test]
+fn an_agent_pushing_its_own_branch_is_not_a_takeover() {
+    let team = Team::new(json!([issue(1, &["first", "second"])]));
+    let a = team.machine();
+    let push = agent_sh(
+        &a,
+        "push",
+        "git add -A && git commit -qm 'agent: my work' && git push -q origin \"HEAD:refs/heads/$(git branch --show-current)\"",
+    );
+    let (code, out, err) = team
+        .start(&a, "w1", &format!("check+{push}+churn"), &["--pr"])
+        .wait(Duration::from_secs(120));
+    let log = team.origin_git(&["log", "--format=%s", "ralph/github-1"]);
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(
+        log.contains("agent: my work"),
+        "control: the agent's push reached origin: {log}\n{err}"
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(!err.contains("took its lease over"), "{err}");
+    assert_eq!(team.runs().len(), 2, "{:#?}", team.runs());
+    assert_eq!(team.pulls().len(), 1, "{:#?}", team.pulls());
+    let i = team.api.issue(1);
+    assert_eq!(i["labels"], json!(["ralph", "ralph:pr-open"]), "{i}");
+    assert!(team.lease("github-1").contains("Stage: pr-open"));
+}
+
+/// The same agent without `--pr`: the item's work is merged and published on origin's main,
+/// its issue closed. Then an agent that pushes to its item's branch a commit the worker's
+/// branch does not have: not a takeover either, but nothing the worker may publish over — the
+/// item is released (exit 9) saying so, never left claimed.
+#[test]
+fn an_agent_pushing_to_its_branch_is_caught_up_with_or_refused() {
+    let team = Team::new(json!([
+        issue(1, &["first", "second"]),
+        issue(2, &["third"])
+    ]));
+    let a = team.machine();
+    let push = agent_sh(
+        &a,
+        "push",
+        "git add -A && git commit -qm 'agent: my work' && git push -q origin \"HEAD:refs/heads/$(git branch --show-current)\"",
+    );
+    let (code, out, err) = team
+        .start(
+            &a,
+            "w1",
+            &format!("check+{push}+churn"),
+            &["--max-tasks", "1"],
+        )
+        .wait(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_eq!(team.api.issue(1)["state"], "closed");
+    let on_main = team.origin_git(&["log", "--format=%s", "main"]);
+    assert!(
+        String::from_utf8_lossy(&on_main.stdout).contains("agent: my work"),
+        "item 1's work is not on origin's main"
+    );
+    // A commit beside the branch (its parent the branch's tip), pushed as the branch.
+    let aside = agent_sh(
+        &a,
+        "aside",
+        "b=\"$(git branch --show-current)\"; c=\"$(git commit-tree -p HEAD -m 'agent: aside' 'HEAD^{tree}')\"; git push -q origin \"$c:refs/heads/$b\"",
+    );
+    let (code, out, err) = team
+        .start(&a, "w1", &format!("{aside}+check"), &[])
+        .wait(Duration::from_secs(120));
+    let log = team.origin_git(&["log", "--format=%s", "ralph/github-2"]);
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(log.contains("agent: aside"), "control: {log}\n{err}");
+    assert_eq!(code, Some(9), "{out}\n{err}");
+    assert!(!err.contains("took its lease over"), "{err}");
+    let i = team.api.issue(2);
+    assert_eq!(i["state"], "open", "{i}");
+    assert_eq!(i["labels"], json!(["ralph"]), "{i}");
+    assert_eq!(i["assignees"], json!([]), "{i}");
+    let said = team.api.comments(2).join("\n");
+    assert!(said.contains("not holding the item's lease"), "{said}");
+    assert!(team.lease("github-2").contains("Stage: released"));
+    let on_main = team.origin_git(&["cat-file", "-e", "main:work/github-2-1.txt"]);
+    assert!(!on_main.status.success(), "published over the branch");
+}
