@@ -354,6 +354,18 @@ impl Leases {
         )))
     }
 
+    /// Item `name`'s lease on origin now (`None`: none there).
+    pub(crate) fn on_origin(&self, name: &str) -> Result<Option<String>> {
+        let lease_ref = format!("{ON_ORIGIN}{name}");
+        let args = ["ls-remote", "--", self.remote.as_str(), &lease_ref];
+        let out = self.with_tries(|| self.git.run(&args, None))?;
+        Ok(String::from_utf8_lossy(&out)
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .find(|(_, r)| *r == lease_ref)
+            .map(|(oid, _)| oid.to_string()))
+    }
+
     /// After a push of item `name`'s lease (expected at `lease`) with its `branch` was refused
     /// as moved: which of them origin has otherwise now.
     pub(crate) fn what_moved(

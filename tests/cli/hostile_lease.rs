@@ -98,3 +98,85 @@ fn an_agent_pushing_to_its_branch_is_caught_up_with_or_refused() {
     let on_main = team.origin_git(&["cat-file", "-e", "main:work/github-2-1.txt"]);
     assert!(!on_main.status.success(), "published over the branch");
 }
+
+/// When item `name`'s lease on origin runs out, as its message says (`None`: not held).
+fn until(team: &Team, name: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let lease = team.lease(name);
+    let at = lease.lines().find_map(|l| l.strip_prefix("Until: "))?;
+    chrono::DateTime::parse_from_rfc3339(at)
+        .ok()
+        .map(|t| t.with_timezone(&chrono::Utc))
+}
+
+/// Attack: origin goes out of a worker's reach while its agent works (a network partition:
+/// here its clone's URL is pointed nowhere), so its lease runs out, and a second worker takes
+/// the item over. Promise: two workers never work one item at once — the cut-off worker stops
+/// its loop before its lease runs out — and it undoes nothing of the new holder's (no release
+/// of the item the other worker claimed). Before: its agent went on working beside the second
+/// worker's.
+#[test]
+fn a_worker_cut_off_from_origin_stops_before_its_lease_runs_out() {
+    let team = Team::new(json!([issue(1, &["one"])]));
+    let (a, b) = (team.machine(), team.machine());
+    let go = a.dir().join("go");
+    // Each agent waits for the scenario's word, then does the work.
+    let wait = format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display());
+    let w1 = team.start(
+        &a,
+        "w1",
+        &format!("{}+check", agent_sh(&a, "wait", &wait)),
+        &["--pr", "--lease", "3s"],
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || !a.agent_pids(1).is_empty()),
+        "w1's agent never started"
+    );
+    let agent = a.agent_pids(1)[0];
+    // The partition: origin's URL leads nowhere from w1's clone.
+    let key = format!("url.{}.insteadOf", team.origin.display());
+    a.git(&["config", "--unset", &key]);
+    a.git(&[
+        "config",
+        &format!("url.{}.insteadOf", a.dir().join("nowhere.git").display()),
+        "https://github.com/o/r.git",
+    ]);
+    // The scenario's own wait: w1's last renewal runs out.
+    assert!(
+        wait_until(Duration::from_secs(20), || until(&team, "github-1")
+            .is_some_and(|u| u < chrono::Utc::now())),
+        "{}",
+        team.lease("github-1")
+    );
+    let w2 = team.start(
+        &b,
+        "w2",
+        &format!("{}+check", agent_sh(&b, "wait", &wait)),
+        &["--pr", "--lease", "3s"],
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || !b.agent_pids(1).is_empty()),
+        "control: w2 never took the item over"
+    );
+    assert!(
+        team.lease("github-1").contains("Worker: w2"),
+        "{}",
+        team.lease("github-1")
+    );
+    let both = pid_alive(agent);
+    std::fs::write(&go, "").unwrap();
+    let (code1, out1, err1) = w1.wait(Duration::from_secs(60));
+    let (code2, out2, err2) = w2.wait(Duration::from_secs(60));
+    assert!(
+        !both,
+        "w1's agent still worked the item when w2's started:\n{out1}\n{err1}"
+    );
+    assert_eq!(code1, Some(9), "{out1}\n{err1}");
+    assert_eq!(code2, Some(0), "{out2}\n{err2}");
+    assert!(!err2.contains("put back"), "{err2}");
+    assert_eq!(team.pulls().len(), 1, "{:#?}", team.pulls());
+    let runs = team.runs();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    let i = team.api.issue(1);
+    assert_eq!(i["labels"], json!(["ralph", "ralph:pr-open"]), "{i}");
+    assert!(team.lease("github-1").contains("Stage: pr-open"));
+}

@@ -285,7 +285,14 @@ impl Desk {
     /// `ralph:in-progress`) and its lease released — the lease even when the tracker failed, so
     /// no item stays held for ever; a lease origin does not take now runs out by itself (said).
     /// The tracker's error, after both were tried.
+    /// An item whose lease another worker took over meanwhile is theirs: left as it is.
     pub(super) fn release(&mut self, item: &Item, name: &str, why: &str) -> Result<()> {
+        if self.taken_over(name) {
+            self.ui.note(&format!(
+                "{name}: its lease is another worker's now: the item is left to them"
+            ));
+            return self.strike(name);
+        }
         let tracker = self.tracker.release(item, why);
         let recorded = self.after_change(&format!("released {}", item.id));
         self.let_go(name, &Next::free(Stage::Released).with_note(why));
@@ -293,6 +300,50 @@ impl Desk {
             self.strike(name)?;
         }
         tracker.and(recorded)
+    }
+
+    /// Give back `item`, whose lease could not be renewed (origin out of reach) and runs out
+    /// at `until`: on the tracker only before then — after, another worker may hold it, and
+    /// it is theirs (the lease, out of reach, is left to run out).
+    pub(super) fn release_lapsed(
+        &mut self,
+        item: &Item,
+        name: &str,
+        why: &str,
+        until: std::time::Instant,
+    ) -> Result<()> {
+        if std::time::Instant::now() >= until {
+            self.ui.note(&format!(
+                "{name}: its lease ran out: the item is left to the next worker"
+            ));
+            return self.strike(name);
+        }
+        let tracker = self.tracker.release(item, why);
+        let recorded = self.after_change(&format!("released {}", item.id));
+        self.let_go(name, &Next::free(Stage::Released).with_note(why));
+        tracker.and(recorded)
+    }
+
+    /// Whether this worker held item `name`'s lease and another worker has it now (as origin
+    /// says, asked now: a look may be older than this worker's last renewal). Origin out of
+    /// reach: not known to be taken over.
+    fn taken_over(&mut self, name: &str) -> bool {
+        let Some(team) = &mut self.team else {
+            return false;
+        };
+        let Some(mine) = team.mine.get_mut(name) else {
+            return false;
+        };
+        if mine.stage.is_none() {
+            return true;
+        }
+        match team.leases.on_origin(name) {
+            Ok(now) if now.as_deref() != Some(mine.oid.as_str()) => {
+                mine.stage = None;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Item `name` no longer claimed by this machine.

@@ -256,6 +256,14 @@ pub(super) fn conclude(
             let why = "its lease was taken over by another worker".to_string();
             return Ok((Taken::new(&item, &name, Outcome::Released(why)), None));
         }
+        if kept.lapsed {
+            // The item's halt, not the queue's: released while its lease may still be this
+            // worker's; after that, the next worker's to take over.
+            let why = "its lease could not be renewed (origin out of reach)".to_string();
+            let comment = format!("ralph: released — {why}; its work is on branch ralph/{name}");
+            q.desk.release_lapsed(&item, &name, &comment, kept.until)?;
+            return Ok((Taken::new(&item, &name, Outcome::Released(why)), None));
+        }
     }
     let finished = q.desk.look().and_then(|()| finish(q, &item, &name, ended));
     let (outcome, stop) = match finished {

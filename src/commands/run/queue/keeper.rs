@@ -5,7 +5,7 @@
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::desk::Mine;
 use crate::error::{Error, Result};
@@ -22,11 +22,16 @@ pub(super) struct Keeper {
     thread: JoinHandle<Kept>,
 }
 
-/// What a keeper leaves: the lease as it last moved it, and whether it was taken over.
+/// What a keeper leaves: the lease as it last moved it, and why it stopped the loop.
 pub(super) struct Kept {
     pub(super) mine: Mine,
     /// Another worker took the lease over: the loop was stopped.
     pub(super) lost: bool,
+    /// The lease could not be renewed while a sixth of it was left (origin out of reach): the
+    /// loop was stopped before another worker may take the item over.
+    pub(super) lapsed: bool,
+    /// When the lease runs out, as of its last renewal (this machine's monotonic clock).
+    pub(super) until: Instant,
 }
 
 impl Keeper {
@@ -44,7 +49,7 @@ impl Keeper {
         let thread = std::thread::Builder::new()
             .name(format!("ralph-lease-{name}"))
             .spawn(move || {
-                let mut k = Keeping {
+                let k = Keeping {
                     leases,
                     git,
                     name,
@@ -52,11 +57,16 @@ impl Keeper {
                     ui,
                     warned: false,
                 };
-                let lost = k.run(&recorded);
-                if lost {
+                let (k, ended, until) = k.run(&recorded);
+                if ended != Ending::Done {
                     cancel.stop();
                 }
-                Kept { mine: k.mine, lost }
+                Kept {
+                    mine: k.mine,
+                    lost: ended == Ending::Lost,
+                    lapsed: ended == Ending::Lapsed,
+                    until,
+                }
             })
             .map_err(|e| Error::io("failed to start the lease's keeper", e))?;
         Ok(Keeper { thread })
@@ -68,6 +78,18 @@ impl Keeper {
     }
 }
 
+/// Why a keeper stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// The loop ended.
+    Done,
+    /// Another worker took the lease over.
+    Lost,
+    /// Not renewed in time.
+    Lapsed,
+}
+
+#[derive(Clone)]
 struct Keeping {
     leases: Leases,
     git: GitCli,
@@ -79,31 +101,66 @@ struct Keeping {
 }
 
 impl Keeping {
-    /// Renew until the loop ends; `true` when the lease was taken over.
-    fn run(&mut self, recorded: &Receiver<u32>) -> bool {
+    /// Renew until the loop ends, or until the lease is lost or lapses. A lease held until
+    /// `until` (as of the last renewal, on this machine's monotonic clock) that is not renewed
+    /// while a sixth of it is left stops the loop: another worker may take the item over once
+    /// it runs out, and two workers never work one item at once. Each renewal runs on a thread
+    /// of its own, so an origin that hangs cannot hold the loop past its lease.
+    fn run(mut self, recorded: &Receiver<u32>) -> (Keeping, Ending, Instant) {
         let every = (self.leases.duration / 3).max(MIN_EVERY);
+        // The lease was taken or renewed just before the keeper started.
+        let mut until = Instant::now() + self.leases.duration;
         loop {
-            match recorded.recv_timeout(every) {
+            let stop_at = until.checked_sub(every / 2).unwrap_or(until);
+            let wait = every.min(stop_at.saturating_duration_since(Instant::now()));
+            match recorded.recv_timeout(wait) {
                 Ok(_) | Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return false,
+                Err(RecvTimeoutError::Disconnected) => return (self, Ending::Done, until),
             }
-            match self.renew() {
-                Ok(true) => {}
-                Ok(false) => {
+            let asked = Instant::now();
+            let (tell, answer) = std::sync::mpsc::channel();
+            let mut renewal = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("ralph-renew-{}", self.name))
+                .spawn(move || {
+                    let renewed = renewal.renew();
+                    let _ = tell.send((renewal, renewed));
+                });
+            let left = stop_at.saturating_duration_since(Instant::now());
+            let answered = match spawned {
+                Ok(_) => answer.recv_timeout(left.max(MIN_EVERY)).ok(),
+                Err(_) => None,
+            };
+            match answered {
+                Some((renewal, Ok(true))) => {
+                    self = renewal;
+                    until = asked + self.leases.duration;
+                }
+                Some((renewal, Ok(false))) => {
                     self.ui.warn(&format!(
                         "{}: another worker took its lease over: its loop stops, the item is theirs",
                         self.name
                     ));
-                    return true;
+                    return (renewal, Ending::Lost, until);
                 }
-                Err(e) if !self.warned => {
-                    self.warned = true;
-                    self.ui.warn(&format!(
-                        "{}: the lease could not be renewed ({e}); trying again",
-                        self.name
-                    ));
+                Some((renewal, Err(e))) => {
+                    self = renewal;
+                    if !self.warned {
+                        self.warned = true;
+                        self.ui.warn(&format!(
+                            "{}: the lease could not be renewed ({e}); trying again",
+                            self.name
+                        ));
+                    }
                 }
-                Err(_) => {}
+                None => {}
+            }
+            if Instant::now() >= until.checked_sub(every / 2).unwrap_or(until) {
+                self.ui.warn(&format!(
+                    "{}: the lease could not be renewed while a sixth of it was left: its loop stops, before another worker may take the item over",
+                    self.name
+                ));
+                return (self, Ending::Lapsed, until);
             }
         }
     }
