@@ -441,7 +441,7 @@ impl Leases {
         from: Option<&str>,
         next: &Next,
     ) -> Result<(Update, String)> {
-        let oid = self.write(name, next)?;
+        let oid = self.write(name, from, next)?;
         let update = Update {
             src: oid.clone(),
             dst: format!("{ON_ORIGIN}{name}"),
@@ -477,8 +477,9 @@ impl Leases {
         })
     }
 
-    /// The lease commit for `next`, written in the worker's repository.
-    fn write(&self, name: &str, next: &Next) -> Result<String> {
+    /// The lease commit for `next`, written in the worker's repository; its parent the lease
+    /// it replaces (`from`), so the ref's log on origin is the item's history.
+    fn write(&self, name: &str, from: Option<&str>, next: &Next) -> Result<String> {
         let empty = self.git.run(&["mktree"], Some(b""))?;
         let empty = String::from_utf8_lossy(&empty).trim().to_string();
         let until = next.hold.then(|| {
@@ -486,19 +487,25 @@ impl Leases {
             Utc::now() + d
         });
         let message = render(name, &self.worker, next, until, &nonce());
-        let out = self.git.run(
-            &[
-                "-c",
-                "user.name=ralph",
-                "-c",
-                "user.email=ralph@localhost",
-                "commit-tree",
-                &empty,
-                "-m",
-                &message,
-            ],
-            None,
-        )?;
+        let mut args = vec![
+            "-c",
+            "user.name=ralph",
+            "-c",
+            "user.email=ralph@localhost",
+            "commit-tree",
+            &empty,
+            "-m",
+            &message,
+        ];
+        // A parent this repository lacks (never fetched) is left out: the lease still counts.
+        let parent = from.filter(|p| {
+            let object = format!("{p}^{{commit}}");
+            self.git.run(&["cat-file", "-e", &object], None).is_ok()
+        });
+        if let Some(p) = parent {
+            args.extend(["-p", p]);
+        }
+        let out = self.git.run(&args, None)?;
         Ok(String::from_utf8_lossy(&out).trim().to_string())
     }
 

@@ -180,3 +180,34 @@ fn a_worker_cut_off_from_origin_stops_before_its_lease_runs_out() {
     assert_eq!(i["labels"], json!(["ralph", "ralph:pr-open"]), "{i}");
     assert!(team.lease("github-1").contains("Stage: pr-open"));
 }
+
+/// README: "`git log refs/ralph/leases/github-N` on origin is the item's history across
+/// workers". Promise: each lease commit has the one it replaced as its parent, so the log shows
+/// who took the item, each renewal, and how it ended — across a takeover too. (Before, each
+/// lease was a commit of its own: the log showed only the last.)
+#[test]
+fn an_items_lease_log_is_its_history_across_workers() {
+    let team = Team::new(json!([issue(1, &["one"])]));
+    let (a, b) = (team.machine(), team.machine());
+    // w1 halts (one idle iteration): the item released; w2 takes it and opens its pull request.
+    let (code, out, err) = team
+        .start(&a, "w1", "idle", &["--pr", "--max-iterations", "1"])
+        .wait(Duration::from_secs(60));
+    assert_eq!(code, Some(9), "{out}\n{err}");
+    let (code, out, err) = team
+        .start(&b, "w2", "check", &["--pr"])
+        .wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(team.lease("github-1").contains("Stage: pr-open"), "control");
+    let log = team.origin_git(&[
+        "log",
+        "--format=%(trailers:key=Worker,valueonly,separator=)/%(trailers:key=Stage,valueonly,separator=)",
+        "refs/ralph/leases/github-1",
+    ]);
+    let log = String::from_utf8_lossy(&log.stdout);
+    let steps: Vec<&str> = log.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(steps.first(), Some(&"w2/pr-open"), "{log}");
+    assert_eq!(steps.last(), Some(&"w1/working"), "{log}");
+    assert!(steps.contains(&"w1/released"), "{log}");
+    assert!(steps.contains(&"w2/working"), "{log}");
+}
