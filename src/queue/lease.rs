@@ -254,6 +254,14 @@ pub(crate) struct Seen {
     pub(crate) base: Option<String>,
 }
 
+/// What origin lists, before the leases are read: commits by loop name.
+#[derive(Debug, Default)]
+struct Listed {
+    leases: BTreeMap<String, String>,
+    branches: BTreeMap<String, String>,
+    base: Option<String>,
+}
+
 impl Leases {
     pub(crate) fn new(git: GitCli, remote: &str, worker: &str, duration: Duration) -> Leases {
         Leases {
@@ -268,8 +276,69 @@ impl Leases {
         &self.remote
     }
 
-    /// One fetch of origin's leases, its `ralph/*` branches and its base branch; what they are.
+    /// Origin's leases, its `ralph/*` branches and its base branch: what they are, as origin
+    /// lists them (`ls-remote`), their commits fetched. Never read back from the refs the fetch
+    /// writes: those are in the shared git directory, where an agent (another item's, while
+    /// this one is taken) can rewrite them; a commit is what its id says.
     pub(crate) fn look(&self, base: &str) -> Result<Seen> {
+        for _ in 0..TRIES {
+            let seen = self.listed(base)?;
+            self.fetch(base)?;
+            let oids: Vec<&String> = seen
+                .leases
+                .values()
+                .chain(seen.branches.values())
+                .chain(seen.base.iter())
+                .collect();
+            let stdin: String = oids.iter().map(|o| format!("{o}\n")).collect();
+            let have = self
+                .git
+                .run(&["cat-file", "--batch-check"], Some(stdin.as_bytes()))?;
+            // Origin moved between the listing and the fetch: listed again.
+            if String::from_utf8_lossy(&have).contains(" missing") {
+                continue;
+            }
+            return self.read_leases(seen);
+        }
+        Err(Error::user(format!(
+            "`{}` moved its leases on each of {TRIES} looks",
+            self.remote
+        )))
+    }
+
+    /// What origin lists: each lease's and branch's commit, and the base's; the leases not
+    /// read yet (their `oid` only).
+    fn listed(&self, base: &str) -> Result<Listed> {
+        let base_ref = format!("refs/heads/{base}");
+        let leases = format!("{ON_ORIGIN}*");
+        let args = [
+            "ls-remote",
+            "--",
+            self.remote.as_str(),
+            &leases,
+            "refs/heads/ralph/*",
+            &base_ref,
+        ];
+        let out = self.with_tries(|| self.git.run(&args, None))?;
+        let mut seen = Listed::default();
+        for line in String::from_utf8_lossy(&out).lines() {
+            let Some((oid, name)) = line.split_once('\t') else {
+                continue;
+            };
+            if let Some(item) = name.strip_prefix(ON_ORIGIN) {
+                seen.leases.insert(item.to_string(), oid.to_string());
+            } else if let Some(item) = name.strip_prefix("refs/heads/ralph/") {
+                seen.branches.insert(item.to_string(), oid.to_string());
+            } else if name == base_ref {
+                seen.base = Some(oid.to_string());
+            }
+        }
+        Ok(seen)
+    }
+
+    /// One fetch of origin's leases, its `ralph/*` branches and its base branch (into
+    /// `refs/ralph/origin/leases/*` and `refs/remotes/origin/…`, for people and for merges).
+    fn fetch(&self, base: &str) -> Result<()> {
         let remote = &self.remote;
         let specs = [
             format!("+{ON_ORIGIN}*:{SEEN}*"),
@@ -286,33 +355,40 @@ impl Leases {
             remote.as_str(),
         ];
         args.extend(specs.iter().map(String::as_str));
-        self.with_tries(|| self.git.run(&args, None).map(drop))?;
-        // Each ref with its commit's message, in one command: `OID REF\0MESSAGE\0`.
-        let refs = self.git.run(
+        self.with_tries(|| self.git.run(&args, None).map(drop))
+    }
+
+    /// The leases `listed`, each read from its commit (by id): a commit that is no lease is
+    /// left out.
+    fn read_leases(&self, listed: Listed) -> Result<Seen> {
+        let mut seen = Seen {
+            leases: BTreeMap::new(),
+            branches: listed.branches,
+            base: listed.base,
+        };
+        if listed.leases.is_empty() {
+            return Ok(seen);
+        }
+        let stdin: String = listed.leases.values().map(|o| format!("{o}\n")).collect();
+        // Each commit with its message, in one command: `OID\0MESSAGE\0`.
+        let out = self.git.run(
             &[
-                "for-each-ref",
-                "--format=%(objectname) %(refname)%00%(contents)%00",
-                SEEN,
-                &format!("refs/remotes/{remote}/ralph/"),
-                &format!("refs/remotes/{remote}/{base}"),
+                "log",
+                "--no-walk=unsorted",
+                "--stdin",
+                "--format=%H%x00%B%x00",
             ],
-            None,
+            Some(stdin.as_bytes()),
         )?;
-        let text = String::from_utf8_lossy(&refs);
+        let text = String::from_utf8_lossy(&out);
         let mut fields = text.split('\0');
-        let mut seen = Seen::default();
-        while let (Some(head), Some(message)) = (fields.next(), fields.next()) {
-            let Some((oid, name)) = head.trim_start_matches('\n').split_once(' ') else {
-                continue;
-            };
-            if let Some(item) = name.strip_prefix(SEEN) {
-                if let Some(lease) = parse(oid, message) {
-                    seen.leases.insert(item.to_string(), lease);
-                }
-            } else if let Some(item) = name.strip_prefix(&format!("refs/remotes/{remote}/ralph/")) {
-                seen.branches.insert(item.to_string(), oid.to_string());
-            } else {
-                seen.base = Some(oid.to_string());
+        let mut messages = BTreeMap::new();
+        while let (Some(oid), Some(message)) = (fields.next(), fields.next()) {
+            messages.insert(oid.trim().to_string(), message.to_string());
+        }
+        for (item, oid) in listed.leases {
+            if let Some(lease) = messages.get(&oid).and_then(|m| parse(&oid, m)) {
+                seen.leases.insert(item, lease);
             }
         }
         Ok(seen)

@@ -211,3 +211,74 @@ fn an_items_lease_log_is_its_history_across_workers() {
     assert!(steps.contains(&"w1/released"), "{log}");
     assert!(steps.contains(&"w2/working"), "{log}");
 }
+
+/// Attack: with `--parallel 2`, one item's agent keeps writing the ref a look at origin fetches
+/// another item's branch into (`refs/remotes/origin/ralph/github-1`), pointing it to a commit
+/// of its own — the item's criterion checked and a file planted — while that item is taken
+/// over from the branch a worker before left on origin. Promise: the item starts from the
+/// commit origin has, never from what the ref says when its worktree is made: its own agent
+/// works it, and nothing planted reaches origin's main.
+#[test]
+fn another_agent_cannot_plant_the_branch_an_item_is_taken_over_from() {
+    let team = Team::new(json!([
+        issue(1, &["victim"]),
+        issue(2, &["planter"]),
+        issue(3, &["quick"])
+    ]));
+    let (a, b, evil) = (team.machine(), team.machine(), team.machine());
+    // A worker before left item 1 on origin (one idle iteration: released).
+    let (code, out, err) = team
+        .start(
+            &b,
+            "w0",
+            "idle",
+            &["--max-tasks", "1", "--max-iterations", "1"],
+        )
+        .wait(Duration::from_secs(60));
+    assert_eq!(code, Some(9), "{out}\n{err}");
+    // The planted commit: on top of that branch, the criterion checked, a file added.
+    evil.git(&["fetch", "-q", "origin", "ralph/github-1"]);
+    evil.git(&["checkout", "-q", "-b", "evil", "FETCH_HEAD"]);
+    let task = evil.read(".ralph/tasks/github-1.md");
+    assert!(task.contains("- [ ] victim"), "{task}");
+    evil.write(
+        ".ralph/tasks/github-1.md",
+        &task.replace("- [ ] victim", "- [x] victim"),
+    );
+    evil.write("PLANTED.md", "planted\n");
+    evil.commit_all("planted");
+    evil.git(&[
+        "push",
+        "-q",
+        &a.repo.display().to_string(),
+        "evil:refs/evil/x",
+    ]);
+    // Item 1 waits for item 3, so it is taken while item 2's agent runs.
+    team.api.set_issue(1, json!({ "blocked_by": [3] }));
+    let plant = agent_sh(
+        &a,
+        "plant",
+        "case \"$RALPH_TASK_FILE\" in *github-2.md) \
+           while ! git rev-parse -q --verify refs/heads/ralph/github-1 >/dev/null; do \
+             git update-ref refs/remotes/origin/ralph/github-1 refs/evil/x 2>/dev/null || true; \
+           done;; \
+         esac",
+    );
+    let (code, out, err) = team
+        .start(
+            &a,
+            "w1",
+            &format!("{plant}+check-unless:no such text"),
+            &["--parallel", "2"],
+        )
+        .wait(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let runs = team.runs();
+    assert!(
+        runs.iter().any(|(w, t)| w == "w1" && t == "github-1.md"),
+        "item 1 was closed without its agent: {runs:#?}"
+    );
+    let planted = team.origin_git(&["cat-file", "-e", "main:PLANTED.md"]);
+    assert!(!planted.status.success(), "the planted file reached main");
+    assert_eq!(team.api.issue(1)["state"], "closed");
+}

@@ -122,11 +122,11 @@ fn start(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<Option<Running>> 
     let base = desk.base.clone().ok_or_else(|| {
         Error::user("the queue runs on a detached HEAD: there is no branch to merge items into")
     })?;
-    let start_at = match &desk.team {
-        Some(team) if team.seen.branches.contains_key(name) => {
-            format!("refs/remotes/{}/ralph/{name}", team.leases.remote())
-        }
-        _ => format!("refs/heads/{base}"),
+    // The commit the look at origin found, never the ref it was fetched into: another item's
+    // agent can write `refs/remotes/origin/ralph/*` while this one is taken.
+    let start_at = match team_branch(desk, name) {
+        Some(oid) => oid,
+        None => format!("refs/heads/{base}"),
     };
     let wt = crate::worktree::for_item(&desk.repo, name, &start_at, &base, desk.ui)?;
     write_task_file(&wt.path, desk.source(), item, name)?;
@@ -169,6 +169,11 @@ fn start(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<Option<Running>> 
         keeper,
         thread,
     }))
+}
+
+/// Item `name`'s branch on origin as the last look found it: its commit.
+fn team_branch(desk: &super::desk::Desk, name: &str) -> Option<String> {
+    desk.team.as_ref()?.seen.branches.get(name).cloned()
 }
 
 /// Item `name`'s loop in its worktree at `root`, unattended, on a thread of its own that says
