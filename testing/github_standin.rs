@@ -325,8 +325,10 @@ fn respond(stream: &mut TcpStream, a: &Answer) -> std::io::Result<()> {
     if a.body.is_some() {
         head.push_str("Content-Type: application/json; charset=utf-8\r\n");
     }
+    // As GitHub's: the server's clock, which workers on skewed machines go by.
     head.push_str(&format!(
-        "Content-Length: {}\r\nConnection: close\r\n",
+        "Date: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT"),
         text.len()
     ));
     for (k, v) in &a.headers {

@@ -49,6 +49,8 @@ pub(crate) struct GitHub {
     max_wait: Duration,
     /// Rate limits waited out so far.
     waited: std::cell::Cell<Duration>,
+    /// The API's clock, as its answers' `Date` says: the team's (leases).
+    clock: crate::queue::lease::Clock,
 }
 
 /// An issue as the API gives it (other fields ignored).
@@ -131,6 +133,7 @@ impl GitHub {
             retry,
             max_wait,
             waited: Default::default(),
+            clock: Default::default(),
         }
     }
 
@@ -286,6 +289,10 @@ impl Tracker for GitHub {
 
     fn shared(&self) -> bool {
         true
+    }
+
+    fn clock(&self) -> Option<crate::queue::lease::Clock> {
+        Some(self.clock.clone())
     }
 
     fn hurry(&mut self) {

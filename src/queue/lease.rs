@@ -28,6 +28,39 @@ const TITLE: &str = "ralph lease";
 /// A push that could not reach origin is tried this many times.
 const TRIES: u32 = 3;
 
+/// The team's clock: this machine's, set by the tracker's (the `Date` of its answers) when
+/// they differ by a second or more. Every worker writes and reads a lease's `Until` by it, so
+/// a clock skewed between machines neither lets a worker take a lease still held nor makes a
+/// lease look held long after it ran out (SPEC §15). Shared by the clones of [`Leases`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Clock {
+    /// The tracker's time less this machine's, in milliseconds.
+    ahead_ms: std::sync::Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl Clock {
+    /// Now, as the tracker's clock says.
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        let ms = self.ahead_ms.load(std::sync::atomic::Ordering::Relaxed);
+        Utc::now() + chrono::Duration::milliseconds(ms)
+    }
+
+    /// An answer whose `Date` header said `date` came between `sent` and `got` (this
+    /// machine's clock). `Date` has whole seconds: its middle is taken.
+    pub(crate) fn heard(&self, date: &str, sent: DateTime<Utc>, got: DateTime<Utc>) {
+        let Ok(date) = DateTime::parse_from_rfc2822(date.trim()) else {
+            return;
+        };
+        let theirs = date.with_timezone(&Utc) + chrono::Duration::milliseconds(500);
+        let ours = sent + (got - sent) / 2;
+        let ahead = (theirs - ours).num_milliseconds();
+        // Within a second, the clocks agree as far as `Date` can tell.
+        let ahead = if ahead.abs() < 1000 { 0 } else { ahead };
+        self.ahead_ms
+            .store(ahead, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// How far one worker got with an item, as its lease says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stage {
@@ -241,6 +274,7 @@ pub(crate) struct Leases {
     remote: String,
     pub(crate) worker: String,
     pub(crate) duration: Duration,
+    clock: Clock,
 }
 
 /// What one look at origin found.
@@ -269,7 +303,19 @@ impl Leases {
             remote: remote.to_string(),
             worker: worker.to_string(),
             duration,
+            clock: Clock::default(),
         }
+    }
+
+    /// Leases read and written by `clock` (the tracker's).
+    pub(crate) fn with_clock(mut self, clock: Clock) -> Leases {
+        self.clock = clock;
+        self
+    }
+
+    /// Now, by the team's clock: what a lease's `Until` is compared with.
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
     }
 
     pub(crate) fn remote(&self) -> &str {
@@ -560,7 +606,7 @@ impl Leases {
         let empty = String::from_utf8_lossy(&empty).trim().to_string();
         let until = next.hold.then(|| {
             let d = chrono::Duration::from_std(self.duration).unwrap_or(chrono::Duration::MAX);
-            Utc::now() + d
+            self.clock.now() + d
         });
         let message = render(name, &self.worker, next, until, &nonce());
         let mut args = vec![

@@ -89,6 +89,10 @@ pub(crate) trait Tracker {
     fn shared(&self) -> bool {
         false
     }
+    /// The clock a shared tracker keeps (its own, as its answers say): the team's.
+    fn clock(&self) -> Option<lease::Clock> {
+        None
+    }
     /// `--pr`: the open pull request from `head`, if there is one (a pull request opened whose
     /// answer was lost is found, never opened twice).
     fn find_pr(&mut self, _head: &str) -> Result<Option<String>> {

@@ -282,3 +282,81 @@ fn another_agent_cannot_plant_the_branch_an_item_is_taken_over_from() {
     assert!(!planted.status.success(), "the planted file reached main");
     assert_eq!(team.api.issue(1)["state"], "closed");
 }
+
+/// libfaketime's preload library (Debian's `libfaketime`); `None` when it is missing (said on a
+/// developer's machine, a failure in CI).
+fn faketime() -> Option<String> {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.exists());
+    if found.is_none() {
+        skip_or_fail("libfaketime is not installed (Debian's `libfaketime`)");
+    }
+    found.map(|p| p.display().to_string())
+}
+
+/// Attack: the workers' clocks disagree (machines without time sync): w1's an hour behind,
+/// w2's an hour ahead. Promise: a lease held is held for every worker — w2 does not take the
+/// item w1 works on, though by its own clock w1's lease ran out long ago. (Before, each worker
+/// wrote and read `Until` by its own clock, and w2 took the item over at once.)
+#[test]
+fn workers_whose_clocks_disagree_by_hours_never_share_an_item() {
+    let Some(lib) = faketime() else {
+        return;
+    };
+    let skewed = |offset: &'static str| {
+        [
+            ("LD_PRELOAD", lib.clone()),
+            ("FAKETIME", offset.to_string()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
+        ]
+    };
+    let team = Team::new(json!([issue(1, &["one"])]));
+    let (a, b) = (team.machine(), team.machine());
+    let go = a.dir().join("go");
+    let wait = format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display());
+    let behind = skewed("-1h");
+    let vars: Vec<(&str, &str)> = behind.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let w1 = team.start_with(
+        &a,
+        "w1",
+        &format!("{}+check", agent_sh(&a, "wait", &wait)),
+        &["--pr"],
+        &vars,
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || !a.agent_pids(1).is_empty()),
+        "w1's agent never started"
+    );
+    // Control: w1's clock is an hour behind, as the date of its lease's commit says.
+    let date = team.origin_git(&["log", "-1", "--format=%ct", "refs/ralph/leases/github-1"]);
+    let date: i64 = String::from_utf8_lossy(&date.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let now = chrono::Utc::now().timestamp();
+    assert!(
+        date < now - 1800,
+        "w1's clock is not behind: {date} vs {now}"
+    );
+    let ahead = skewed("+1h");
+    let vars: Vec<(&str, &str)> = ahead.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (code, out, err) = team
+        .start_with(&b, "w2", "check", &["--pr"], &vars)
+        .wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        out.contains("nothing is ready"),
+        "w2 took the item w1 holds:\n{out}\n{err}\n{}",
+        team.lease("github-1")
+    );
+    std::fs::write(&go, "").unwrap();
+    let (code, out, err) = w1.wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_eq!(team.pulls().len(), 1, "{:#?}", team.pulls());
+    let runs = team.runs();
+    assert!(runs.iter().all(|(w, _)| w == "w1"), "{runs:#?}");
+}

@@ -77,7 +77,20 @@ impl Team {
         script: &str,
         extra: &[&str],
     ) -> Background {
+        self.start_with(env, who, script, extra, &[])
+    }
+
+    /// [`Team::start`] with `vars` added to the worker's environment.
+    pub(crate) fn start_with(
+        &self,
+        env: &TestEnv,
+        who: &str,
+        script: &str,
+        extra: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Background {
         let mut cmd = env.ralph_cmd();
+        cmd.envs(vars.iter().copied());
         cmd.args(["run", "--from", "github:o/r", "--yes", "--grace", "1s"])
             .args(["--agent-cmd", &self.agent(env)])
             .args(["--worker-id", who])

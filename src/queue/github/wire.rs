@@ -128,7 +128,11 @@ impl GitHub {
             .header("User-Agent", "ralph")
             .header("Content-Type", "application/json")
             .body(body.map(|b| b.to_string()).unwrap_or_default())?;
+        let sent = chrono::Utc::now();
         let mut resp = self.agent.run(req)?;
+        if let Some(date) = resp.headers().get("date").and_then(|v| v.to_str().ok()) {
+            self.clock.heard(date, sent, chrono::Utc::now());
+        }
         let header = |k: &str| {
             resp.headers()
                 .get(k)

@@ -154,6 +154,7 @@ impl Desk {
             self.team.as_ref().map(|t| &t.seen.leases),
             self.team.as_ref().map(|t| t.leases.worker.as_str()),
         );
+        let at = self.team.as_ref().map_or_else(Utc::now, |t| t.leases.now());
         let by_team = |id: &str| {
             let (Some(after), Some(before), Some(me)) = (team, &before, me) else {
                 return false;
@@ -161,7 +162,7 @@ impl Desk {
             let name = queue::loop_name(source, id);
             let (was, is) = (before.leases.get(&name), after.get(&name));
             was.map(|l| &l.oid) != is.map(|l| &l.oid)
-                || is.is_some_and(|l| l.held(Utc::now()) && l.worker != me)
+                || is.is_some_and(|l| l.held(at) && l.worker != me)
         };
         self.ledger
             .hold(self.ui, &mut *self.tracker, now, &by_team)?;
@@ -181,7 +182,7 @@ impl Desk {
         team.seen
             .leases
             .get(name)
-            .is_some_and(|l| l.held(Utc::now()) && l.worker != team.leases.worker)
+            .is_some_and(|l| l.held(team.leases.now()) && l.worker != team.leases.worker)
     }
 
     /// Take item `name`'s lease at `stage` (a compare-and-swap from the lease the last look

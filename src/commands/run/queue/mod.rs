@@ -217,7 +217,8 @@ fn team(
     }
     let worker = limits.worker.clone().unwrap_or_else(default_worker);
     let duration = limits.lease.unwrap_or(DEFAULT_LEASE);
-    let leases = Leases::new(repo.cli().clone(), "origin", &worker, duration);
+    let leases = Leases::new(repo.cli().clone(), "origin", &worker, duration)
+        .with_clock(tracker.clock().unwrap_or_default());
     let seen = leases.look(base).map_err(|e| {
         Error::user(format!(
             "--from {source}: origin's `{base}` cannot be fetched: {e}"
