@@ -291,6 +291,10 @@ impl Tracker for GitHub {
         true
     }
 
+    fn name(&self) -> String {
+        format!("github:{}", self.repo)
+    }
+
     fn clock(&self) -> Option<crate::queue::lease::Clock> {
         Some(self.clock.clone())
     }

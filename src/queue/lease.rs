@@ -113,6 +113,8 @@ pub(crate) struct Lease {
     pub(crate) commit: Option<String>,
     /// Why it was released; a pull request's URL.
     pub(crate) note: Option<String>,
+    /// The tracker whose item it is (`github:O/R`; `None` from a ralph that did not say).
+    pub(crate) tracker: Option<String>,
 }
 
 impl Lease {
@@ -275,6 +277,8 @@ pub(crate) struct Leases {
     pub(crate) worker: String,
     pub(crate) duration: Duration,
     clock: Clock,
+    /// The tracker whose items these leases are (`github:O/R`): written in each.
+    pub(crate) tracker: String,
 }
 
 /// What one look at origin found.
@@ -304,7 +308,15 @@ impl Leases {
             worker: worker.to_string(),
             duration,
             clock: Clock::default(),
+            tracker: String::new(),
         }
+    }
+
+    /// Leases of `tracker`'s items (`github:O/R`): one origin may serve two trackers whose
+    /// items have the same number, and so the same lease and branch names.
+    pub(crate) fn for_tracker(mut self, tracker: &str) -> Leases {
+        self.tracker = one_line(tracker);
+        self
     }
 
     /// Leases read and written by `clock` (the tracker's).
@@ -608,7 +620,7 @@ impl Leases {
             let d = chrono::Duration::from_std(self.duration).unwrap_or(chrono::Duration::MAX);
             self.clock.now() + d
         });
-        let message = render(name, &self.worker, next, until, &nonce());
+        let message = render(name, (&self.worker, &self.tracker), next, until, &nonce());
         let mut args = vec![
             "-c",
             "user.name=ralph",
@@ -681,7 +693,7 @@ fn pushed(porcelain: &str) -> Option<Pushed> {
 /// A lease as its commit's message says it.
 fn render(
     name: &str,
-    worker: &str,
+    (worker, tracker): (&str, &str),
     next: &Next,
     until: Option<DateTime<Utc>>,
     nonce: &str,
@@ -692,6 +704,9 @@ fn render(
         next.stage.as_str(),
         one_line(worker)
     );
+    if !tracker.is_empty() {
+        m.push_str(&format!("Tracker: {}\n", one_line(tracker)));
+    }
     if let Some(u) = until {
         m.push_str(&format!(
             "Until: {}\n",
@@ -730,6 +745,7 @@ fn parse(oid: &str, message: &str) -> Option<Lease> {
             .map(|u| u.with_timezone(&Utc)),
         commit: fields.get("Commit").map(|c| c.to_string()),
         note: fields.get("Note").map(|n| n.to_string()),
+        tracker: fields.get("Tracker").map(|t| t.to_string()),
     })
 }
 
@@ -756,18 +772,25 @@ mod tests {
         let next = Next::held(Stage::Merged)
             .with_commit("abc123")
             .with_note("line one\nline two");
-        let m = render("github-3", "host-1", &next, Some(until), "00ff");
+        let m = render(
+            "github-3",
+            ("host-1", "github:o/r"),
+            &next,
+            Some(until),
+            "00ff",
+        );
         let l = parse("oid", &m).unwrap();
         assert_eq!(l.stage, Stage::Merged);
         assert_eq!(l.worker, "host-1");
         assert_eq!(l.until, Some(until));
         assert_eq!(l.commit.as_deref(), Some("abc123"));
         assert_eq!(l.note.as_deref(), Some("line one line two"));
+        assert_eq!(l.tracker.as_deref(), Some("github:o/r"));
         assert!(l.held(until - chrono::Duration::seconds(1)));
         assert!(!l.held(until));
         let free = parse(
             "oid",
-            &render("x", "w", &Next::free(Stage::Released), None, "1"),
+            &render("x", ("w", ""), &Next::free(Stage::Released), None, "1"),
         )
         .unwrap();
         assert!(!free.held(Utc::now()));

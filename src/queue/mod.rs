@@ -89,6 +89,11 @@ pub(crate) trait Tracker {
     fn shared(&self) -> bool {
         false
     }
+    /// The tracker, as its items' leases name it: `github:O/R` (items of two trackers may have
+    /// the same id).
+    fn name(&self) -> String {
+        self.source().to_string()
+    }
     /// The clock a shared tracker keeps (its own, as its answers say): the team's.
     fn clock(&self) -> Option<lease::Clock> {
         None

@@ -360,3 +360,55 @@ fn workers_whose_clocks_disagree_by_hours_never_share_an_item() {
     let runs = team.runs();
     assert!(runs.iter().all(|(w, _)| w == "w1"), "{runs:#?}");
 }
+
+/// Attack: two trackers' queues publish to one origin (`--from github:o/tracker` in a clone of
+/// o/r, beside `--from github:o/r`), and both have an issue #1: the same lease
+/// (`refs/ralph/leases/github-1`) and branch names. The first queue's close of its #1 fails
+/// after its work was published (its lease says `merged`). Promise: the other queue's #1 is
+/// not closed "complete" at the first one's commit, nor worked on its branch — a lease of
+/// another tracker's item is not this queue's to finish or take. (Before, the second queue
+/// closed its #1 at once, without running its agent.)
+#[test]
+fn a_lease_of_another_trackers_item_is_not_this_queues() {
+    let team = Team::new(json!([issue(1, &["ours"])]));
+    let elsewhere = TestEnv::new();
+    let tracker = crate::queue_github::Api::start(&elsewhere, json!([issue(1, &["theirs"])]), 100);
+    tracker.add_fault(json!({ "route": "PATCH /repos/o/tracker/issues/1", "status": 502 }));
+    let (a, b) = (team.machine(), team.machine());
+    let mut cmd = a.ralph_cmd();
+    cmd.args([
+        "run",
+        "--from",
+        "github:o/tracker",
+        "--yes",
+        "--worker-id",
+        "w0",
+    ])
+    .args(["--agent-cmd", &format!("'{}'", fake_agent().display())])
+    .env("FAKE_AGENT_SCRIPT", "check")
+    .env("GITHUB_API_URL", tracker.url())
+    .env("GITHUB_TOKEN", crate::queue_github::TOKEN)
+    .env("RALPH_TRACKER_RETRY", "0s");
+    let out = run_with_limit(cmd, Duration::from_secs(60));
+    assert_exit(&out, 1);
+    assert!(
+        team.lease("github-1").contains("Stage: merged"),
+        "control: o/tracker's #1 published, its close left: {}",
+        team.lease("github-1")
+    );
+    let (code, out, err) = team
+        .start(&b, "w1", "check", &[])
+        .wait(Duration::from_secs(60));
+    let said = team.api.comments(1).join("\n");
+    assert!(
+        !said.contains("complete at") || team.runs().iter().any(|(w, _)| w == "w1"),
+        "o/r's #1 closed at o/tracker's commit, never worked: {said}\n{out}\n{err}"
+    );
+    assert!(
+        !team.runs().iter().any(|(w, _)| w == "w1"),
+        "o/r's #1 worked on o/tracker's branch: {out}\n{err}"
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(err.contains("o/tracker"), "{err}");
+    assert_eq!(team.api.issue(1)["state"], "open");
+}

@@ -174,6 +174,14 @@ impl Desk {
         self.team.as_ref()?.seen.leases.get(name)
     }
 
+    /// The tracker item `name`'s lease on origin names, when it is another than this queue's
+    /// (a queue of another tracker publishes to the same origin): not this queue's item.
+    pub(super) fn foreign(&self, name: &str) -> Option<String> {
+        let team = self.team.as_ref()?;
+        let theirs = team.seen.leases.get(name)?.tracker.as_ref()?;
+        (*theirs != team.leases.tracker).then(|| theirs.clone())
+    }
+
     /// Whether another worker holds item `name` now.
     pub(super) fn held_by_another(&self, name: &str) -> bool {
         let Some(team) = &self.team else {

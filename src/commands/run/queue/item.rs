@@ -42,6 +42,13 @@ pub(super) fn take_next(q: &mut Queue<'_>) -> Result<Took> {
             continue;
         }
         q.seen.insert(item.id.clone());
+        if let Some(theirs) = q.desk.foreign(&name) {
+            q.ctx.ui.warn(&format!(
+                "{source} {}: origin's lease {name} is {theirs}'s item (one origin serves two trackers whose items share a number); not taken",
+                item.id
+            ));
+            continue;
+        }
         // An item whose text would change its task file's criteria is never claimed: skipped,
         // said, the queue goes on (one hostile issue does not stop the others).
         let text = queue::task_file(source, &item);

@@ -218,7 +218,8 @@ fn team(
     let worker = limits.worker.clone().unwrap_or_else(default_worker);
     let duration = limits.lease.unwrap_or(DEFAULT_LEASE);
     let leases = Leases::new(repo.cli().clone(), "origin", &worker, duration)
-        .with_clock(tracker.clock().unwrap_or_default());
+        .with_clock(tracker.clock().unwrap_or_default())
+        .for_tracker(&tracker.name());
     let seen = leases.look(base).map_err(|e| {
         Error::user(format!(
             "--from {source}: origin's `{base}` cannot be fetched: {e}"
