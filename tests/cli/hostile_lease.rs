@@ -412,3 +412,44 @@ fn a_lease_of_another_trackers_item_is_not_this_queues() {
     assert!(err.contains("o/tracker"), "{err}");
     assert_eq!(team.api.issue(1)["state"], "open");
 }
+
+/// Two workers of `--parallel 3` each, without `--pr`, on six issues: six loops at once, each
+/// worker's merges and publishes one at a time while the other's move origin's main. Every
+/// issue worked once and closed at a commit origin's main has; no worker puts back the other's
+/// change. (Held: a guard for the leases' compare-and-swap under parallel loops.)
+#[test]
+fn two_workers_of_parallel_three_work_each_issue_once() {
+    let team = Team::new(json!(
+        (1..=6)
+            .map(|n| issue(n, &[&format!("item {n}")]))
+            .collect::<Vec<_>>()
+    ));
+    let (a, b) = (team.machine(), team.machine());
+    let check = "check-unless:no such text";
+    let workers = [
+        team.start(&a, "w1", check, &["--parallel", "3"]),
+        team.start(&b, "w2", check, &["--parallel", "3"]),
+    ];
+    for (i, w) in workers.into_iter().enumerate() {
+        let (code, out, err) = w.wait(Duration::from_secs(240));
+        assert_eq!(code, Some(0), "worker {i}:\n{out}\n{err}");
+        assert!(!err.contains("put back"), "worker {i}:\n{err}");
+    }
+    let runs = team.runs();
+    assert_eq!(runs.len(), 6, "{runs:#?}");
+    for n in 1..=6 {
+        let file = format!("github-{n}.md");
+        assert_eq!(
+            runs.iter().filter(|(_, t)| *t == file).count(),
+            1,
+            "#{n}: {runs:#?}"
+        );
+        let i = team.api.issue(n);
+        assert_eq!(i["state"], "closed", "#{n}: {i}");
+        let on_main = team.origin_git(&["cat-file", "-e", &format!("main:work/github-{n}-1.txt")]);
+        assert!(
+            on_main.status.success(),
+            "#{n}'s work is not on origin's main"
+        );
+    }
+}
