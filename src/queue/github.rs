@@ -51,6 +51,8 @@ pub(crate) struct GitHub {
     waited: std::cell::Cell<Duration>,
     /// The API's clock, as its answers' `Date` says: the team's (leases).
     clock: crate::queue::lease::Clock,
+    /// The queue's interrupts: once one is counted, requests tried again give up soon.
+    stop: Option<crate::signals::Background>,
 }
 
 /// An issue as the API gives it (other fields ignored).
@@ -134,7 +136,13 @@ impl GitHub {
             max_wait,
             waited: Default::default(),
             clock: Default::default(),
+            stop: None,
         }
+    }
+
+    /// Whether the queue is being stopped (an interrupt, SIGTERM).
+    fn stopping(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| s.count() > 0)
     }
 
     /// One request: the `Link` header and the body. A status outside 2xx is an error naming
@@ -302,6 +310,10 @@ impl Tracker for GitHub {
     fn hurry(&mut self) {
         self.retry = self.retry.min(HURRIED);
         self.max_wait = self.waited.get();
+    }
+
+    fn hurry_on(&mut self, stop: crate::signals::Background) {
+        self.stop = Some(stop);
     }
 
     fn now(&mut self, item: &Item) -> Result<Now> {

@@ -70,6 +70,9 @@ pub(crate) trait Tracker {
     /// The queue is stopping (SIGTERM, Ctrl-C): faults are tried again only briefly and no rate
     /// limit is waited for, so the items are released within the stop's time.
     fn hurry(&mut self) {}
+    /// From now on, hurry (as [`Tracker::hurry`]) as soon as `stop` counts an interrupt, even
+    /// in the middle of a request tried again: a stop never waits out a retry budget.
+    fn hurry_on(&mut self, _stop: crate::signals::Background) {}
     /// Whether standing `is` (as [`Tracker::states`] gives it) is a person's decision that no
     /// ledger puts back: an issue closed as not planned.
     fn stands(&self, _is: &str) -> bool {

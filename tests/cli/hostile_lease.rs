@@ -453,3 +453,46 @@ fn two_workers_of_parallel_three_work_each_issue_once() {
         );
     }
 }
+
+/// Attack: SIGTERM (a pod deleted) while the worker closes an item whose work it published,
+/// and the tracker answers 502 again and again (its retries would last two minutes). Promise:
+/// the worker stops within 15 s with exit 130, the lease left `merged`, and the next worker
+/// closes the item without running its agent again. (Before, the stop waited out the retry
+/// budget and ended with exit 1.)
+#[test]
+fn sigterm_while_a_close_is_retried_stops_within_its_time() {
+    let team = Team::new(json!([issue(1, &["one"])]));
+    let (a, b) = (team.machine(), team.machine());
+    team.api
+        .add_fault(json!({ "route": "PATCH /repos/o/r/issues/1", "status": 502 }));
+    let w1 = team.start(&a, "w1", "check", &[]);
+    assert!(
+        wait_until(Duration::from_secs(60), || team
+            .api
+            .requests()
+            .iter()
+            .any(|r| r.starts_with("PATCH /repos/o/r/issues/1"))),
+        "control: the close was never tried"
+    );
+    w1.signal(libc::SIGTERM);
+    let stopped = std::time::Instant::now();
+    let (code, out, err) = w1.wait(Duration::from_secs(180));
+    let took = stopped.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "took {took:?}:\n{out}\n{err}"
+    );
+    assert_eq!(code, Some(130), "{out}\n{err}");
+    assert!(
+        team.lease("github-1").contains("Stage: merged"),
+        "{}",
+        team.lease("github-1")
+    );
+    team.api.clear_faults();
+    let (code, out, err) = team
+        .start(&b, "w2", "check", &[])
+        .wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_eq!(team.api.issue(1)["state"], "closed");
+    assert_eq!(team.runs().len(), 1, "{:#?}", team.runs());
+}

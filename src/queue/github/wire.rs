@@ -65,9 +65,14 @@ impl GitHub {
                 Err(_) => Next::Stop,
             };
             let backoff = retry::backoff(tries - 1, retry::jitter());
+            // A queue being stopped tries for a moment more, never for the whole budget.
+            let budget = match self.stopping() {
+                true => self.retry.min(super::HURRIED),
+                false => self.retry,
+            };
             let wait = match next {
                 Next::Stop => return Err(self.failure(method, url, got, "")),
-                Next::Backoff if started.elapsed() + backoff > self.retry => {
+                Next::Backoff if started.elapsed() + backoff > budget => {
                     let tried = match tries {
                         1 => format!(
                             " (tried once: the retry budget is {})",
@@ -89,7 +94,19 @@ impl GitHub {
                     wait.as_secs_f64()
                 ));
             }
-            std::thread::sleep(wait);
+            self.pause(wait);
+        }
+    }
+
+    /// Wait `wait` before trying again, cut short when the queue is being stopped.
+    fn pause(&self, wait: Duration) {
+        let until = Instant::now() + wait;
+        while !self.stopping() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(100)));
         }
     }
 
@@ -97,7 +114,11 @@ impl GitHub {
     /// naming the reset.
     fn rate_limited(&self, method: &str, url: &str, got: &Got, wait: Duration) -> Result<Duration> {
         let waited = self.waited.get();
-        if waited.saturating_add(wait) > self.max_wait {
+        let max_wait = match self.stopping() {
+            true => waited,
+            false => self.max_wait,
+        };
+        if waited.saturating_add(wait) > max_wait {
             let at = chrono::Utc::now() + wait;
             return Err(Error::budget(format!(
                 "{method} {url}: {}: the rate limit resets at {} ({} from now), beyond the waiting budget (--max-wait {}{})",

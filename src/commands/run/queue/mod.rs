@@ -126,7 +126,7 @@ pub(super) fn from_queue(
     let max_wait = options
         .max_wait
         .map_or(crate::config::DEFAULT_MAX_WAIT, Into::into);
-    let tracker = queue::open(spec, repo.root(), origin.as_deref(), max_wait)?;
+    let mut tracker = queue::open(spec, repo.root(), origin.as_deref(), max_wait)?;
     let team = team(&repo, &*tracker, base.as_deref(), &limits)?;
     if limits.parallel > 1 {
         crate::live::LiveView::share_terminal();
@@ -134,6 +134,7 @@ pub(super) fn from_queue(
     // Counted between items too: a Ctrl-C while nothing runs still stops the queue.
     let interrupts =
         Background::install().map_err(|e| Error::io("failed to install signal handlers", e))?;
+    tracker.hurry_on(interrupts.clone());
     let desk = Desk::new(ui, repo, tracker, base, team)?;
     let (tell, words) = std::sync::mpsc::channel();
     let mut q = Queue {
@@ -155,6 +156,11 @@ pub(super) fn from_queue(
     }
     let code = report(ui, &*q.desk.tracker, &q.taken, q.stop);
     match q.failure {
+        // An error while the queue was being stopped (a request cut short) ends as the stop.
+        Some(e) if interrupts.count() > 0 => {
+            ui.warn(&e.to_string());
+            Ok(exit::INTERRUPTED)
+        }
         Some(e) => Err(e),
         None => Ok(code),
     }
