@@ -290,6 +290,9 @@ pub(crate) struct Seen {
     pub(crate) branches: BTreeMap<String, String>,
     /// Origin's base branch tip.
     pub(crate) base: Option<String>,
+    /// Lease refs whose commit is no lease ralph can read (forced by hand, or a format this
+    /// ralph does not know), by loop name: their commits. Never taken over blindly.
+    pub(crate) unreadable: BTreeMap<String, String>,
 }
 
 /// What origin lists, before the leases are read: commits by loop name.
@@ -423,6 +426,7 @@ impl Leases {
             leases: BTreeMap::new(),
             branches: listed.branches,
             base: listed.base,
+            unreadable: BTreeMap::new(),
         };
         if listed.leases.is_empty() {
             return Ok(seen);
@@ -445,8 +449,9 @@ impl Leases {
             messages.insert(oid.trim().to_string(), message.to_string());
         }
         for (item, oid) in listed.leases {
-            if let Some(lease) = messages.get(&oid).and_then(|m| parse(&oid, m)) {
-                seen.leases.insert(item, lease);
+            match messages.get(&oid).and_then(|m| parse(&oid, m)) {
+                Some(lease) => drop(seen.leases.insert(item, lease)),
+                None => drop(seen.unreadable.insert(item, oid)),
             }
         }
         Ok(seen)

@@ -496,3 +496,32 @@ fn sigterm_while_a_close_is_retried_stops_within_its_time() {
     assert_eq!(team.api.issue(1)["state"], "closed");
     assert_eq!(team.runs().len(), 1, "{:#?}", team.runs());
 }
+
+/// Attack: a person forces an item's lease ref on origin by hand to a commit that is no lease
+/// (here: main's). Promise: the worker says so, naming the ref and how to free the item, and
+/// takes nothing blindly; once the ref is deleted, the item is taken. (Before, the item was
+/// skipped in every run as "claimed by someone else", for ever.)
+#[test]
+fn a_lease_ref_forced_by_hand_is_named_never_blindly_taken() {
+    let team = Team::new(json!([issue(1, &["one"])]));
+    let a = team.machine();
+    let forced = team.origin_git(&["update-ref", "refs/ralph/leases/github-1", "main"]);
+    assert!(forced.status.success());
+    let (code, out, err) = team
+        .start(&a, "w1", "check", &[])
+        .wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        err.contains("refs/ralph/leases/github-1") && err.contains("no lease"),
+        "{out}\n{err}"
+    );
+    assert!(team.runs().is_empty(), "{:#?}", team.runs());
+    assert_eq!(team.api.issue(1)["state"], "open");
+    let deleted = team.origin_git(&["update-ref", "-d", "refs/ralph/leases/github-1"]);
+    assert!(deleted.status.success());
+    let (code, out, err) = team
+        .start(&a, "w1", "check", &[])
+        .wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_eq!(team.api.issue(1)["state"], "closed");
+}

@@ -182,6 +182,12 @@ impl Desk {
         (*theirs != team.leases.tracker).then(|| theirs.clone())
     }
 
+    /// The commit of item `name`'s lease ref on origin when it is no lease ralph can read.
+    pub(super) fn unreadable(&self, name: &str) -> Option<&str> {
+        let team = self.team.as_ref()?;
+        team.seen.unreadable.get(name).map(String::as_str)
+    }
+
     /// Whether another worker holds item `name` now.
     pub(super) fn held_by_another(&self, name: &str) -> bool {
         let Some(team) = &self.team else {

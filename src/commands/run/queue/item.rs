@@ -42,6 +42,13 @@ pub(super) fn take_next(q: &mut Queue<'_>) -> Result<Took> {
             continue;
         }
         q.seen.insert(item.id.clone());
+        if let Some(oid) = q.desk.unreadable(&name) {
+            q.ctx.ui.warn(&format!(
+                "{source} {}: origin's refs/ralph/leases/{name} is at {oid}, which is no lease ralph can read (forced by hand?); not taken — delete it to free the item: git push origin :refs/ralph/leases/{name}",
+                item.id
+            ));
+            continue;
+        }
         if let Some(theirs) = q.desk.foreign(&name) {
             q.ctx.ui.warn(&format!(
                 "{source} {}: origin's lease {name} is {theirs}'s item (one origin serves two trackers whose items share a number); not taken",
