@@ -525,3 +525,43 @@ fn a_lease_ref_forced_by_hand_is_named_never_blindly_taken() {
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert_eq!(team.api.issue(1)["state"], "closed");
 }
+
+/// Attack: origin's main moves at every try of a worker's publish (a busy repository: here a
+/// person's machine pushes to main in a tight loop while the worker runs). Promise: a base
+/// that kept moving is the item's halt — released, its work kept on its branch, exit 9 — never
+/// exit 1, which tells an engine that retrying will not help (the Job fails for good).
+#[test]
+fn a_base_that_moves_at_every_try_is_the_items_halt_not_an_error() {
+    let team = Team::new(json!([issue(1, &["one"])]));
+    let (a, person) = (team.machine(), team.machine());
+    let mut w1 = team.start(&a, "w1", "check", &[]);
+    let mut pushes = 0;
+    for n in 0..2000 {
+        if w1.child.try_wait().unwrap().is_some() {
+            break;
+        }
+        person.write("PERSON.md", &format!("{n}\n"));
+        person.commit_all(&format!("a person, {n}"));
+        let pushed = git_output_in(
+            &person,
+            &person.repo,
+            &["push", "-q", "origin", "HEAD:main"],
+        );
+        if pushed.status.success() {
+            pushes += 1;
+        } else {
+            person.git(&["pull", "-q", "--no-rebase", "origin", "main"]);
+        }
+    }
+    let (code, out, err) = w1.wait(Duration::from_secs(120));
+    assert!(pushes > 3, "control: the person pushed {pushes} times");
+    assert_ne!(code, Some(1), "{out}\n{err}");
+    if err.contains("moved on each of") || out.contains("moved on each of") {
+        assert_eq!(code, Some(9), "{out}\n{err}");
+        let i = team.api.issue(1);
+        assert_eq!(i["labels"], json!(["ralph"]), "{i}");
+        assert!(team.lease("github-1").contains("Stage: released"));
+    } else {
+        eprintln!("the worker won a race with the person this time: {out}");
+    }
+}

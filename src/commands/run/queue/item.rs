@@ -392,6 +392,11 @@ fn merge_and_close(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<(Outcom
             return Ok((Outcome::Released(why.to_string()), None));
         }
         Published::Diverged(at) => return not_merged(diverged(name, &at)),
+        Published::Busy => {
+            return not_merged(format!(
+                "completed, but not published: origin's `{base}` moved on each of its tries (its work is on its branch; the next worker merges it)"
+            ));
+        }
     };
     q.desk.close(item, name, &commit)?;
     Ok((Outcome::Completed, None))

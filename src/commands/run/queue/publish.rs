@@ -1,8 +1,8 @@
 //! An item's work published where the tracker's readers see it (SPEC §15), in atomic pushes
 //! that carry the item's lease, so a worker whose lease was taken over publishes nothing:
 //! without `--pr`, the queue's base branch after the item's merge — origin's base merged in
-//! first when it moved, never forced, a few tries, a conflict the item's halt (and nothing
-//! changed here); with `--pr`, the item's branch before its pull request is opened.
+//! first when it moved, never forced, a few tries, a conflict or a base that moved at every
+//! try the item's halt (and nothing changed here); with `--pr`, the item's branch before its pull request is opened.
 
 use super::desk::{Desk, Mine};
 use super::keeper::push_of;
@@ -23,6 +23,9 @@ pub(super) enum Published {
     Conflict(Vec<String>),
     /// Another worker took the item's lease over: nothing was published.
     Lost,
+    /// Origin's base moved on each try (a busy repository): nothing was published; the
+    /// local base is back where it was. Another try later may well go in.
+    Busy,
     /// Origin's item branch is at this commit, which the worker's branch lacks (pushed by
     /// someone not holding the lease): nothing was published.
     Diverged(String),
@@ -97,9 +100,7 @@ pub(super) fn merged(desk: &mut Desk, name: &str, before: &str) -> Result<Publis
         }
     }
     reset_base(&desk.repo, &base, before)?;
-    Err(Error::user(format!(
-        "origin's `{base}` moved on each of {TRIES} tries: {name}'s work is not published"
-    )))
+    Ok(Published::Busy)
 }
 
 /// With `--pr`: the item's branch pushed with its lease renewed, in one atomic push.
