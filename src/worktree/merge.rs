@@ -18,10 +18,28 @@ use crate::ui::Ui;
 /// Merge loop `name` back into the branch it started from. Exit 0 when merged, 11 when it could
 /// not be (conflicts named, the base work tree not clean, the loop's worktree off its branch).
 pub(crate) fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
+    merge_as(repo, name, ui, false)
+}
+
+/// [`merge`] of a loop its caller saw end complete (its typed ending said so). One that ended
+/// at once — its task file complete already on its branch, as a worker before this one left
+/// it (a queue's takeover) — has no state to say so, and merges all the same.
+pub(crate) fn merge_ended(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
+    merge_as(repo, name, ui, true)
+}
+
+fn merge_as(repo: &Repo, name: &str, ui: Ui, ended_complete: bool) -> Result<i32> {
     let records = Records::open(repo)?;
     let wt = super::open(repo, &records, name)?;
     let mut loop_repo = Repo::discover(&wt.path)?;
-    let sandboxed = completed(&loop_repo, name)?;
+    let stateless = || -> Result<bool> {
+        Ok(RunState::load(&RalphDir::new(loop_repo.root()).state_file())?.is_none())
+    };
+    let sandboxed = match completed(&loop_repo, name) {
+        Ok(sandboxed) => sandboxed,
+        Err(_) if ended_complete && stateless()? => false,
+        Err(e) => return Err(e),
+    };
     // A sandboxed loop's agent could write the common git directory: the merge's git writes
     // only beneath the repository too (`MERGE_MSG` linked to a file of the user's would have
     // `git merge` overwrite it), as the loop's own did.

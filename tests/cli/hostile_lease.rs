@@ -561,7 +561,64 @@ fn a_base_that_moves_at_every_try_is_the_items_halt_not_an_error() {
         let i = team.api.issue(1);
         assert_eq!(i["labels"], json!(["ralph"]), "{i}");
         assert!(team.lease("github-1").contains("Stage: released"));
+        // The next worker merges the work left on the branch, without its agent.
+        let (code, out, err) = team
+            .start(&person, "w2", "check", &[])
+            .wait(Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{out}\n{err}");
+        assert_eq!(team.api.issue(1)["state"], "closed");
+        assert_eq!(team.runs().len(), 1, "{:#?}", team.runs());
+        let on_main = team.origin_git(&["cat-file", "-e", "main:work/iter-1.txt"]);
+        assert!(
+            on_main.status.success(),
+            "item 1's work is not on origin's main"
+        );
     } else {
         eprintln!("the worker won a race with the person this time: {out}");
     }
+}
+
+/// Attack: a worker's item completes but its publish fails (origin's hook refuses main for a
+/// while), so the item is released with its finished work on its branch. Promise: the next
+/// worker finishes it — its task file complete on the branch, the loop ends at once, and that
+/// work is merged, published and the issue closed, without running the agent again. (Before,
+/// the merge refused a loop that "never ran": the item was released by every worker, for ever.)
+#[test]
+fn a_completed_branch_left_unpublished_is_finished_by_the_next_worker() {
+    use std::os::unix::fs::PermissionsExt;
+    let team = Team::new(json!([issue(1, &["one"])]));
+    let (a, b) = (team.machine(), team.machine());
+    let hook = team.origin.join("hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\nwhile read old new ref; do [ \"$ref\" = refs/heads/main ] && { echo 'main is frozen' >&2; exit 1; }; done\nexit 0\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, out, err) = team
+        .start(&a, "w1", "check", &[])
+        .wait(Duration::from_secs(60));
+    assert_eq!(
+        code,
+        Some(1),
+        "control: the publish was refused\n{out}\n{err}"
+    );
+    assert!(err.contains("pre-receive hook declined"), "{err}");
+    let task = team.origin_git(&["show", "ralph/github-1:.ralph/tasks/github-1.md"]);
+    assert!(
+        String::from_utf8_lossy(&task.stdout).contains("- [x] one"),
+        "control: the finished work is on the branch"
+    );
+    std::fs::remove_file(&hook).unwrap();
+    let (code, out, err) = team
+        .start(&b, "w2", "check", &[])
+        .wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_eq!(team.api.issue(1)["state"], "closed");
+    assert_eq!(team.runs().len(), 1, "{:#?}", team.runs());
+    let on_main = team.origin_git(&["cat-file", "-e", "main:work/iter-1.txt"]);
+    assert!(
+        on_main.status.success(),
+        "item 1's work is not on origin's main"
+    );
 }
