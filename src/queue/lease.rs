@@ -115,6 +115,9 @@ pub(crate) struct Lease {
     pub(crate) note: Option<String>,
     /// The tracker whose item it is (`github:O/R`; `None` from a ralph that did not say).
     pub(crate) tracker: Option<String>,
+    /// The item's branch on origin as the lease's holder pushed it (or started from): a
+    /// branch origin has otherwise was pushed by someone not holding the lease.
+    pub(crate) branch: Option<String>,
 }
 
 impl Lease {
@@ -132,6 +135,8 @@ pub(crate) struct Next {
     pub(crate) hold: bool,
     pub(crate) commit: Option<String>,
     pub(crate) note: Option<String>,
+    /// The item's branch on origin as this worker left it.
+    pub(crate) branch: Option<String>,
 }
 
 impl Next {
@@ -141,7 +146,16 @@ impl Next {
             hold: true,
             commit: None,
             note: None,
+            branch: None,
         }
+    }
+
+    /// With the item's branch at `tip` on origin (unless it says one already).
+    pub(crate) fn on_branch(mut self, tip: Option<&str>) -> Next {
+        if self.branch.is_none() {
+            self.branch = tip.map(str::to_string);
+        }
+        self
     }
 
     pub(crate) fn free(stage: Stage) -> Next {
@@ -470,7 +484,11 @@ impl Leases {
     ) -> Result<Swap> {
         let mut branch = branch.cloned();
         for _ in 0..TRIES {
-            let (update, oid) = self.lease_update(name, from, next)?;
+            let mut next = next.clone();
+            if let Some(b) = &branch {
+                next.branch = Some(b.tip.clone());
+            }
+            let (update, oid) = self.lease_update(name, from, &next)?;
             let mut updates = vec![update];
             updates.extend(branch.as_ref().map(BranchPush::update));
             let pushed = self.push(&updates)?;
@@ -724,6 +742,9 @@ fn render(
     if let Some(n) = &next.note {
         m.push_str(&format!("Note: {n}\n"));
     }
+    if let Some(b) = &next.branch {
+        m.push_str(&format!("Branch: {}\n", one_line(b)));
+    }
     m.push_str(&format!("Nonce: {nonce}\n"));
     m
 }
@@ -751,6 +772,7 @@ fn parse(oid: &str, message: &str) -> Option<Lease> {
         commit: fields.get("Commit").map(|c| c.to_string()),
         note: fields.get("Note").map(|n| n.to_string()),
         tracker: fields.get("Tracker").map(|t| t.to_string()),
+        branch: fields.get("Branch").map(|b| b.to_string()),
     })
 }
 

@@ -622,3 +622,70 @@ fn a_completed_branch_left_unpublished_is_finished_by_the_next_worker() {
         "item 1's work is not on origin's main"
     );
 }
+
+/// Attack: an agent pushes, with the clone's remote, another item's branch to origin — on top
+/// of where a worker before left it, the criterion checked and a file planted — so that the
+/// worker that takes that item next starts from it, finds it complete, and merges it. Promise:
+/// an item goes on from its branch only as its lease's holder left it (the lease names that
+/// commit); a branch pushed outside the lease is said and not started from. (Before, the item
+/// was merged and closed with the planted file, its agent never run.)
+#[test]
+fn a_branch_pushed_outside_its_lease_is_not_started_from() {
+    let team = Team::new(json!([issue(1, &["planter"]), issue(2, &["victim"])]));
+    let (a, b, evil) = (team.machine(), team.machine(), team.machine());
+    // A worker before left item 2 released on origin (item 1 waits for it meanwhile).
+    team.api.set_issue(1, json!({ "blocked_by": [2] }));
+    let (code, out, err) = team
+        .start(
+            &b,
+            "w0",
+            "idle",
+            &["--max-tasks", "1", "--max-iterations", "1"],
+        )
+        .wait(Duration::from_secs(60));
+    assert_eq!(code, Some(9), "{out}\n{err}");
+    team.api.set_issue(1, json!({ "blocked_by": [] }));
+    evil.git(&["fetch", "-q", "origin", "ralph/github-2"]);
+    evil.git(&["checkout", "-q", "-b", "evil", "FETCH_HEAD"]);
+    let task = evil.read(".ralph/tasks/github-2.md");
+    assert!(task.contains("- [ ] victim"), "{task}");
+    evil.write(
+        ".ralph/tasks/github-2.md",
+        &task.replace("- [ ] victim", "- [x] victim"),
+    );
+    evil.write("PLANTED.md", "planted\n");
+    evil.commit_all("planted");
+    evil.git(&[
+        "push",
+        "-q",
+        &a.repo.display().to_string(),
+        "evil:refs/evil/x",
+    ]);
+    // Item 1's agent pushes it as item 2's branch.
+    let plant = agent_sh(
+        &a,
+        "plant",
+        "case \"$RALPH_TASK_FILE\" in *github-1.md) git push -q origin refs/evil/x:refs/heads/ralph/github-2;; esac",
+    );
+    let (code, out, err) = team
+        .start(&a, "w1", &format!("{plant}+check-unless:no such text"), &[])
+        .wait(Duration::from_secs(120));
+    let log = team.origin_git(&["log", "--format=%s", "main"]);
+    assert!(
+        err.contains("pushed outside the lease")
+            || String::from_utf8_lossy(&log.stdout).contains("planted"),
+        "control: the planted branch was never met\n{out}\n{err}"
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let planted = team.origin_git(&["cat-file", "-e", "main:PLANTED.md"]);
+    assert!(
+        !planted.status.success(),
+        "the planted file reached main\n{out}\n{err}"
+    );
+    let runs = team.runs();
+    assert!(
+        runs.iter().any(|(w, t)| w == "w1" && t == "github-2.md"),
+        "item 2 was closed without its agent: {runs:#?}"
+    );
+    assert_eq!(team.api.issue(2)["state"], "closed");
+}

@@ -182,6 +182,36 @@ impl Desk {
         (*theirs != team.leases.tracker).then(|| theirs.clone())
     }
 
+    /// The commit item `name`'s work goes on from: origin's branch as the lease's last holder
+    /// left it (`None`: the queue's base — no lease said where its branch was). A branch that
+    /// someone not holding the lease pushed (an agent with the clone's remote planting finished
+    /// work) is not started from; said.
+    pub(super) fn start_of(&self, name: &str) -> Option<String> {
+        let team = self.team.as_ref()?;
+        let start = self.trusted(name);
+        let there = team.seen.branches.get(name);
+        if there.is_some() && start.as_ref() != there {
+            self.ui.warn(&format!(
+                "{name}: origin's ralph/{name} is not where its lease's holder left it (pushed outside the lease): the item goes on from {}",
+                start.as_deref().unwrap_or("the queue's base")
+            ));
+        }
+        start
+    }
+
+    /// Item `name`'s branch as the team left it: the commit its lease names, when this
+    /// repository has it (fetched with the branch, or an ancestor of what origin has now).
+    fn trusted(&self, name: &str) -> Option<String> {
+        let team = self.team.as_ref()?;
+        let named = team.seen.leases.get(name)?.branch.clone()?;
+        if team.seen.branches.get(name) == Some(&named) {
+            return Some(named);
+        }
+        let object = format!("{named}^{{commit}}");
+        let has = self.repo.cli().run(&["cat-file", "-e", &object], None);
+        has.is_ok().then_some(named)
+    }
+
     /// The commit of item `name`'s lease ref on origin when it is no lease ralph can read.
     pub(super) fn unreadable(&self, name: &str) -> Option<&str> {
         let team = self.team.as_ref()?;
@@ -205,14 +235,13 @@ impl Desk {
         if self.held_by_another(name) {
             return Ok(false);
         }
+        let start = self.trusted(name);
         let Some(team) = &mut self.team else {
             return Ok(true);
         };
         let seen = team.seen.leases.get(name).map(|l| l.oid.clone());
-        match team
-            .leases
-            .swap(name, seen.as_deref(), &Next::held(stage), None)?
-        {
+        let next = Next::held(stage).on_branch(start.as_deref());
+        match team.leases.swap(name, seen.as_deref(), &next, None)? {
             Swap::Won(oid) => {
                 let branch = team.seen.branches.get(name).cloned();
                 let stage = Some(stage);
@@ -233,7 +262,8 @@ impl Desk {
         let Some(mine) = team.mine.get(name).cloned() else {
             return Ok(());
         };
-        match team.leases.swap(name, Some(&mine.oid), next, None)? {
+        let next = next.clone().on_branch(mine.branch.as_deref());
+        match team.leases.swap(name, Some(&mine.oid), &next, None)? {
             Swap::Won(oid) => {
                 let stage = Some(next.stage);
                 team.mine

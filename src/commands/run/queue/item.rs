@@ -136,9 +136,10 @@ fn start(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<Option<Running>> 
     let base = desk.base.clone().ok_or_else(|| {
         Error::user("the queue runs on a detached HEAD: there is no branch to merge items into")
     })?;
-    // The commit the look at origin found, never the ref it was fetched into: another item's
-    // agent can write `refs/remotes/origin/ralph/*` while this one is taken.
-    let start_at = match team_branch(desk, name) {
+    // A commit the look at origin found, never the ref it was fetched into (another item's
+    // agent can write `refs/remotes/origin/ralph/*` while this one is taken), and only where
+    // the item's lease says its holder left it.
+    let start_at = match desk.start_of(name) {
         Some(oid) => oid,
         None => format!("refs/heads/{base}"),
     };
@@ -183,11 +184,6 @@ fn start(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<Option<Running>> 
         keeper,
         thread,
     }))
-}
-
-/// Item `name`'s branch on origin as the last look found it: its commit.
-fn team_branch(desk: &super::desk::Desk, name: &str) -> Option<String> {
-    desk.team.as_ref()?.seen.branches.get(name).cloned()
 }
 
 /// Item `name`'s loop in its worktree at `root`, unattended, on a thread of its own that says

@@ -50,7 +50,13 @@ pub(super) fn merged(desk: &mut Desk, name: &str, before: &str) -> Result<Publis
             Some(b) => Some(b.clone()),
             None => push_of(desk.repo.cli(), name, &mine)?,
         };
-        let next = Next::held(Stage::Merged).with_commit(&at);
+        let tip = branch
+            .as_ref()
+            .map(|b| b.tip.clone())
+            .or(mine.branch.clone());
+        let next = Next::held(Stage::Merged)
+            .with_commit(&at)
+            .on_branch(tip.as_deref());
         let (lease, oid) = team.leases.lease_update(name, Some(&mine.oid), &next)?;
         let mut updates = vec![lease];
         updates.extend(branch.as_ref().map(|b| b.update()));
@@ -111,7 +117,7 @@ pub(super) fn branch(desk: &mut Desk, name: &str) -> Result<Published> {
     };
     let mine = team.mine.get(name).cloned().unwrap_or_default();
     let branch = push_of(desk.repo.cli(), name, &mine)?;
-    let next = Next::held(Stage::Working);
+    let next = Next::held(Stage::Working).on_branch(mine.branch.as_deref());
     match team
         .leases
         .swap(name, Some(&mine.oid), &next, branch.as_ref())?
