@@ -35,15 +35,12 @@ pub(super) fn take_next(
             return Ok(None);
         };
         seen.insert(item.id.clone());
-        // An item whose text would change its task file's criteria is never claimed: skipped,
-        // said, the queue goes on (one hostile issue does not stop the others).
-        let text = queue::task_file(tracker.source(), &item);
-        if !queue::asks_only_its_criteria(tracker.source(), &item, &text) {
-            ctx.ui.warn(&format!(
-                "{} {}: its text would change the criteria of its task file; not taken",
-                tracker.source(),
-                item.id
-            ));
+        // An item whose text is too large or would change its task file's criteria is never
+        // claimed: skipped, said, the queue goes on (one hostile issue does not stop the others).
+        if let Some(why) = queue::refusal(tracker.source(), &item) {
+            let source = tracker.source();
+            ctx.ui
+                .warn(&format!("{source} {}: {why}; not taken", item.id));
             continue;
         }
         let claimed = tracker.claim(&item);

@@ -83,6 +83,12 @@ pub(super) fn from_queue(
     }
     let origin = repo.config_value("remote.origin.url");
     let mut tracker = queue::open(spec, repo.root(), origin.as_deref())?;
+    if limits.pr && !tracker.has_pull_requests() {
+        return Err(Error::usage(format!(
+            "--pr opens pull requests, and --from {spec} has none"
+        ))
+        .with_hint("run without --pr: each completed item merges here and is closed"));
+    }
     if limits.parallel > 1 {
         crate::live::LiveView::share_terminal();
     }
