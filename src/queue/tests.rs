@@ -298,11 +298,11 @@ fn an_item_past_the_bounds_is_refused_before_its_file_is_written() {
         ),
         (
             item("T", &"b".repeat(10 * 1024 * 1024), &["c"]),
-            "its text holds 10485761 bytes, more than the 256 KiB",
+            "its body holds 10485760 bytes, more than the 256 KiB",
         ),
         (
             item("T", "", &[&"c".repeat(257 * 1024)]),
-            "its text holds 263168 bytes",
+            "its criteria hold 263168 bytes",
         ),
         (
             item("T", "", &vec!["a"; 150_000]),
@@ -324,7 +324,7 @@ fn an_item_past_the_bounds_is_refused_before_its_file_is_written() {
         criteria: task_items(&it.body),
         ..it
     };
-    assert!(refusal("github", &it).is_some_and(|w| w.starts_with("its text holds 16777216 bytes")));
+    assert!(refusal("github", &it).is_some_and(|w| w.starts_with("its body holds 8388608 bytes")));
 }
 
 fn fragment() -> impl Strategy<Value = String> {

@@ -11,7 +11,7 @@ use crate::task::checklist;
 
 /// The most bytes an item's title may hold: a GitHub title holds 256 characters at most.
 const TITLE_LIMIT: usize = 2 * 1024;
-/// The most bytes an item's text (its body and its criteria) may hold: every GitHub body fits
+/// The most bytes an item's body, and its criteria, may each hold: every GitHub body fits
 /// (65,536 characters at most, 4 bytes each at most).
 const TEXT_LIMIT: usize = 256 * 1024;
 
@@ -26,12 +26,17 @@ pub(crate) fn refusal(source: &str, item: &Item) -> Option<String> {
             TITLE_LIMIT / 1024
         ));
     }
-    let text = item.body.len() + item.criteria.iter().map(String::len).sum::<usize>();
-    if text > TEXT_LIMIT {
-        return Some(format!(
-            "its text holds {text} bytes, more than the {} KiB an item's text may",
-            TEXT_LIMIT / 1024
-        ));
+    let criteria = item.criteria.iter().map(String::len).sum::<usize>();
+    for (what, held) in [
+        ("its body holds", item.body.len()),
+        ("its criteria hold", criteria),
+    ] {
+        if held > TEXT_LIMIT {
+            return Some(format!(
+                "{what} {held} bytes, more than the {} KiB an item's text may",
+                TEXT_LIMIT / 1024
+            ));
+        }
     }
     let file = task_file(source, item);
     if file.len() as u64 > crate::files::MAX_TEXT {
