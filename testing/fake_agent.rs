@@ -504,7 +504,7 @@ fn tick_first(task: &str) -> Option<String> {
 /// Where the `[ ]` of a line that shows a box starts: after quote markers, spaces and a list
 /// marker (`-`, `*`, `+`, `1.`, `1)`), and followed by a space.
 fn box_at(line: &str) -> Option<usize> {
-    let rest = line.trim_start_matches(|c: char| c == '>' || c == ' ' || c == '\t');
+    let rest = line.trim_start_matches(['>', ' ', '\t']);
     let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
     let after = if digits > 0 {
         rest[digits..].strip_prefix(['.', ')'])?
