@@ -339,6 +339,16 @@ fn worktree_without_a_name_and_no_branch_to_take_is_a_clear_error() {
         assert!(!env.agent_ran(1));
         assert_eq!(env.git(&["branch", "--list", "ralph/*"]), "");
     }
+    // `--worktree prd.json` would take the file for the NAME: said, nothing made.
+    let env = crate::stories::setup(&prd(Some("ralph/x")));
+    let out = env.run_fake("story-pass", &["--worktree", "prd.json"]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("`prd.json` is a file here, taken as the loop's NAME"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(env.git(&["branch", "--list", "ralph/*"]), "");
     // A target that is no story file names no loop: a NAME is needed.
     let env = TestEnv::new();
     env.write_task(&["a"], "");

@@ -60,10 +60,7 @@ pub(super) fn in_worktree(
         return Ok((start(ctx, targets, options, dry_run, how)?, None));
     };
     let repo = Repo::discover(&ctx.cwd)?;
-    let name = &match named {
-        Some(name) => name.clone(),
-        None => loop_of_stories(ctx, &repo, targets)?,
-    };
+    let name = &loop_name(ctx, &repo, named.as_deref(), targets)?;
     if dry_run {
         return Ok((
             dry_run_in_worktree(ctx, &repo, name, targets, options, how)?,
@@ -107,6 +104,27 @@ pub(super) fn in_worktree(
         path: wt.path,
     };
     Ok((code, Some(ran)))
+}
+
+/// The loop `--worktree [NAME]` names: NAME, else the `prd.json` target's (its `branchName`).
+fn loop_name(
+    ctx: &Context,
+    repo: &Repo,
+    named: Option<&str>,
+    targets: &[String],
+) -> Result<String> {
+    match named {
+        // `ralph run --worktree prd.json` reads as the loop `prd.json` on the default task:
+        // the file was meant, not a name.
+        Some(name) if targets.is_empty() && ctx.cwd.join(name).is_file() => Err(Error::usage(
+            format!("`--worktree {name}`: `{name}` is a file here, taken as the loop's NAME"),
+        )
+        .with_hint(format!(
+            "put the target first (`ralph run {name} --worktree`), or name the loop and the target (`--worktree NAME {name}`)"
+        ))),
+        Some(name) => Ok(name.to_string()),
+        None => loop_of_stories(ctx, repo, targets),
+    }
 }
 
 /// `--worktree` without a NAME: the loop whose branch is the `prd.json` target's `branchName`,
