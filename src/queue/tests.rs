@@ -313,6 +313,15 @@ fn an_item_past_the_bounds_is_refused_before_its_file_is_written() {
         let why = refusal("github", &it).unwrap_or_default();
         assert!(why.starts_with(says), "{why:?}");
     }
+    // A NUL byte, which no task file may hold, is U+FFFD as CommonMark reads it.
+    let nul = item("a\0b", "x\0y\n\n- [ ] c\0d", &[]);
+    let nul = Item {
+        criteria: task_items(&nul.body),
+        ..nul
+    };
+    assert_eq!(nul.criteria, ["c\u{fffd}d"]);
+    assert_eq!(refusal("github", &nul), None);
+    assert!(task_file("github", &nul).contains("> x\u{fffd}y\n"));
     let lines = item("T", &">\n".repeat(100 * 1024), &["c"]);
     assert_eq!(refusal("github", &lines), None);
     // A text past the bound is not read, and refused whole.

@@ -277,19 +277,27 @@ fn unchecked(md: &Markdown, items: &[usize]) -> Vec<String> {
 
 /// The text as GitHub renders it and as it is quoted: a leading BOM taken off (inside a quote
 /// it would be text), every line ending Markdown knows (`\r\n`, a lone `\r`) made `\n`
-/// (pulldown-cmark lets an indented code line run on past a lone `\r`; a quote must not).
+/// (pulldown-cmark lets an indented code line run on past a lone `\r`; a quote must not), a
+/// NUL byte U+FFFD (as CommonMark reads it; no task file may hold one).
 fn normalised(text: &str) -> std::borrow::Cow<'_, str> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    if text.contains('\r') {
-        text.replace("\r\n", "\n").replace('\r', "\n").into()
+    if text.contains(['\r', '\0']) {
+        text.replace("\r\n", "\n")
+            .replace('\r', "\n")
+            .replace('\0', "\u{fffd}")
+            .into()
     } else {
         text.into()
     }
 }
 
-/// Text on one line: a tracker's title or criterion cannot open a new Markdown block.
+/// Text on one line: a tracker's title or criterion cannot open a new Markdown block (nor
+/// hold a NUL byte).
 fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('\0', "\u{fffd}")
 }
 
 /// A YAML double-quoted string.
