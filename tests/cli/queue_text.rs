@@ -230,13 +230,18 @@ fn beads_acceptance_criteria_are_task_items_of_every_form_else_lines() {
         "+ [ ] plus done\r1. [ ] numbered done\r<!-- - [ ] commented -->",
         1,
     );
-    let lines = b.create_with("Lines", "Context.", "First line\r2) Second line\r", 2);
+    let lines = b.create_with(
+        "Lines",
+        "Context.",
+        "First line\r1) Second line\r- Third line\r",
+        2,
+    );
     b.env.commit_all("items");
     let out = b.run_queue("check-unless:no such text", &[]);
     assert_exit(&out, 0);
     for (id, want) in [
-        (&forms, ["plus done", "numbered done"]),
-        (&lines, ["First line", "Second line"]),
+        (&forms, &["plus done", "numbered done"][..]),
+        (&lines, &["First line", "Second line", "Third line"]),
     ] {
         assert_eq!(b.status(id), "closed", "{}", stdout(&out));
         let task = b.env.read(&format!(".ralph/tasks/beads-{id}.md"));
