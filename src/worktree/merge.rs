@@ -39,20 +39,7 @@ pub(crate) fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
         ))
         .with_hint(format!("merge `{}` by hand", wt.branch)));
     };
-    // The loop's work is on its branch only while its worktree has that branch checked out: an
-    // agent that switched branches left its commits elsewhere, and merging `ralph/NAME` would
-    // report a merge of nothing.
-    let on = current_branch(&loop_repo);
-    if on.as_deref() != Some(wt.branch.as_str()) {
-        ui.alert(&format!(
-            "not merged: the worktree of loop `{name}` ({}) is on {}, not `{}`: its last commits are not on the loop's branch",
-            wt.path.display(),
-            on.map_or_else(|| "a detached HEAD".to_string(), |b| format!("branch `{b}`")),
-            wt.branch
-        ));
-        ui.plain(
-            "The branch and the worktree stay as they are: merge by hand what should be merged.",
-        );
+    if !on_its_branch(&wt, &loop_repo, ui) {
         return not_merged(&loop_repo);
     }
     let _lock = records.lock()?;
@@ -99,6 +86,25 @@ pub(crate) fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
     };
     settle(repo, &records, &wt, &loop_repo, at, ui)?;
     Ok(exit::COMPLETE)
+}
+
+/// The loop's work is on its branch only while its worktree has that branch checked out: an
+/// agent that switched branches left its commits elsewhere, and merging `ralph/NAME` would
+/// report a merge of nothing. Said when it is not.
+fn on_its_branch(wt: &Worktree, loop_repo: &Repo, ui: Ui) -> bool {
+    let on = current_branch(loop_repo);
+    if on.as_deref() == Some(wt.branch.as_str()) {
+        return true;
+    }
+    ui.alert(&format!(
+        "not merged: the worktree of loop `{}` ({}) is on {}, not `{}`: its last commits are not on the loop's branch",
+        wt.name,
+        wt.path.display(),
+        on.map_or_else(|| "a detached HEAD".to_string(), |b| format!("branch `{b}`")),
+        wt.branch
+    ));
+    ui.plain("The branch and the worktree stay as they are: merge by hand what should be merged.");
+    false
 }
 
 /// The repository at `path`, its git's writes kept beneath it when `confined`.

@@ -39,6 +39,7 @@ mod own_files;
 mod planted;
 mod queue;
 mod queue_github;
+mod queue_text;
 mod readable;
 mod real_agents;
 mod real_droid;

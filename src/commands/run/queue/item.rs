@@ -42,14 +42,12 @@ pub(super) fn take_next(q: &mut Queue<'_>) -> Result<Took> {
             continue;
         }
         q.seen.insert(item.id.clone());
-        // An item whose text would change its task file's criteria is never claimed: skipped,
-        // said, the queue goes on (one hostile issue does not stop the others).
-        let text = queue::task_file(source, &item);
-        if !queue::asks_only_its_criteria(source, &item, &text) {
-            q.ctx.ui.warn(&format!(
-                "{source} {}: its text would change the criteria of its task file; not taken",
-                item.id
-            ));
+        // An item whose text is too large or would change its task file's criteria is never
+        // claimed: skipped, said, the queue goes on (one hostile issue does not stop the others).
+        if let Some(why) = queue::refusal(source, &item) {
+            q.ctx
+                .ui
+                .warn(&format!("{source} {}: {why}; not taken", item.id));
             continue;
         }
         match already_done(q, &item, &name)? {
