@@ -344,7 +344,9 @@ fn merge_and_close(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<(Outcom
         .run(&["rev-parse", &format!("refs/heads/{base}")], None)?;
     let before = String::from_utf8_lossy(&before).trim().to_string();
     let not_merged = |why: String| Ok((Outcome::Released(why), None));
-    match crate::worktree::merge(&q.desk.repo, name, q.ctx.ui) {
+    // Its loop ended complete (the caller saw it: `finish`), at once too — a branch a worker
+    // before this one finished.
+    match crate::worktree::merge_as(&q.desk.repo, name, true, q.ctx.ui) {
         Ok(exit::COMPLETE) => {}
         Ok(code) => return not_merged(format!("completed, but not merged (exit {code})")),
         Err(e) => return not_merged(format!("completed, but not merged: {e}")),

@@ -240,6 +240,7 @@ fn team(
         leases,
         seen,
         mine: BTreeMap::new(),
+        held_against: BTreeMap::new(),
     }))
 }
 
