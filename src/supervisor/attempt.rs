@@ -117,7 +117,8 @@ impl Loop {
         prep: &mut Prepared,
     ) -> Result<std::result::Result<(Finished, Observer), Halt>> {
         let mut observer =
-            Observer::new(format_for(&self.agents.current().name), chrono::Utc::now());
+            Observer::new(format_for(&self.agents.current().name), chrono::Utc::now())
+                .given(&prep.prompt);
         let view = (!self.setup.stream && !self.setup.ui.quiet && LiveView::available())
             .then(|| self.live_view(prep.n));
         // The latest activity for `ralph watch`; dropped (its last line written) with this run.
