@@ -256,6 +256,7 @@ mod tests {
             }),
             pids: 4096,
             cgroup: None,
+            cgroup_tried: true,
             root: false,
             repo: RepoPaths {
                 work_tree: "/r".into(),

@@ -128,6 +128,8 @@ pub(crate) struct Sandbox {
     pids: u64,
     /// The cgroup holding every sandboxed command, when one could be made.
     cgroup: Option<Arc<cgroup::Cgroup>>,
+    /// A cgroup was tried (not in a dry run, which makes none).
+    cgroup_tried: bool,
     /// ralph runs as root: the kernel applies no `RLIMIT_NPROC` to it.
     root: bool,
     /// The repository, for ralph's own git commands.
@@ -223,6 +225,7 @@ impl Sandbox {
                 .then(|| cgroup::Cgroup::make(pids))
                 .flatten()
                 .map(Arc::new),
+            cgroup_tried: make == Make::Create,
             // SAFETY: geteuid has no failure mode and touches no memory of ours.
             root: unsafe { libc::geteuid() } == 0,
             repo,
@@ -287,7 +290,7 @@ impl Sandbox {
         if self.sizes.is_none() {
             open.push("this bwrap cannot size a tmpfs (`--size` came with bubblewrap 0.8): the sandbox's /tmp, /run and /dev/shm can each fill half the memory".to_string());
         }
-        if self.cgroup.is_none() && (self.root || !self.userns) {
+        if self.cgroup_tried && self.cgroup.is_none() && (self.root || !self.userns) {
             open.push(format!(
                 "no cgroup could be made for the sandbox here, and {}: nothing bounds the number of its processes ({} = {} goes unheeded)",
                 if self.root {
