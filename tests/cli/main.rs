@@ -49,6 +49,7 @@ mod run;
 mod sandbox;
 mod sandbox_doors;
 mod sandbox_edges;
+mod sandbox_halts;
 mod screen_halts;
 mod startup;
 mod status;

@@ -227,6 +227,10 @@ impl Observer {
             if matches!(exit, Some(126 | 127)) && self.plain_lines == tail.len() as u64 {
                 self.seen.not_started(&tail);
             }
+            // bwrap exits 1 when it cannot set the sandbox up; ralph's step inside, 126.
+            if matches!(exit, Some(1 | 126)) && self.plain_lines == tail.len() as u64 {
+                self.seen.sandbox_failed(&tail);
+            }
             let own: Vec<crate::agent::findings::TailLine> = tail
                 .into_iter()
                 .filter(|l| !self.quoted.contains(l.text.trim()))
@@ -319,6 +323,12 @@ impl Observer {
     /// The agent never started (exit 126/127 with only the shell's refusal): what it said.
     pub(crate) fn cannot_start(&self) -> Option<&str> {
         self.seen.cannot_start()
+    }
+
+    /// The sandbox never started (exit 1 or 126 with only bwrap's words on stderr): what it
+    /// said. Only the caller knows whether the attempt ran in a sandbox.
+    pub(crate) fn sandbox_refused(&self) -> Option<&str> {
+        self.seen.sandbox_refused()
     }
 
     /// An authentication failure (`Invalid API key`, `Not logged in · Please run /login`, 401):
