@@ -188,3 +188,32 @@ fn a_finished_branch_left_unpublished_is_published_by_the_next_worker() {
     let on_main = team.origin_git(&["cat-file", "-e", "main:work/github-1-1.txt"]);
     assert!(on_main.status.success(), "not published:\n{out}\n{err}");
 }
+
+/// A token written into `remote.origin.url` (as CI checkouts do) is never printed: the error
+/// naming the URL shows `***` in its place.
+#[test]
+fn a_token_in_the_remotes_url_is_never_printed() {
+    let env = TestEnv::new();
+    env.write("README.md", "x\n");
+    env.commit_all("initial");
+    let secret = "ghs_SeCrEt0123456789";
+    env.git(&[
+        "remote",
+        "add",
+        "origin",
+        &format!("https://x-access-token:{secret}@example.com/o/r.git"),
+    ]);
+    let out = env.ralph_with_limit(
+        &["run", "--from", "github", "--yes", "--agent-cmd", "true"],
+        &[("GITHUB_TOKEN", TOKEN)],
+        Duration::from_secs(30),
+    );
+    assert_exit(&out, 1);
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        said.contains("remote.origin.url"),
+        "control: the URL is named: {said}"
+    );
+    assert!(!said.contains(secret), "the token was printed: {said}");
+    assert!(said.contains("https://***@example.com/o/r.git"), "{said}");
+}
