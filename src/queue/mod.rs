@@ -146,20 +146,28 @@ pub(crate) fn open(
     }
 }
 
-/// The loop's name for an item: `<source>-<id>`, each character git refuses in a branch name
-/// or a path made a `-`.
+/// The loop's name for an item: `<source>-<id>`, one-to-one (SPEC §14: two items never share a
+/// task file or a branch). Letters, digits and `-` stay; every other byte of the id — `_`
+/// included, which starts the escape — is written `_hh` (its hex), so `x/1` is `x_2f1` and never
+/// `x-1`. A name past a worktree name's 64 characters keeps its first 40 and adds `_h` and 16
+/// hex digits of the id's git blob hash (the work is told apart by that).
 pub(crate) fn loop_name(source: &str, id: &str) -> String {
-    let id: String = id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    format!("{source}-{}", id.trim_matches('-'))
+    let mut escaped = String::with_capacity(id.len());
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' {
+            escaped.push(char::from(b));
+        } else {
+            escaped.push_str(&format!("_{b:02x}"));
+        }
+    }
+    let name = format!("{source}-{escaped}");
+    if name.len() <= 64 {
+        return name;
+    }
+    let digest = git2::Oid::hash_object(git2::ObjectType::Blob, id.as_bytes())
+        .map_or_else(|_| "0".repeat(16), |o| o.to_string());
+    // The escaped name is ASCII: any byte is a character boundary.
+    format!("{}_h{}", &name[..40], &digest[..16])
 }
 
 #[cfg(test)]

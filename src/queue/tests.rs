@@ -46,7 +46,22 @@ fn quoted_boxes(text: &str) -> usize {
 fn loop_names_are_branch_and_path_safe() {
     assert_eq!(loop_name("beads", "bd-12"), "beads-bd-12");
     assert_eq!(loop_name("github", "42"), "github-42");
-    assert_eq!(loop_name("beads", "../x y/z"), "beads-x-y-z");
+    assert_eq!(loop_name("beads", "../x y/z"), "beads-_2e_2e_2fx_20y_2fz");
+    // One-to-one: ids that one dash stood for before stay apart (issue 29).
+    let ids = ["x/1", "x-1", "x_1", "x_2f1", "-x", "x", "x.", "x y", "é"];
+    let names: std::collections::BTreeSet<String> =
+        ids.iter().map(|i| loop_name("beads", i)).collect();
+    assert_eq!(names.len(), ids.len(), "{names:?}");
+    for n in &names {
+        crate::worktree::check_name(n).unwrap_or_else(|e| panic!("{n}: {e}"));
+    }
+    let long = "a".repeat(100);
+    let (l1, l2) = (
+        loop_name("github", &long),
+        loop_name("github", &format!("{long}b")),
+    );
+    assert!(l1.len() <= 64 && l1 != l2, "{l1} {l2}");
+    crate::worktree::check_name(&l1).unwrap();
 }
 
 #[test]
