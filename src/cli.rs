@@ -336,9 +336,10 @@ pub(crate) struct RunOptions {
     pub(crate) json: bool,
 
     /// Run the loop in a git worktree of its own, on branch `ralph/NAME` from the current HEAD
-    /// (reused while its loop is unfinished; a finished loop's name starts a new branch).
-    #[arg(long, value_name = "NAME")]
-    pub(crate) worktree: Option<String>,
+    /// (reused while its loop is unfinished; a finished loop's name starts a new branch). No
+    /// NAME with a prd.json target: its `branchName` (`ralph/NAME`), exactly as written.
+    #[arg(long, value_name = "NAME", num_args = 0..=1)]
+    pub(crate) worktree: Option<Option<String>>,
 
     /// Run every agent attempt (and the repository's own hooks and commands) under bubblewrap:
     /// read-only file system but the repository, /tmp and the agent's state; secrets hidden.

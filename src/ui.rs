@@ -41,11 +41,13 @@ pub(crate) struct Ui {
 /// the agent wrote (criteria, ITER records, commit subjects, a check's output, git's messages);
 /// a terminal would obey an escape sequence in them — set the clipboard (OSC 52), rewrite
 /// what `ralph status` printed (`\r`, `ESC[2K`), set the title — outside any sandbox. ralph's
-/// own colours are added after.
+/// own colours are added after. No secret is shown either (`withheld::redact`: a URL's
+/// credentials, the tracker's token).
 pub(crate) fn shown(text: &str) -> std::borrow::Cow<'_, str> {
     let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    let text = crate::proc::withheld::redact(text);
     if !text.contains(unsafe_char) {
-        return std::borrow::Cow::Borrowed(text);
+        return text;
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
@@ -98,7 +100,7 @@ impl Ui {
             return;
         }
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}");
+        let _ = writeln!(out, "{}", crate::proc::withheld::redact(line));
         let _ = out.flush();
     }
 

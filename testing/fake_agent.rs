@@ -3,6 +3,9 @@
 //! `FAKE_AGENT_SCRIPT` is a comma-separated list of steps, one per iteration (`RALPH_ITERATION`
 //! picks it; the last step repeats). A step is one or more actions joined by `+`:
 //!   check            check the first unchecked criterion in $RALPH_TASK_FILE and write a file
+//!   tick-first       check the first box the task file shows anywhere, a quoted one too (a line
+//!                    whose `>` markers and list marker are followed by `[ ]`), and write a
+//!                    file: an agent that ticks the first box it finds
 //!   check-unless:TEXT  check as `check` does, unless the task file holds TEXT (then idle): one
 //!                    item of a queue that never gets done
 //!   idle             change nothing
@@ -110,6 +113,13 @@ fn main() {
                     let _ = std::fs::create_dir_all("work");
                     let _ = std::fs::write(format!("work/iter-{iteration}.txt"), &text);
                     println!("checked: {text}");
+                }
+            }
+            "tick-first" => {
+                if let Some(text) = tick_first(&task) {
+                    let _ = std::fs::create_dir_all("work");
+                    let _ = std::fs::write(format!("work/iter-{iteration}.txt"), &text);
+                    println!("ticked: {text}");
                 }
             }
             "check-unless" => {
@@ -468,6 +478,44 @@ fn set_row_done(path: &str, k: u32) {
         })
         .collect();
     let _ = std::fs::write(path, out);
+}
+
+/// Tick the first line that shows a box (`- [ ] x`, `> 1. [ ] x`, …): its text.
+fn tick_first(task: &str) -> Option<String> {
+    let text = std::fs::read_to_string(task).ok()?;
+    let mut out = String::with_capacity(text.len());
+    let mut found = None;
+    for line in text.split_inclusive('\n') {
+        let at = if found.is_none() { box_at(line) } else { None };
+        match at {
+            Some(at) => {
+                found = Some(line[at + 3..].trim().to_string());
+                out.push_str(&line[..at]);
+                out.push_str("[x]");
+                out.push_str(&line[at + 3..]);
+            }
+            None => out.push_str(line),
+        }
+    }
+    std::fs::write(task, out).ok()?;
+    found
+}
+
+/// Where the `[ ]` of a line that shows a box starts: after quote markers, spaces and a list
+/// marker (`-`, `*`, `+`, `1.`, `1)`), and followed by a space.
+fn box_at(line: &str) -> Option<usize> {
+    let rest = line.trim_start_matches(['>', ' ', '\t']);
+    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let after = if digits > 0 {
+        rest[digits..].strip_prefix(['.', ')'])?
+    } else {
+        rest.strip_prefix(['-', '*', '+'])?
+    };
+    let boxed = after.trim_start_matches([' ', '\t']);
+    if after.len() == boxed.len() || !boxed.starts_with("[ ] ") {
+        return None;
+    }
+    Some(line.len() - boxed.len())
 }
 
 fn delete_first_unchecked(task: &str) {

@@ -45,6 +45,8 @@ pub(crate) struct Findings {
     auth_error: Option<String>,
     /// The shell's words when the agent never started (exit 126/127, nothing else printed).
     cannot_start: Option<String>,
+    /// The sandbox never started: what bwrap (or ralph's step inside it) said.
+    sandbox_refused: Option<String>,
     /// The CLI's own word on why its run failed (droid's `error` events: `Exec ended early:
     /// insufficient permission to proceed…`), shown with a non-zero exit.
     failure: Option<String>,
@@ -95,6 +97,7 @@ impl Findings {
             retrying: None,
             auth_error: None,
             cannot_start: None,
+            sandbox_refused: None,
             failure: None,
             session_id: None,
             last_text: None,
@@ -162,6 +165,25 @@ impl Findings {
     /// The agent never started: what the shell said.
     pub(crate) fn cannot_start(&self) -> Option<&str> {
         self.cannot_start.as_deref()
+    }
+
+    /// The sandbox never started: what bwrap said.
+    pub(crate) fn sandbox_refused(&self) -> Option<&str> {
+        self.sandbox_refused.as_deref()
+    }
+
+    /// The attempt ended having printed only `lines`, each on stderr and each bwrap's own
+    /// (`bwrap: …`, printed when it cannot set the sandbox up, before anything runs in it) or
+    /// ralph's step inside it failing (`ralph __confine: cannot …`): the sandbox never started.
+    pub(super) fn sandbox_failed(&mut self, lines: &[TailLine]) {
+        let ours = |l: &TailLine| {
+            l.is_stderr
+                && (l.text.starts_with("bwrap: ") || l.text.starts_with("ralph __confine: cannot "))
+        };
+        if !lines.is_empty() && lines.iter().all(ours) {
+            let said: Vec<&str> = lines.iter().map(|l| l.text.trim()).collect();
+            self.sandbox_refused = Some(clip(&said.join("; ")));
+        }
     }
 
     /// What the CLI said its run failed on, if it said.

@@ -146,10 +146,24 @@ fn spawn(a: &Args) -> std::io::Result<i32> {
     let mut cmd = std::process::Command::new(&a.program);
     cmd.args(&a.args).process_group(0);
     let guard = rustix::process::getpid();
+    // The sandbox's cgroup (`sandbox/cgroup.rs`): the command joins it before it runs, so that
+    // all it starts counts; one that cannot be joined is not run unbounded. The variable is
+    // ralph's word to the guard, not the command's.
+    let join = match std::env::var_os(crate::sandbox::cgroup::JOIN_ENV) {
+        Some(procs) => Some(OpenOptions::new().write(true).open(procs)?),
+        None => None,
+    };
+    cmd.env_remove(crate::sandbox::cgroup::JOIN_ENV);
+    let join_fd = join.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
     // SAFETY: the closure runs between fork and exec and makes only system calls (sigprocmask,
-    // prctl, getppid): no allocation, no lock, async-signal-safe. std offers no safe hook there.
+    // write, prctl, getppid): no allocation, no lock, async-signal-safe. std offers no safe hook
+    // there. `join_fd` stays open until the spawn returns (`join` lives past it).
     unsafe {
         cmd.pre_exec(move || {
+            if let Some(fd) = join_fd {
+                // "0": the writing process itself.
+                rustix::io::write(std::os::fd::BorrowedFd::borrow_raw(fd), b"0")?;
+            }
             SigSet::empty().thread_set_mask()?;
             #[cfg(target_os = "linux")]
             {
@@ -164,6 +178,7 @@ fn spawn(a: &Args) -> std::io::Result<i32> {
     }
     // The guard reaps by pid itself: the std handle is only a way to start it.
     let child = cmd.spawn()?;
+    drop(join);
     Ok(Pid::from_child(&child).as_raw_pid())
 }
 

@@ -61,3 +61,86 @@ pub(crate) fn names() -> Vec<std::ffi::OsString> {
         .map(|(k, _)| k)
         .collect()
 }
+
+/// `text` with no secret in it: the credentials of a URL (`https://user:TOKEN@host/…` →
+/// `https://***@host/…`) and every value ralph withholds, wherever they appear, as `***`.
+/// Every line ralph prints, every event and every activity line goes through it (a token
+/// written into `remote.origin.url` reached an error message).
+pub(crate) fn redact(text: &str) -> std::borrow::Cow<'_, str> {
+    let values: Vec<String> = {
+        let w = WITHHELD.lock().unwrap_or_else(PoisonError::into_inner);
+        w.values.iter().filter(|v| v.len() >= 8).cloned().collect()
+    };
+    let has_userinfo = userinfo_at(text).is_some();
+    if !has_userinfo && !values.iter().any(|v| text.contains(v.as_str())) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = text.to_string();
+    for v in &values {
+        out = out.replace(v.as_str(), "***");
+    }
+    while let Some(range) = userinfo_at(&out) {
+        out.replace_range(range, "***");
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Where the first URL's credentials lie in `text` (between `://` and an `@` before the next
+/// `/`, space or quote) — a password (`user:…`) or any user of an `http(s)` URL, where a token
+/// goes — unless they are already `***` (`ssh://git@host` names no secret).
+fn userinfo_at(text: &str) -> Option<std::ops::Range<usize>> {
+    let mut from = 0;
+    while let Some(at) = text[from..].find("://") {
+        let start = from + at + 3;
+        let scheme = text[..from + at]
+            .rsplit(|c: char| !c.is_ascii_alphanumeric() && c != '+' && c != '-' && c != '.')
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let rest = &text[start..];
+        let end = rest
+            .find(|c: char| c == '/' || c.is_whitespace() || "\"'`<>)".contains(c))
+            .unwrap_or(rest.len());
+        if let Some(amp) = rest[..end].rfind('@') {
+            let user = &rest[..amp];
+            let secret = user.contains(':') || scheme == "http" || scheme == "https";
+            if secret && user != "***" {
+                return Some(start..start + amp);
+            }
+        }
+        from = start;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_in_urls_and_withheld_values_are_never_shown() {
+        assert_eq!(
+            redact(
+                "fatal: unable to access 'https://x-access-token:ghs_abc123@github.com/o/r.git/': 403"
+            ),
+            "fatal: unable to access 'https://***@github.com/o/r.git/': 403"
+        );
+        assert_eq!(
+            redact("ssh://git@github.com/o/r"),
+            "ssh://git@github.com/o/r"
+        );
+        assert_eq!(
+            redact("https://ghp_x@github.com/o/r"),
+            "https://***@github.com/o/r"
+        );
+        assert_eq!(
+            redact("mail me: a@b.c, see https://github.com/o/r"),
+            "mail me: a@b.c, see https://github.com/o/r"
+        );
+        withhold(&[], "ghp_withheld_for_test_1234");
+        assert_eq!(
+            redact("remote.origin.url (https://github.com/o/r?t=ghp_withheld_for_test_1234)"),
+            "remote.origin.url (https://github.com/o/r?t=***)"
+        );
+    }
+}

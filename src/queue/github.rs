@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Claim, Item, Now, Tracker};
+use super::{Claim, Item, Now, Tracker, task_items};
 use crate::error::{Error, Result};
 
 /// How long a fault is tried again once the queue is stopping.
@@ -250,6 +250,10 @@ impl Tracker for GitHub {
         "github"
     }
 
+    fn has_pull_requests(&self) -> bool {
+        true
+    }
+
     fn ready(&mut self) -> Result<Vec<Item>> {
         let login = self.login()?;
         let issues = self.labelled("open")?;
@@ -466,21 +470,6 @@ fn ready(i: &Issue, login: &str) -> bool {
         && i.issue_dependencies_summary
             .as_ref()
             .is_none_or(|d| d.blocked_by == 0)
-}
-
-/// An issue's criteria: the unchecked task-list items of its body (none: the title is one).
-fn task_items(body: &str) -> Vec<String> {
-    body.replace("\r\n", "\n")
-        .replace('\r', "\n")
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim_start();
-            l.strip_prefix("- [ ]")
-                .or_else(|| l.strip_prefix("* [ ]"))
-                .map(|c| c.trim().to_string())
-        })
-        .filter(|c| !c.is_empty())
-        .collect()
 }
 
 /// The `rel="next"` URL of a `Link` header.

@@ -5,12 +5,14 @@
 pub(crate) mod beads;
 pub(crate) mod github;
 pub(crate) mod lease;
+mod text;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+pub(crate) use text::{criteria_of, refusal, task_file, task_items};
 
 /// One item of a tracker, as ralph needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +44,10 @@ pub(crate) trait Tracker {
     fn close(&mut self, item: &Item, commit: &str) -> Result<()>;
     /// Given back, with why: open again for a person or a later run.
     fn release(&mut self, item: &Item, why: &str) -> Result<()>;
+    /// Whether the tracker has pull requests (`--pr` is refused before any claim when not).
+    fn has_pull_requests(&self) -> bool {
+        false
+    }
     /// `--pr`, before anything is pushed: the item marked as having its pull request (so a
     /// later run skips it), no longer claimed.
     fn mark_pr_open(&mut self, _item: &Item) -> Result<()> {
@@ -152,123 +158,28 @@ pub(crate) fn open(
     }
 }
 
-/// The loop's name for an item: `<source>-<id>`, each character git refuses in a branch name
-/// or a path made a `-`.
+/// The loop's name for an item: `<source>-<id>`, one-to-one (SPEC §14: two items never share a
+/// task file or a branch). Letters, digits and `-` stay; every other byte of the id — `_`
+/// included, which starts the escape — is written `_hh` (its hex), so `x/1` is `x_2f1` and never
+/// `x-1`. A name past a worktree name's 64 characters keeps its first 40 and adds `_h` and 16
+/// hex digits of the id's git blob hash (the work is told apart by that).
 pub(crate) fn loop_name(source: &str, id: &str) -> String {
-    let id: String = id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    format!("{source}-{}", id.trim_matches('-'))
-}
-
-/// The item's task file (SPEC §3.1): the title as the task and heading, the body as the
-/// description (quoted), its criteria (else the title) as the Success Criteria.
-pub(crate) fn task_file(source: &str, item: &Item) -> String {
-    let title = one_line(&item.title);
-    let mut text = format!(
-        "---\ntask: {}\n---\n\n# Task: {title}\n\nFrom {source} item `{}`.\n\n",
-        yaml_string(&title),
-        item.id
-    );
-    // The tracker's text as a quote: its headings and task items are the item's words, never
-    // sections or criteria of the task file.
-    // Every line ending Markdown knows ends a line here (a lone `\r` too), so no line of the
-    // item's text escapes the quote.
-    let body = item.body.replace("\r\n", "\n").replace('\r', "\n");
-    if !body.trim().is_empty() {
-        for line in body.trim().lines() {
-            text.push_str(format!("> {line}").trim_end());
-            text.push('\n');
+    let mut escaped = String::with_capacity(id.len());
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' {
+            escaped.push(char::from(b));
+        } else {
+            escaped.push_str(&format!("_{b:02x}"));
         }
-        text.push('\n');
     }
-    text.push_str("## Success Criteria\n\n");
-    for c in expected_criteria(item) {
-        text.push_str(&format!("- [ ] {c}\n"));
+    let name = format!("{source}-{escaped}");
+    if name.len() <= 64 {
+        return name;
     }
-    text
-}
-
-/// The item's criteria, else its title, each on one line.
-fn expected_criteria(item: &Item) -> Vec<String> {
-    let criteria: Vec<String> = if item.criteria.is_empty() {
-        vec![one_line(&item.title)]
-    } else {
-        item.criteria.iter().map(|c| one_line(c)).collect()
-    };
-    criteria.into_iter().filter(|c| !c.is_empty()).collect()
-}
-
-/// Whether the task file `text` written for `item` asks for exactly what the same file without
-/// the item's text would: the text (quoted) adds, hides or changes no criterion. Read with the
-/// reader every run uses.
-pub(crate) fn asks_only_its_criteria(source: &str, item: &Item, text: &str) -> bool {
-    let criteria = |t: &str| {
-        crate::task::document::parse_task_bytes(Path::new("task.md"), t.as_bytes())
-            .ok()
-            .map(|d| {
-                d.checklist
-                    .remaining()
-                    .map(|c| c.text.clone())
-                    .collect::<Vec<_>>()
-            })
-    };
-    let bare = Item {
-        body: String::new(),
-        ..item.clone()
-    };
-    let wanted = criteria(&task_file(source, &bare));
-    wanted.as_ref().is_some_and(|w| !w.is_empty()) && criteria(text) == wanted
-}
-
-/// Criteria from a tracker's text: its unchecked task-list items, else its non-empty lines
-/// (bullets and numbers taken off).
-pub(crate) fn criteria_of(text: &str) -> Vec<String> {
-    let items: Vec<String> = text
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim_start();
-            let rest = l
-                .strip_prefix("- [ ]")
-                .or_else(|| l.strip_prefix("* [ ]"))?;
-            Some(rest.trim().to_string())
-        })
-        .filter(|c| !c.is_empty())
-        .collect();
-    if !items.is_empty() {
-        return items;
-    }
-    text.lines()
-        .map(|l| {
-            let l = l.trim();
-            let l = l
-                .strip_prefix("- ")
-                .or_else(|| l.strip_prefix("* "))
-                .unwrap_or(l);
-            let numbered = l
-                .split_once(". ")
-                .filter(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
-            numbered.map_or(l, |(_, rest)| rest).trim().to_string()
-        })
-        .filter(|c| !c.is_empty())
-        .collect()
-}
-
-/// Text on one line: a tracker's title or criterion cannot open a new Markdown block.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// A YAML double-quoted string.
-fn yaml_string(text: &str) -> String {
-    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_string())
+    let digest = git2::Oid::hash_object(git2::ObjectType::Blob, id.as_bytes())
+        .map_or_else(|_| "0".repeat(16), |o| o.to_string());
+    // The escaped name is ASCII: any byte is a character boundary.
+    format!("{}_h{}", &name[..40], &digest[..16])
 }
 
 #[cfg(test)]

@@ -1,14 +1,16 @@
 //! The `bwrap` argv: the one place it is built. Later mounts cover earlier ones, so the order is
-//! the design: the read-only root, the private directories, ralph's binary, the writable state,
-//! the pinned repository, the read-only files inside both, the host's sockets, the secrets, the
-//! sockets kept on purpose.
+//! the design: the read-only root (`/dev` read-only but for a sized `/dev/shm`), the private
+//! directories (sized), ralph's binary, the writable state, the pinned repository, the read-only
+//! files inside both, the host's sockets, the secrets, the sockets kept on purpose, and last the
+//! secrets' empty directories made read-only (a kept socket may lie in one: its mount point had
+//! to be made first).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use super::host::{Host, Layout};
 use super::paths::normal;
-use super::{Net, Sandbox, confine};
+use super::{Net, Sandbox, cgroup, confine};
 use crate::proc::Invocation;
 
 /// What of the sandbox's `/proc` is the kernel's, not the sandbox's processes': bwrap's own list
@@ -45,45 +47,70 @@ impl Sandbox {
         for p in &host.passed {
             args.extend(["--bind".into(), p.into(), p.into()]);
         }
+        for d in &self.hidden_dirs {
+            args.extend(["--remount-ro".into(), d.into()]);
+        }
         for v in &host.unset {
             args.extend(["--unsetenv".into(), v.clone()]);
         }
         self.push_confine(&mut args, confine_at);
         args.extend(["--".into(), inv.program.into()]);
         args.extend(inv.args);
+        let mut env = inv.env;
+        if let Some(c) = &self.cgroup {
+            // For ralph's guard, which moves bwrap into the cgroup and drops the variable.
+            env.push((
+                cgroup::JOIN_ENV.to_string(),
+                c.procs().to_string_lossy().into_owned(),
+            ));
+        }
         Invocation {
             program: self.bwrap.to_string_lossy().into_owned(),
             args,
             stdin: inv.stdin,
-            env: inv.env,
+            env,
+        }
+    }
+
+    /// `--size BYTES` before a `--tmpfs`, when this bwrap can size one.
+    fn size(&self, args: &mut Vec<OsString>, bytes: impl Fn(&super::bounds::Sizes) -> u64) {
+        if let Some(s) = &self.sizes {
+            args.extend(["--size".into(), bytes(s).to_string().into()]);
         }
     }
 
     /// The namespaces, the capabilities dropped and the read-only root, `/dev`, `/proc`.
     fn push_namespaces(&self, args: &mut Vec<OsString>) {
-        let mut words = |ws: &[&str]| args.extend(ws.iter().map(OsString::from));
         // A session of its own: no TIOCSTI into ralph's terminal. A pid namespace: the agent
         // cannot see or signal ralph's processes, and all of it dies with the sandbox.
-        words(&["--die-with-parent", "--new-session"]);
+        words(args, &["--die-with-parent", "--new-session"]);
         // A user namespace: the kernel keyrings (the user's `@u`, a Kerberos `KEYRING:`
         // cache) are per user namespace, and as root bwrap makes none unless told.
         if self.userns {
-            words(&["--unshare-user"]);
+            words(args, &["--unshare-user"]);
         }
-        words(&["--unshare-pid"]);
+        words(args, &["--unshare-pid"]);
         // As root, bwrap keeps every capability unless told otherwise (CAP_SYS_ADMIN would undo
         // the read-only binds).
-        words(&["--cap-drop", "ALL"]);
+        words(args, &["--cap-drop", "ALL"]);
         if self.net == Net::None {
-            words(&["--unshare-net"]);
+            words(args, &["--unshare-net"]);
         }
-        words(&["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]);
+        words(
+            args,
+            &["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"],
+        );
+        // bwrap's `/dev` is a tmpfs of half the memory, writable by the sandbox's root: a sized
+        // one of its own for `/dev/shm`, and the rest read-only (devices still work: a
+        // read-only mount refuses writes to files, not to devices).
+        self.size(args, |s| s.tmp);
+        words(args, &["--tmpfs", "/dev/shm", "--remount-ro", "/dev"]);
         // The kernel's settings, read-only: a process whose uid is root writes `/proc/sys`
         // (`kernel.core_pattern`: a program the kernel runs as root, outside every namespace)
         // and `/proc/sysrq-trigger` with no capability at all, and bwrap, dropping them, leaves
         // these two writable.
         for p in PROC_READ_ONLY {
-            words(&["--ro-bind-try", p, p]);
+            words(args, &["--ro-bind-try", p, p]);
         }
     }
 
@@ -125,14 +152,26 @@ impl Sandbox {
         }
         // FIFOs only where nothing of ralph's reads (the private directories, `/dev/shm` of
         // bwrap's `/dev`): never in the repository or the CLI's state.
-        for d in self
-            .private
-            .dirs
-            .iter()
-            .map(PathBuf::as_path)
-            .chain([Path::new("/dev/shm")])
-        {
+        let private = || {
+            self.private
+                .dirs
+                .iter()
+                .map(PathBuf::as_path)
+                .chain([Path::new("/dev/shm")])
+        };
+        for d in private() {
             args.extend([confine::FIFOS.into(), d.into()]);
+        }
+        // Renames across directories wherever the agent writes: git's own (`git mv`, its object
+        // files), a build's. Nowhere else (all of it read-only anyway).
+        let own = self.pinned.iter().filter(|p| !self.sealed.contains(p));
+        for d in private().chain(self.writable.iter().chain(own).map(PathBuf::as_path)) {
+            args.extend([confine::REFER.into(), d.into()]);
+        }
+        // In a user namespace of its own the count is the sandbox's; without one it would be
+        // all the user's processes (and root is never counted).
+        if self.userns && !self.root {
+            args.extend([confine::NPROC.into(), self.pids.to_string().into()]);
         }
     }
 
@@ -140,6 +179,8 @@ impl Sandbox {
     /// (not one in the way of ralph's binary).
     fn push_private(&self, args: &mut Vec<OsString>, confine_at: &Path) {
         for d in &self.private.dirs {
+            let run = d.starts_with("/run") || d.starts_with("/var/run");
+            self.size(args, |s| if run { s.run } else { s.tmp });
             args.extend(["--tmpfs".into(), d.into()]);
         }
         for f in &self.private.files {
@@ -151,6 +192,10 @@ impl Sandbox {
             }
         }
     }
+}
+
+fn words(args: &mut Vec<OsString>, ws: &[&str]) {
+    args.extend(ws.iter().map(OsString::from));
 }
 
 /// A [`Layout`] of owned, normalised paths.
@@ -172,6 +217,7 @@ impl<'a> From<&'a OwnedLayout> for Layout<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::bounds::Sizes;
     use super::super::host::Private;
     use super::super::{OwnBinary, RepoPaths};
     use super::*;
@@ -202,7 +248,16 @@ mod tests {
             hidden_files: vec!["/h/.netrc".into()],
             env_keep: Vec::new(),
             scoped: true,
+            fs_rules: true,
             userns: true,
+            sizes: Some(Sizes {
+                tmp: 1 << 30,
+                run: 64 << 20,
+            }),
+            pids: 4096,
+            cgroup: None,
+            cgroup_tried: true,
+            root: false,
             repo: RepoPaths {
                 work_tree: "/r".into(),
                 git_dir: "/r/.git".into(),
@@ -238,13 +293,14 @@ mod tests {
         let line = argv.join(" ");
         assert!(
             line.starts_with(
-                "--die-with-parent --new-session --unshare-user --unshare-pid --cap-drop ALL --ro-bind / / --dev /dev --proc /proc --ro-bind-try /proc/sys /proc/sys --ro-bind-try /proc/sysrq-trigger /proc/sysrq-trigger --ro-bind-try /proc/irq /proc/irq --ro-bind-try /proc/bus /proc/bus --tmpfs /tmp --tmpfs /run --ro-bind /run/resolve/resolv.conf /run/resolve/resolv.conf --symlink /dev/shm /run/shm --ro-bind /usr/bin/ralph /run/ralph/ralph "
+                "--die-with-parent --new-session --unshare-user --unshare-pid --cap-drop ALL --ro-bind / / --dev /dev --proc /proc --size 1073741824 --tmpfs /dev/shm --remount-ro /dev --ro-bind-try /proc/sys /proc/sys --ro-bind-try /proc/sysrq-trigger /proc/sysrq-trigger --ro-bind-try /proc/irq /proc/irq --ro-bind-try /proc/bus /proc/bus --size 1073741824 --tmpfs /tmp --size 67108864 --tmpfs /run --ro-bind /run/resolve/resolv.conf /run/resolve/resolv.conf --symlink /dev/shm /run/shm --ro-bind /usr/bin/ralph /run/ralph/ralph "
+
             ),
             "{line}"
         );
         assert!(
             line.ends_with(
-                " -- /run/ralph/ralph __confine --scoped --fifos /tmp --fifos /run --fifos /dev/shm -- claude -p hi there"
+                " -- /run/ralph/ralph __confine --scoped --fifos /tmp --fifos /run --fifos /dev/shm --refer /tmp --refer /run --refer /dev/shm --refer /h/.claude --refer /r --refer /r/.git --refer /r/.git/worktrees/w --nproc 4096 -- claude -p hi there"
             ),
             "{line}"
         );
@@ -263,7 +319,14 @@ mod tests {
         assert!(at("--ro-bind /dev/null /var/lib/docker.sock") < at("--tmpfs /h/.ssh"));
         assert!(at("--ro-bind /dev/null /h/.netrc") > at("--bind /r /r"));
         assert!(at("--tmpfs /h/.ssh") < at("--bind /run/user/1/ssh.sock /run/user/1/ssh.sock"));
-        assert!(line.contains(" --unsetenv DISPLAY -- "), "{line}");
+        // The secrets' empty directories read-only, after what may be bound inside them.
+        assert!(
+            at("--bind /run/user/1/ssh.sock /run/user/1/ssh.sock") < at("--remount-ro /h/.ssh")
+        );
+        assert!(
+            line.contains(" --remount-ro /h/.ssh --unsetenv DISPLAY -- "),
+            "{line}"
+        );
         assert_eq!(argv.iter().filter(|a| *a == "--").count(), 2);
     }
 
@@ -274,8 +337,28 @@ mod tests {
         let w = s.wrap_on(&Host::default(), inv());
         let line: Vec<String> = w.args.iter().map(|a| a.to_string_lossy().into()).collect();
         assert!(line.join(" ").ends_with(
-            " __confine --fifos /tmp --fifos /run --fifos /dev/shm -- claude -p hi there"
+            " __confine --fifos /tmp --fifos /run --fifos /dev/shm --refer /tmp --refer /run --refer /dev/shm --refer /h/.claude --refer /r --refer /r/.git --refer /r/.git/worktrees/w --nproc 4096 -- claude -p hi there"
         ));
+    }
+
+    #[test]
+    fn without_sizes_or_a_user_namespace_or_as_root_the_bounds_go_as_far_as_they_can() {
+        let mut s = sandbox(Net::Host);
+        s.sizes = None;
+        let w = s.wrap_on(&Host::default(), inv());
+        let line: Vec<String> = w.args.iter().map(|a| a.to_string_lossy().into()).collect();
+        let line = line.join(" ");
+        assert!(!line.contains("--size"), "{line}");
+        assert!(
+            line.contains(" --tmpfs /dev/shm --remount-ro /dev "),
+            "{line}"
+        );
+        for (userns, root) in [(false, false), (true, true)] {
+            let mut s = sandbox(Net::Host);
+            (s.userns, s.root) = (userns, root);
+            let w = s.wrap_on(&Host::default(), inv());
+            assert!(!w.args.iter().any(|a| a == "--nproc"), "{userns} {root}");
+        }
     }
 
     #[test]

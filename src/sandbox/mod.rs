@@ -6,14 +6,25 @@
 //!
 //! One file per room: [`argv`] builds the `bwrap` argv ([`Sandbox::wrap`], the one place),
 //! [`host`] covers the host's sockets and environment, [`cli_state`] holds each CLI's files,
-//! [`repo`] the repository's binds, [`confine`] the Landlock step inside. What is closed and
-//! what is not is written down in ARCHITECTURE.md ("The sandbox").
+//! [`repo`] the repository's binds, [`confine`] the Landlock step inside, [`bounds`] the sizes
+//! and the pids limit ([`cgroup`] where one can be made), [`reach`] what the agent may write
+//! and what it never may (ralph's state). What is closed and what is not is written down in
+//! ARCHITECTURE.md ("The sandbox").
+//!
+//! Every path bwrap is given is where it really lies (links resolved, `paths::normal`): bwrap
+//! follows a link at a mount point inside the new root, where an absolute link leads nowhere —
+//! a dotfile manager's `~/.netrc`, a home reached through a link. And a sandbox that cannot
+//! start is found at the start: [`Sandbox::new`] runs it once (`true`), and bwrap's own error
+//! is the run's.
 
 mod argv;
+pub(crate) mod bounds;
+pub(crate) mod cgroup;
 mod cli_state;
 pub(crate) mod confine;
 mod host;
 mod paths;
+mod reach;
 mod repo;
 
 pub(crate) use paths::Make;
@@ -98,7 +109,7 @@ pub(crate) struct Sandbox {
     /// Bound read-only: the git configuration in the agent's reach, `.git` files, `commondir`,
     /// `.ralph/config.toml`, and what the CLIs run or obey that lies in their writable state.
     read_only: Vec<PathBuf>,
-    /// Directories hidden under an empty tmpfs.
+    /// Directories hidden under an empty, read-only tmpfs.
     hidden_dirs: Vec<PathBuf>,
     /// Files hidden under `/dev/null`.
     hidden_files: Vec<PathBuf>,
@@ -106,18 +117,31 @@ pub(crate) struct Sandbox {
     env_keep: Vec<String>,
     /// The kernel has Landlock's scopes (abstract sockets, signals).
     scoped: bool,
+    /// The kernel's Landlock has `Refer` (ABI 2): FIFOs are confined, renames are not broken.
+    fs_rules: bool,
     /// bwrap can make a user namespace (`--unshare-user`): the user's kernel keyrings are not
     /// the sandbox's.
     userns: bool,
+    /// The private tmpfs mounts' sizes (`None`: this bwrap cannot size them).
+    sizes: Option<bounds::Sizes>,
+    /// The most processes of the sandbox.
+    pids: u64,
+    /// The cgroup holding every sandboxed command, when one could be made.
+    cgroup: Option<Arc<cgroup::Cgroup>>,
+    /// A cgroup was tried (not in a dry run, which makes none).
+    cgroup_tried: bool,
+    /// ralph runs as root: the kernel applies no `RLIMIT_NPROC` to it.
+    root: bool,
     /// The repository, for ralph's own git commands.
     pub(crate) repo: RepoPaths,
 }
 
 impl Sandbox {
     /// Resolve the sandbox for `agents` (preset names, or `custom`: the run's agent and its
-    /// fallbacks) on `repo`. Creates (unless
-    /// `make` is a dry run) the preset's missing state directory (mode 0700), and, empty, what a
-    /// CLI or git would run or read that does not exist yet where the agent could write it.
+    /// fallbacks) on `repo`. Creates (unless `make` is a dry run) the preset's missing state
+    /// directory (mode 0700), and, empty, what a CLI or git would run or read that does not
+    /// exist yet where the agent could write it; then starts the sandbox once, so that one that
+    /// cannot start is an error now, in bwrap's words.
     pub(crate) fn new(
         config: &Config,
         repo: RepoPaths,
@@ -135,28 +159,55 @@ impl Sandbox {
         }
         let bwrap = find_bwrap()?;
         let userns = probe(&bwrap)?;
+        let sizes = bounds::sizes_tmpfs(&bwrap_version(&bwrap))
+            .then(bounds::Sizes::of_host)
+            .transpose()?;
+        let pids = bounds::pids()?;
+        let state = reach::state_home();
+        let entries: Vec<PathBuf> = config
+            .writable
+            .iter()
+            .filter(|p| p.exists())
+            .cloned()
+            .collect();
+        keep_out(state.as_deref(), &entries, "`sandbox_writable` entry")?;
         let mut writable = Vec::new();
         if let Some(h) = home {
             for agent in agents {
                 writable.extend(cli_state::writable_state(h, agent, make)?);
             }
         }
-        writable.extend(config.writable.iter().filter(|p| p.exists()).cloned());
+        keep_out(state.as_deref(), &writable, "the agent CLI's state")?;
+        writable.extend(entries);
+        let raw_writable = writable;
+        let writable: Vec<PathBuf> = raw_writable.iter().map(|p| paths::normal(p)).collect();
         let binds = repo::repo_binds(&repo, &writable, make)?;
+        let own_places: Vec<PathBuf> = binds
+            .pinned
+            .iter()
+            .filter(|p| !binds.sealed.contains(p))
+            .cloned()
+            .collect();
+        keep_out(state.as_deref(), &own_places, "the repository's")?;
         let mut read_only = binds.read_only;
         if let Some(h) = home {
             read_only.extend(cli_state::run_files(h, &writable, make)?);
         }
+        let private = host::Private::of_host();
         let mut hidden: Vec<PathBuf> = home
             .map(|h| SECRETS.iter().map(|s| h.join(s)).collect())
             .unwrap_or_default();
         hidden.extend(config.hidden.iter().cloned());
-        let (hidden_dirs, hidden_files) = split_hidden(hidden);
+        let (hidden_dirs, hidden_files) = reach::hidden_targets(&hidden, &private.dirs);
         let reach: Vec<PathBuf> = writable.iter().chain(&binds.pinned).cloned().collect();
-        Ok(Sandbox {
+        for p in raw_writable.iter().chain(&binds.pinned) {
+            // The agent's link in a writable place, made between runs, would be bound writable.
+            paths::pinnable(p, &reach)?;
+        }
+        let sandbox = Sandbox {
             bwrap,
             net: config.net,
-            private: host::Private::of_host(),
+            private,
             own: OwnBinary::resolve(&reach)?,
             writable,
             pinned: binds.pinned,
@@ -166,9 +217,56 @@ impl Sandbox {
             hidden_files,
             env_keep: config.env_keep.clone(),
             scoped: confine::supported(),
+            fs_rules: confine::fs_rules(),
             userns,
+            sizes,
+            pids,
+            cgroup: (make == Make::Create)
+                .then(|| cgroup::Cgroup::make(pids))
+                .flatten()
+                .map(Arc::new),
+            cgroup_tried: make == Make::Create,
+            // SAFETY: geteuid has no failure mode and touches no memory of ours.
+            root: unsafe { libc::geteuid() } == 0,
             repo,
-        })
+        };
+        if make == Make::Create {
+            sandbox.trial()?;
+        }
+        Ok(sandbox)
+    }
+
+    /// Start the sandbox once, running `true`: bwrap's own error (a mount it cannot make) is
+    /// the run's, at once, never an attempt's.
+    fn trial(&self) -> Result<()> {
+        let inv = self.wrap(crate::proc::Invocation {
+            program: "true".into(),
+            args: Vec::new(),
+            stdin: None,
+            env: Vec::new(),
+        });
+        let mut cmd = std::process::Command::new(&inv.program);
+        cmd.args(&inv.args).current_dir(&self.repo.work_tree);
+        for (k, v) in inv.env.iter().filter(|(k, _)| k != cgroup::JOIN_ENV) {
+            cmd.env(k, v);
+        }
+        let brief = crate::proc::brief::run(&mut cmd, std::time::Duration::from_secs(30))
+            .map_err(|e| Error::io(format!("failed to run `{}`", self.bwrap.display()), e))?;
+        if brief.status.is_some_and(|s| s.success()) {
+            return Ok(());
+        }
+        let said = brief.output.trim();
+        Err(Error::user(format!(
+            "--sandbox: the sandbox cannot start: {}",
+            if said.is_empty() {
+                "bwrap did not finish"
+            } else {
+                said
+            }
+        ))
+        .with_hint(
+            "that is bubblewrap's own word on the sandbox ralph asked for (`ralph run --dry-run --sandbox` prints it whole): a path it names may be one it cannot mount over, or this system may refuse a mount",
+        ))
     }
 
     /// ralph's own binary where the agent cannot write it: the installed one, or a private
@@ -181,13 +279,50 @@ impl Sandbox {
     pub(crate) fn open_here(&self) -> Option<String> {
         let mut open = Vec::new();
         if !self.scoped && self.net == Net::Host {
-            open.push("this kernel's Landlock has no scopes (Linux 6.12 or later has them): the host's abstract UNIX sockets (X11, some D-Bus buses) stay reachable from the sandbox; `--sandbox-net none` closes them");
+            open.push("this kernel's Landlock has no scopes (Linux 6.12 or later has them): the host's abstract UNIX sockets (X11, some D-Bus buses) stay reachable from the sandbox; `--sandbox-net none` closes them".to_string());
         }
         if !self.userns {
-            open.push("bwrap cannot make a user namespace here (`--unshare-user` failed): your kernel keyrings (`keyctl`) stay readable from the sandbox");
+            open.push("bwrap cannot make a user namespace here (`--unshare-user` failed): your kernel keyrings (`keyctl`) stay readable from the sandbox".to_string());
+        }
+        if !self.fs_rules {
+            open.push("this kernel's Landlock cannot confine renames (Linux 5.19 or later can): the agent can make FIFOs anywhere it writes, and one where ralph's git reads holds it until its deadline".to_string());
+        }
+        if self.sizes.is_none() {
+            open.push("this bwrap cannot size a tmpfs (`--size` came with bubblewrap 0.8): the sandbox's /tmp, /run and /dev/shm can each fill half the memory".to_string());
+        }
+        if self.cgroup_tried && self.cgroup.is_none() && (self.root || !self.userns) {
+            open.push(format!(
+                "no cgroup could be made for the sandbox here, and {}: nothing bounds the number of its processes ({} = {} goes unheeded)",
+                if self.root {
+                    "the kernel applies no RLIMIT_NPROC to root"
+                } else {
+                    "without a user namespace RLIMIT_NPROC would count all your processes"
+                },
+                bounds::PIDS_ENV,
+                self.pids
+            ));
         }
         (!open.is_empty()).then(|| format!("--sandbox: {}", open.join("; and ")))
     }
+}
+
+/// Refuse a place among `places` that holds ralph's state directory (or lies in it).
+fn keep_out(state: Option<&Path>, places: &[PathBuf], what: &str) -> Result<()> {
+    let Some(state) = state else { return Ok(()) };
+    let places: Vec<reach::Place<'_>> = places
+        .iter()
+        .map(|p| reach::Place { path: p, what })
+        .collect();
+    reach::keep_state_out(state, &places)
+}
+
+/// `bwrap --version` (`bubblewrap 0.8.0`), or nothing when it does not say.
+fn bwrap_version(bwrap: &Path) -> String {
+    let mut cmd = std::process::Command::new(bwrap);
+    cmd.arg("--version");
+    crate::proc::brief::run(&mut cmd, std::time::Duration::from_secs(10))
+        .map(|b| b.output)
+        .unwrap_or_default()
 }
 
 /// ralph's own binary as the sandbox binds it. Where the agent could write the installed one
@@ -289,20 +424,6 @@ fn probe(bwrap: &Path) -> Result<bool> {
             install_hint()
         ))),
     }
-}
-
-/// Hidden paths that exist, directories apart from files.
-fn split_hidden(paths: Vec<PathBuf>) -> (Vec<PathBuf>, Vec<PathBuf>) {
-    let mut dirs = Vec::new();
-    let mut files = Vec::new();
-    for p in paths {
-        match std::fs::metadata(&p) {
-            Ok(m) if m.is_dir() => dirs.push(p),
-            Ok(_) => files.push(p),
-            Err(_) => {}
-        }
-    }
-    (dirs, files)
 }
 
 /// A `sandbox_writable` / `sandbox_hidden` entry: absolute, or `~/…` under `home`.

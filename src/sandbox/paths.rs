@@ -43,24 +43,33 @@ pub(super) fn within(p: &Path, places: &[PathBuf]) -> bool {
     places.iter().any(|place| p.starts_with(place))
 }
 
-/// `p` can be pinned read-only: it is not a symbolic link in a directory that lies in one of
-/// `places` (where the agent could replace the link itself — a mount follows a link, it cannot
-/// pin one).
+/// `p` can be bound (pinned read-only, or writable): neither it nor a directory on its way is a
+/// symbolic link in a directory that lies in one of `places` (where the agent could replace the
+/// link itself — a mount follows a link, it cannot pin one, and the next run would bind what
+/// the agent's link leads to).
 pub(super) fn pinnable(p: &Path, places: &[PathBuf]) -> Result<()> {
-    let is_link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
-    if !is_link || !p.parent().is_some_and(|dir| within(&normal(dir), places)) {
+    let planted = p.ancestors().find(|a| {
+        std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink())
+            && a.parent().is_some_and(|dir| within(&normal(dir), places))
+    });
+    let Some(link) = planted else {
         return Ok(());
-    }
-    let target = std::fs::read_link(p).unwrap_or_default();
+    };
+    let target = std::fs::read_link(link).unwrap_or_default();
+    let through = if link == p {
+        String::new()
+    } else {
+        format!(" (on the way to `{}`)", p.display())
+    };
     Err(Error::user(format!(
-        "--sandbox: `{}` is a symbolic link (to `{}`) where the agent can write: it could replace the link, and what it points to would be its own",
-        p.display(),
+        "--sandbox: `{}` is a symbolic link (to `{}`){through} where the agent can write: it could replace the link, and what it points to would be its own",
+        link.display(),
         target.display()
     ))
     .with_hint(format!(
         "replace the link by the file itself: a copy, or a hard link (`ln -f '{}' '{}'`)",
-        normal(p).display(),
-        p.display()
+        normal(link).display(),
+        link.display()
     )))
 }
 
@@ -162,10 +171,23 @@ mod tests {
         );
         // The file it points to, a link outside the places, a missing file: fine.
         assert!(pinnable(&dotfiles.join("settings.json"), &places).is_ok());
-        assert!(pinnable(&state.join("settings.json"), &[dotfiles]).is_ok());
+        assert!(
+            pinnable(
+                &state.join("settings.json"),
+                std::slice::from_ref(&dotfiles)
+            )
+            .is_ok()
+        );
         assert!(pinnable(&state.join("missing"), &places).is_ok());
         // A link named itself as writable (its directory is not) is the user's choice.
         assert!(pinnable(&state.join("settings.json"), &[state.join("settings.json")]).is_ok());
+        // A link on the way there counts as much as one at the end.
+        std::fs::create_dir_all(dotfiles.join("hooks")).unwrap();
+        std::os::unix::fs::symlink(dotfiles.join("hooks"), state.join("hooks")).unwrap();
+        let e = pinnable(&state.join("hooks/pre.sh"), &places)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("on the way to") && e.contains("pre.sh"), "{e}");
     }
 
     #[test]

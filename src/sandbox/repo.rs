@@ -41,14 +41,21 @@ pub(super) fn repo_binds(repo: &RepoPaths, writable: &[PathBuf], make: Make) -> 
     pinned.extend(sealed.iter().cloned());
     pinned.sort_by_key(|p| p.components().count());
     pinned.dedup();
-    let mut read_only = vec![
+    let reach: Vec<PathBuf> = pinned.iter().chain(writable).map(|p| normal(p)).collect();
+    let mut read_only = Vec::new();
+    for file in [
         repo.git_dir.join("commondir"),
         repo.git_dir.join("gitdir"),
         repo.work_tree.join(".git"),
         repo.work_tree.join(".ralph/config.toml"),
-    ];
-    read_only.retain(|p| p.is_file());
-    let reach: Vec<PathBuf> = pinned.iter().chain(writable).map(|p| normal(p)).collect();
+    ] {
+        // A link planted there (between runs: bound, none can be made during one) is refused
+        // by name, not followed: bwrap would mount over what it leads to.
+        pinnable(&file, &reach)?;
+        if file.is_file() {
+            read_only.push(normal(&file));
+        }
+    }
     for file in config_files(repo)? {
         pinnable(&file, &reach)?;
         let file = normal(&file);
@@ -73,7 +80,9 @@ pub(super) fn repo_binds(repo: &RepoPaths, writable: &[PathBuf], make: Make) -> 
 fn pinned_dirs(repo: &RepoPaths) -> Vec<PathBuf> {
     let mut pinned = vec![repo.work_tree.clone()];
     let ralph = repo.work_tree.join(".ralph");
-    if ralph.is_dir() {
+    // A link there would have bwrap bind where it leads, writable (ralph makes `.ralph` a real
+    // directory before the sandbox; a dry run shows it unbound).
+    if ralph.is_dir() && !ralph.is_symlink() {
         pinned.push(ralph);
     }
     if repo.common_dir != repo.git_dir {

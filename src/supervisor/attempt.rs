@@ -64,6 +64,11 @@ impl Loop {
                 }
             } else if let Some(said) = observer.cannot_start() {
                 Some(self.cannot_start(said, finished.exit_code))
+            } else if let Some(said) = observer
+                .sandbox_refused()
+                .filter(|_| self.setup.settings.sandboxed.is_some())
+            {
+                Some(sandbox_cannot_start(said, finished.exit_code))
             } else {
                 observer.auth_error().map(|auth| Halt::Error {
                     message: format!("agent `{}` cannot work: {auth}", self.agents.current().name),
@@ -117,7 +122,8 @@ impl Loop {
         prep: &mut Prepared,
     ) -> Result<std::result::Result<(Finished, Observer), Halt>> {
         let mut observer =
-            Observer::new(format_for(&self.agents.current().name), chrono::Utc::now());
+            Observer::new(format_for(&self.agents.current().name), chrono::Utc::now())
+                .given(&prep.prompt);
         let view = (!self.setup.stream && !self.setup.ui.quiet && LiveView::available())
             .then(|| self.live_view(prep.n));
         // The latest activity for `ralph watch`; dropped (its last line written) with this run.
@@ -467,5 +473,14 @@ impl Attempted {
             ended_at: crate::state::now_rfc3339(),
             stop: Some(halt),
         }
+    }
+}
+
+/// The sandbox did not start (bwrap's own error, before anything ran in it): not the agent's
+/// doing, and no later attempt would do better — the run halts at once with bwrap's words.
+fn sandbox_cannot_start(said: &str, code: i32) -> Halt {
+    Halt::Error {
+        message: format!("the sandbox could not start (exit {code}): {said}"),
+        hint: "that is bubblewrap's own word on the sandbox (`ralph run --dry-run --sandbox` prints the whole argv); fix what it names, then continue with `ralph resume`".into(),
     }
 }

@@ -121,6 +121,7 @@ pub(crate) fn start_watching(
 /// stops an iteration or a run — the first failure is shown as a warning, later ones are not.
 pub(crate) fn log_activity(ui: Ui, rd: &RalphDir, line: &str) {
     static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let line = crate::proc::withheld::redact(line);
     let stamped = format!("[{}] {line}", state::now_rfc3339());
     if let Err(e) = state::append_line(&rd.activity_log(), &stamped)
         && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)

@@ -135,6 +135,19 @@ pub(crate) fn normalize(text: &str) -> String {
 /// selection.
 pub(super) fn scan(body: &str, first_line: usize) -> Scan {
     let md = markdown::parse_at(body, first_line);
+    select(&md, body.len()).0
+}
+
+/// The task items `ralph run` would count as criteria in the document `md` (read from a text
+/// of `len` bytes), checked or not, as indices into `md.items` in document order: a tracker's
+/// text is read by the same rule as a task file (SPEC §14).
+pub(crate) fn criteria_items(md: &markdown::Markdown, len: usize) -> Vec<usize> {
+    select(md, len).1
+}
+
+/// Section selection over a read document: the scan, and the index in `md.items` of each of
+/// its criteria.
+fn select(md: &markdown::Markdown, len: usize) -> (Scan, Vec<usize>) {
     let headings: Vec<HeadingInfo> = md
         .headings
         .iter()
@@ -148,13 +161,14 @@ pub(super) fn scan(body: &str, first_line: usize) -> Scan {
         })
         .collect();
     let chosen = criteria_headings(&headings);
-    let sections = section_ranges(&headings, &chosen, body.len());
+    let sections = section_ranges(&headings, &chosen, len);
     // A task item with no text after its box is no criterion (GFM draws an empty box).
-    let tasks: Vec<(Criterion, usize)> = md
+    let tasks: Vec<(Criterion, usize, usize)> = md
         .items
-        .into_iter()
-        .filter(|item| !item.quoted)
-        .filter_map(|item| {
+        .iter()
+        .enumerate()
+        .filter(|(_, item)| !item.quoted)
+        .filter_map(|(i, item)| {
             let text = normalize(&item.text);
             let checked = item.task?;
             (!text.is_empty()).then_some((
@@ -164,12 +178,13 @@ pub(super) fn scan(body: &str, first_line: usize) -> Scan {
                     line: item.line,
                 },
                 item.at,
+                i,
             ))
         })
         .collect();
     let (inside, outside): (Vec<_>, Vec<_>) = tasks
         .into_iter()
-        .partition(|(_, at)| within(&sections, *at));
+        .partition(|(_, at, _)| within(&sections, *at));
     let looked_under: Vec<Section> = chosen
         .iter()
         .map(|&i| Section {
@@ -177,28 +192,33 @@ pub(super) fn scan(body: &str, first_line: usize) -> Scan {
             line: headings[i].line,
         })
         .collect();
-    let checklist = if inside.is_empty() {
-        Checklist {
-            criteria: outside.into_iter().map(|(c, _)| c).collect(),
+    let (checklist, items) = if inside.is_empty() {
+        let items = outside.iter().map(|(_, _, i)| *i).collect();
+        let checklist = Checklist {
+            criteria: outside.into_iter().map(|(c, _, _)| c).collect(),
             scope: Scope::WholeDocument,
             unchecked_outside: Vec::new(),
-        }
+        };
+        (checklist, items)
     } else {
-        Checklist {
-            criteria: inside.into_iter().map(|(c, _)| c).collect(),
+        let items = inside.iter().map(|(_, _, i)| *i).collect();
+        let checklist = Checklist {
+            criteria: inside.into_iter().map(|(c, _, _)| c).collect(),
             scope: Scope::Sections(looked_under.clone()),
             unchecked_outside: outside
                 .into_iter()
-                .filter(|(c, _)| !c.checked)
-                .map(|(c, _)| c.text)
+                .filter(|(c, _, _)| !c.checked)
+                .map(|(c, _, _)| c.text)
                 .collect(),
-        }
+        };
+        (checklist, items)
     };
-    Scan {
+    let scan = Scan {
         checklist,
         headings,
         looked_under,
-    }
+    };
+    (scan, items)
 }
 
 /// The criteria headings: every one saying "success criteria", else every fallback one.

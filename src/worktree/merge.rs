@@ -18,27 +18,20 @@ use crate::ui::Ui;
 /// Merge loop `name` back into the branch it started from. Exit 0 when merged, 11 when it could
 /// not be (conflicts named, the base work tree not clean, the loop's worktree off its branch).
 pub(crate) fn merge(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
-    merge_as(repo, name, ui, false)
+    merge_as(repo, name, false, ui)
 }
 
-/// [`merge`] of a loop its caller saw end complete (its typed ending said so). One that ended
-/// at once — its task file complete already on its branch, as a worker before this one left
-/// it (a queue's takeover) — has no state to say so, and merges all the same.
-pub(crate) fn merge_ended(repo: &Repo, name: &str, ui: Ui) -> Result<i32> {
-    merge_as(repo, name, ui, true)
-}
-
-fn merge_as(repo: &Repo, name: &str, ui: Ui, ended_complete: bool) -> Result<i32> {
+/// [`merge`], for a caller that saw the loop end complete (`vouched`): a run that ended at
+/// once, already complete by its checks, before any state was recorded (a queue's item whose
+/// branch a worker before finished), merges too.
+pub(crate) fn merge_as(repo: &Repo, name: &str, vouched: bool, ui: Ui) -> Result<i32> {
     let records = Records::open(repo)?;
     let wt = super::open(repo, &records, name)?;
     let mut loop_repo = Repo::discover(&wt.path)?;
-    let stateless = || -> Result<bool> {
-        Ok(RunState::load(&RalphDir::new(loop_repo.root()).state_file())?.is_none())
-    };
-    let sandboxed = match completed(&loop_repo, name) {
-        Ok(sandboxed) => sandboxed,
-        Err(_) if ended_complete && stateless()? => false,
-        Err(e) => return Err(e),
+    let recorded = RunState::load(&RalphDir::new(loop_repo.root()).state_file())?;
+    let sandboxed = match recorded {
+        None if vouched => false,
+        _ => completed(&loop_repo, name)?,
     };
     // A sandboxed loop's agent could write the common git directory: the merge's git writes
     // only beneath the repository too (`MERGE_MSG` linked to a file of the user's would have
@@ -57,20 +50,7 @@ fn merge_as(repo: &Repo, name: &str, ui: Ui, ended_complete: bool) -> Result<i32
         ))
         .with_hint(format!("merge `{}` by hand", wt.branch)));
     };
-    // The loop's work is on its branch only while its worktree has that branch checked out: an
-    // agent that switched branches left its commits elsewhere, and merging `ralph/NAME` would
-    // report a merge of nothing.
-    let on = current_branch(&loop_repo);
-    if on.as_deref() != Some(wt.branch.as_str()) {
-        ui.alert(&format!(
-            "not merged: the worktree of loop `{name}` ({}) is on {}, not `{}`: its last commits are not on the loop's branch",
-            wt.path.display(),
-            on.map_or_else(|| "a detached HEAD".to_string(), |b| format!("branch `{b}`")),
-            wt.branch
-        ));
-        ui.plain(
-            "The branch and the worktree stay as they are: merge by hand what should be merged.",
-        );
+    if !on_its_branch(&wt, &loop_repo, ui) {
         return not_merged(&loop_repo);
     }
     let _lock = records.lock()?;
@@ -117,6 +97,25 @@ fn merge_as(repo: &Repo, name: &str, ui: Ui, ended_complete: bool) -> Result<i32
     };
     settle(repo, &records, &wt, &loop_repo, at, ui)?;
     Ok(exit::COMPLETE)
+}
+
+/// The loop's work is on its branch only while its worktree has that branch checked out: an
+/// agent that switched branches left its commits elsewhere, and merging `ralph/NAME` would
+/// report a merge of nothing. Said when it is not.
+fn on_its_branch(wt: &Worktree, loop_repo: &Repo, ui: Ui) -> bool {
+    let on = current_branch(loop_repo);
+    if on.as_deref() == Some(wt.branch.as_str()) {
+        return true;
+    }
+    ui.alert(&format!(
+        "not merged: the worktree of loop `{}` ({}) is on {}, not `{}`: its last commits are not on the loop's branch",
+        wt.name,
+        wt.path.display(),
+        on.map_or_else(|| "a detached HEAD".to_string(), |b| format!("branch `{b}`")),
+        wt.branch
+    ));
+    ui.plain("The branch and the worktree stay as they are: merge by hand what should be merged.");
+    false
 }
 
 /// The repository at `path`, its git's writes kept beneath it when `confined`.

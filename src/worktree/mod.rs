@@ -26,7 +26,7 @@ use crate::loops::Retired;
 use crate::state::{HaltReason, RalphDir, RunState};
 use crate::ui::Ui;
 
-pub(crate) use merge::{conflicts_of, merge, merge_commit, merge_ended};
+pub(crate) use merge::{conflicts_of, merge, merge_as, merge_commit};
 pub(crate) use records::Records;
 
 /// A loop's worktree.

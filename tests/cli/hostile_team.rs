@@ -145,3 +145,75 @@ fn a_release_the_tracker_failed_leaves_the_item_for_the_next_run() {
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert_eq!(team.api.issue(1)["state"], "closed");
 }
+
+/// A worker finishes an item's loop but cannot publish it (origin refuses its push of main):
+/// the item is released, its finished branch on origin. The next worker goes on from that
+/// branch — already complete by its checks, so no agent runs — merges, publishes and closes it.
+#[test]
+fn a_finished_branch_left_unpublished_is_published_by_the_next_worker() {
+    let team = Team::new(json!([issue(1, &["one"])]));
+    let (a, b) = (team.machine(), team.machine());
+    let hook = team.origin.join("hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\nwhile read old new ref; do [ \"$ref\" = refs/heads/main ] && { echo 'main is frozen'; exit 1; }; done\nexit 0\n",
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&hook).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&hook, perms).unwrap();
+    let (code, out, err) = run(&team, &a, CHECK, &[], &[]);
+    assert_ne!(code, Some(0), "control: origin refused main\n{out}\n{err}");
+    assert!(err.contains("pre-receive hook declined"), "{out}\n{err}");
+    let local = a.git(&["log", "--format=%s", "main"]);
+    assert!(
+        !local.contains("github-1"),
+        "the local main kept what origin refused: {local}"
+    );
+    let task = team.origin_git(&["show", "ralph/github-1:.ralph/tasks/github-1.md"]);
+    assert!(
+        String::from_utf8_lossy(&task.stdout).contains("- [x] one"),
+        "the finished branch is on origin"
+    );
+    assert_eq!(team.api.issue(1)["state"], "open");
+    std::fs::remove_file(&hook).unwrap();
+    std::fs::remove_dir_all(&b.log).ok();
+    let (code, out, err) = run(&team, &b, CHECK, &[], &[]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        !b.agent_ran(1),
+        "the agent ran again on a finished branch:\n{out}"
+    );
+    assert_eq!(team.api.issue(1)["state"], "closed");
+    let on_main = team.origin_git(&["cat-file", "-e", "main:work/github-1-1.txt"]);
+    assert!(on_main.status.success(), "not published:\n{out}\n{err}");
+}
+
+/// A token written into `remote.origin.url` (as CI checkouts do) is never printed: the error
+/// naming the URL shows `***` in its place.
+#[test]
+fn a_token_in_the_remotes_url_is_never_printed() {
+    let env = TestEnv::new();
+    env.write("README.md", "x\n");
+    env.commit_all("initial");
+    let secret = "ghs_SeCrEt0123456789";
+    env.git(&[
+        "remote",
+        "add",
+        "origin",
+        &format!("https://x-access-token:{secret}@example.com/o/r.git"),
+    ]);
+    let out = env.ralph_with_limit(
+        &["run", "--from", "github", "--yes", "--agent-cmd", "true"],
+        &[("GITHUB_TOKEN", TOKEN)],
+        Duration::from_secs(30),
+    );
+    assert_exit(&out, 1);
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        said.contains("remote.origin.url"),
+        "control: the URL is named: {said}"
+    );
+    assert!(!said.contains(secret), "the token was printed: {said}");
+    assert!(said.contains("https://***@example.com/o/r.git"), "{said}");
+}

@@ -234,3 +234,38 @@ fn a_plain_agent_whose_failed_attempt_ends_on_a_login_failure_halts_the_run() {
     );
     assert_completed_normally(&env, &out, "exit 0");
 }
+
+/// A limit sentence in the output of a failing test is the test's, not the agent's CLI's: an
+/// agent that prints its prompt back (where ralph put the failing test's output) and fails is
+/// not usage-limited — no wait, no fallback; the iteration simply failed. Before, ralph read the
+/// echoed sentence as its CLI's limit and waited (12,251 s in the hostile pass).
+#[test]
+fn a_limit_sentence_in_the_tests_output_is_no_limit_of_the_agent() {
+    let env = TestEnv::new();
+    env.write_task(&["the feature works"], "");
+    env.commit_all("initial");
+    let test = "echo 'Error: You have hit the rate limit for this model. Try another model.'; echo \"Error: You've hit the rate limit for this model. Try another model.\"; exit 1";
+    let out = env.run_fake(
+        "check,echo+fail",
+        &[
+            "--test-command",
+            test,
+            "--max-iterations",
+            "2",
+            "--max-wait",
+            "1s",
+            "--json",
+        ],
+    );
+    // Control: the agent did print the sentence back (it is in its transcript).
+    assert!(
+        env.agent_prompt(2).contains("You've hit the rate limit"),
+        "the prompt carried the test's output"
+    );
+    assert!(
+        events_named(&out, "waiting").is_empty(),
+        "ralph waited for a limit:\n{}",
+        stdout(&out)
+    );
+    assert_exit(&out, 3);
+}

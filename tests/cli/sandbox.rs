@@ -306,8 +306,10 @@ fn dry_run_prints_the_bwrap_argv_and_no_bwrap_is_refused() {
     let repo = env.repo.display();
     let ssh = env.home.join(".ssh");
     for part in [
-        "bwrap --die-with-parent --new-session --unshare-user --unshare-pid --cap-drop ALL --unshare-net --ro-bind / / --dev /dev --proc /proc --ro-bind-try /proc/sys /proc/sys ".to_string(),
-        " --tmpfs /tmp --tmpfs /run ".to_string(),
+        "bwrap --die-with-parent --new-session --unshare-user --unshare-pid --cap-drop ALL --unshare-net --ro-bind / / --dev /dev --proc /proc ".to_string(),
+        " --tmpfs /dev/shm --remount-ro /dev --ro-bind-try /proc/sys /proc/sys ".to_string(),
+        " --tmpfs /tmp ".to_string(),
+        " --tmpfs /run ".to_string(),
         format!("--bind {repo} {repo} "),
         format!("--bind {repo}/.git {repo}/.git "),
         format!("--ro-bind {repo}/.git/config {repo}/.git/config "),

@@ -98,6 +98,9 @@ pub(crate) struct Observer {
     /// of it from every chunk.
     relay_keeps_tail: bool,
     finished: bool,
+    /// Lines the agent was given (its prompt: the tests' and the verdict's output, a person's
+    /// hint): printed back, they are not its own words, and never a signal of its CLI.
+    quoted: std::collections::HashSet<String>,
 }
 
 impl Observer {
@@ -121,7 +124,20 @@ impl Observer {
             unfinished: false,
             relay_keeps_tail: false,
             finished: false,
+            quoted: std::collections::HashSet::new(),
         }
+    }
+
+    /// The lines of `given` (the agent's prompt) are not the agent's own: a limit or login
+    /// message a failing test printed and the agent echoed is no signal.
+    pub(crate) fn given(mut self, given: &str) -> Observer {
+        self.quoted = given
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        self
     }
 
     /// Sets the local time zone used for reset times printed without a zone (or in the named
@@ -211,7 +227,15 @@ impl Observer {
             if matches!(exit, Some(126 | 127)) && self.plain_lines == tail.len() as u64 {
                 self.seen.not_started(&tail);
             }
-            self.format.cli.failed_tail(&tail, &mut self.seen);
+            // bwrap exits 1 when it cannot set the sandbox up; ralph's step inside, 126.
+            if matches!(exit, Some(1 | 126)) && self.plain_lines == tail.len() as u64 {
+                self.seen.sandbox_failed(&tail);
+            }
+            let own: Vec<crate::agent::findings::TailLine> = tail
+                .into_iter()
+                .filter(|l| !self.quoted.contains(l.text.trim()))
+                .collect();
+            self.format.cli.failed_tail(&own, &mut self.seen);
         }
         self.seen.end();
     }
@@ -299,6 +323,12 @@ impl Observer {
     /// The agent never started (exit 126/127 with only the shell's refusal): what it said.
     pub(crate) fn cannot_start(&self) -> Option<&str> {
         self.seen.cannot_start()
+    }
+
+    /// The sandbox never started (exit 1 or 126 with only bwrap's words on stderr): what it
+    /// said. Only the caller knows whether the attempt ran in a sandbox.
+    pub(crate) fn sandbox_refused(&self) -> Option<&str> {
+        self.seen.sandbox_refused()
     }
 
     /// An authentication failure (`Invalid API key`, `Not logged in · Please run /login`, 401):

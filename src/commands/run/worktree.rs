@@ -56,10 +56,11 @@ pub(super) fn in_worktree(
     dry_run: bool,
     how: Continuation,
 ) -> Result<(i32, Option<LoopRan>)> {
-    let Some(name) = &options.worktree else {
+    let Some(named) = &options.worktree else {
         return Ok((start(ctx, targets, options, dry_run, how)?, None));
     };
     let repo = Repo::discover(&ctx.cwd)?;
+    let name = &loop_name(ctx, &repo, named.as_deref(), targets)?;
     if dry_run {
         return Ok((
             dry_run_in_worktree(ctx, &repo, name, targets, options, how)?,
@@ -103,6 +104,59 @@ pub(super) fn in_worktree(
         path: wt.path,
     };
     Ok((code, Some(ran)))
+}
+
+/// The loop `--worktree [NAME]` names: NAME, else the `prd.json` target's (its `branchName`).
+fn loop_name(
+    ctx: &Context,
+    repo: &Repo,
+    named: Option<&str>,
+    targets: &[String],
+) -> Result<String> {
+    match named {
+        // `ralph run --worktree prd.json` reads as the loop `prd.json` on the default task:
+        // the file was meant, not a name.
+        Some(name) if targets.is_empty() && ctx.cwd.join(name).is_file() => Err(Error::usage(
+            format!("`--worktree {name}`: `{name}` is a file here, taken as the loop's NAME"),
+        )
+        .with_hint(format!(
+            "put the target first (`ralph run {name} --worktree`), or name the loop and the target (`--worktree NAME {name}`)"
+        ))),
+        Some(name) => Ok(name.to_string()),
+        None => loop_of_stories(ctx, repo, targets),
+    }
+}
+
+/// `--worktree` without a NAME: the loop whose branch is the `prd.json` target's `branchName`,
+/// exactly as written (SPEC §14). Loops run on `ralph/NAME` (SPEC §13), so it must be
+/// `ralph/NAME` with a NAME `--worktree NAME` takes; any other is an error naming the file,
+/// never a branch of another name.
+fn loop_of_stories(ctx: &Context, repo: &Repo, targets: &[String]) -> Result<String> {
+    let plan = super::plan::resolve_plan(ctx, repo.root(), targets)?;
+    let super::plan::Plan::Stories { rel, stories } = plan else {
+        return Err(Error::usage(
+            "`--worktree` needs a NAME: only a prd.json target names its loop (its `branchName`)",
+        )
+        .with_hint("name the loop: `ralph run --worktree NAME`"));
+    };
+    let text = crate::files::read_text(&repo.root().join(&rel)).unwrap_or_default();
+    let line = text
+        .find("\"branchName\"")
+        .map_or(1, |i| text[..i].matches('\n').count() + 1);
+    let hint = "set `\"branchName\": \"ralph/NAME\"` in it, or name the loop: `--worktree NAME`";
+    let Some(branch) = &stories.branch else {
+        return Err(Error::user(format!(
+            "{rel}: no `branchName`, and `--worktree` was given no NAME"
+        ))
+        .with_hint(hint));
+    };
+    match branch.strip_prefix("ralph/") {
+        Some(name) if crate::worktree::check_name(name).is_ok() => Ok(name.to_string()),
+        _ => Err(Error::user(format!(
+            "{rel}:{line}: `branchName` {branch:?} is not a loop's branch: `--worktree` loops run on `ralph/NAME`, NAME of letters, digits, `.`, `_` and `-`"
+        ))
+        .with_hint(hint)),
+    }
 }
 
 /// `--dry-run --worktree NAME`: the plan in the loop's worktree when a run would continue there,

@@ -38,6 +38,9 @@ pub(super) struct Team {
     /// The leases this worker holds or last held, by loop name: each one's commit on origin
     /// and the item branch's tip there.
     pub(super) mine: BTreeMap<String, Mine>,
+    /// Every lease as the ledger last held the tracker against them: a lease that moved since
+    /// (whoever looked at origin in between) marks its item's changes as the team's.
+    pub(super) held_against: BTreeMap<String, String>,
 }
 
 /// A lease this worker moved last.
@@ -74,6 +77,7 @@ impl Desk {
         };
         if let (Some(team), Some(base)) = (&mut desk.team, &desk.base) {
             team.seen = team.leases.look(base)?;
+            team.held_against = lease_oids(&team.seen);
         }
         desk.release_orphans()?;
         Ok(desk)
@@ -137,7 +141,11 @@ impl Desk {
         let now = self.tracker.states()?;
         let before = match (&mut self.team, &self.base) {
             (Some(team), Some(base)) => match team.leases.look(base) {
-                Ok(fresh) => Some(std::mem::replace(&mut team.seen, fresh)),
+                Ok(fresh) => {
+                    let oids = lease_oids(&fresh);
+                    team.seen = fresh;
+                    Some(std::mem::replace(&mut team.held_against, oids))
+                }
                 Err(e) => {
                     // Without the team's leases a change cannot be told from the team's:
                     // nothing is put back this time. Taking an item still needs origin.
@@ -160,9 +168,8 @@ impl Desk {
                 return false;
             };
             let name = queue::loop_name(source, id);
-            let (was, is) = (before.leases.get(&name), after.get(&name));
-            was.map(|l| &l.oid) != is.map(|l| &l.oid)
-                || is.is_some_and(|l| l.held(at) && l.worker != me)
+            let (was, is) = (before.get(&name), after.get(&name));
+            was != is.map(|l| &l.oid) || is.is_some_and(|l| l.held(at) && l.worker != me)
         };
         self.ledger
             .hold(self.ui, &mut *self.tracker, now, &by_team)?;
@@ -459,4 +466,12 @@ impl Desk {
         self.repo.commit_paths(paths, &message)?;
         Ok(())
     }
+}
+
+/// Each lease's commit, by loop name.
+fn lease_oids(seen: &Seen) -> BTreeMap<String, String> {
+    seen.leases
+        .iter()
+        .map(|(k, l)| (k.clone(), l.oid.clone()))
+        .collect()
 }

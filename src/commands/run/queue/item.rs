@@ -56,14 +56,12 @@ pub(super) fn take_next(q: &mut Queue<'_>) -> Result<Took> {
             ));
             continue;
         }
-        // An item whose text would change its task file's criteria is never claimed: skipped,
-        // said, the queue goes on (one hostile issue does not stop the others).
-        let text = queue::task_file(source, &item);
-        if !queue::asks_only_its_criteria(source, &item, &text) {
-            q.ctx.ui.warn(&format!(
-                "{source} {}: its text would change the criteria of its task file; not taken",
-                item.id
-            ));
+        // An item whose text is too large or would change its task file's criteria is never
+        // claimed: skipped, said, the queue goes on (one hostile issue does not stop the others).
+        if let Some(why) = queue::refusal(source, &item) {
+            q.ctx
+                .ui
+                .warn(&format!("{source} {}: {why}; not taken", item.id));
             continue;
         }
         match already_done(q, &item, &name)? {
@@ -369,8 +367,9 @@ fn merge_and_close(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<(Outcom
         .run(&["rev-parse", &format!("refs/heads/{base}")], None)?;
     let before = String::from_utf8_lossy(&before).trim().to_string();
     let not_merged = |why: String| Ok((Outcome::Released(why), None));
-    // Its loop ended complete (a takeover of a branch a worker before finished ends at once).
-    match crate::worktree::merge_ended(&q.desk.repo, name, q.ctx.ui) {
+    // Its loop ended complete (the caller saw it: `finish`), at once too — a branch a worker
+    // before this one finished.
+    match crate::worktree::merge_as(&q.desk.repo, name, true, q.ctx.ui) {
         Ok(exit::COMPLETE) => {}
         Ok(code) => return not_merged(format!("completed, but not merged (exit {code})")),
         Err(e) => return not_merged(format!("completed, but not merged: {e}")),

@@ -127,6 +127,12 @@ pub(super) fn from_queue(
         .max_wait
         .map_or(crate::config::DEFAULT_MAX_WAIT, Into::into);
     let mut tracker = queue::open(spec, repo.root(), origin.as_deref(), max_wait)?;
+    if limits.pr && !tracker.has_pull_requests() {
+        return Err(Error::usage(format!(
+            "--pr opens pull requests, and --from {spec} has none"
+        ))
+        .with_hint("run without --pr: each completed item merges here and is closed"));
+    }
     let team = team(&repo, &*tracker, base.as_deref(), &limits)?;
     if limits.parallel > 1 {
         crate::live::LiveView::share_terminal();
@@ -242,6 +248,7 @@ fn team(
         leases,
         seen,
         mine: BTreeMap::new(),
+        held_against: BTreeMap::new(),
     }))
 }
 

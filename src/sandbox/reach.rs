@@ -1,0 +1,139 @@
+//! What the agent may write, and what it never may: ralph's state directory (SPEC §4, §11) —
+//! its own record of each run, which decides over the repository's `state.json` (a resume trusts
+//! it for the sandbox it pins), and the locks between loops. A place the sandbox would make
+//! writable that holds it, or lies in it, is refused at the start, naming the place.
+//!
+//! And what it must not see: the secrets, hidden where they really lie. A `~/.netrc` or `~/.ssh`
+//! that is a link (a dotfile manager's) is hidden by its target, which the link's name then leads
+//! to inside; one whose target the sandbox does not show anyway (in the private `/tmp` or `/run`,
+//! or missing) needs no hiding.
+
+use std::path::{Path, PathBuf};
+
+use super::paths::{normal, within};
+use crate::error::{Error, Result};
+
+/// A place the sandbox makes writable, and how to name it to the user.
+pub(super) struct Place<'a> {
+    pub(super) path: &'a Path,
+    pub(super) what: &'a str,
+}
+
+/// ralph's state directory, where it really lies (`None` without a home to put it in).
+pub(super) fn state_home() -> Option<PathBuf> {
+    crate::state::StateHome::locate().map(|h| normal(h.path()))
+}
+
+/// Refuse any of `places` that holds ralph's state directory `state` or lies in it.
+pub(super) fn keep_state_out(state: &Path, places: &[Place<'_>]) -> Result<()> {
+    for place in places {
+        let p = normal(place.path);
+        let holds = state.starts_with(&p);
+        if !holds && !p.starts_with(state) {
+            continue;
+        }
+        let how = if holds { "holds" } else { "lies in" };
+        return Err(Error::user(format!(
+            "--sandbox: {} `{}` {how} ralph's state directory `{}`: the agent could write ralph's own record of the run (and a resume trusts that record)",
+            place.what,
+            place.path.display(),
+            state.display()
+        ))
+        .with_hint(
+            "narrow that place so that it leaves ralph's state out, or move ralph's state elsewhere (XDG_STATE_HOME=/another/dir)",
+        ));
+    }
+    Ok(())
+}
+
+/// The secrets to hide as bwrap can mount over them: each where it really lies, but none that
+/// the sandbox does not show anyway (under one of `private`, or missing); directories apart from
+/// files.
+pub(super) fn hidden_targets(
+    paths: &[PathBuf],
+    private: &[PathBuf],
+) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut dirs = Vec::new();
+    let mut files = Vec::new();
+    for p in paths {
+        let Ok(real) = std::fs::canonicalize(p) else {
+            continue;
+        };
+        if within(&real, private) {
+            continue;
+        }
+        match std::fs::metadata(&real) {
+            Ok(m) if m.is_dir() => dirs.push(real),
+            Ok(_) => files.push(real),
+            Err(_) => {}
+        }
+    }
+    for v in [&mut dirs, &mut files] {
+        v.sort();
+        v.dedup();
+    }
+    (dirs, files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_place_holding_ralphs_state_or_inside_it_is_refused_by_name() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let state = root.join("home/.local/state/ralph");
+        fn place(p: &Path) -> Place<'_> {
+            Place {
+                path: p,
+                what: "`sandbox_writable` entry",
+            }
+        }
+        for bad in [
+            root.join("home/.local"),
+            root.join("home"),
+            state.clone(),
+            state.join("trees"),
+        ] {
+            let e = keep_state_out(&state, &[place(&bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("sandbox_writable") && e.contains(&bad.display().to_string()),
+                "{e}"
+            );
+        }
+        for fine in [
+            root.join("home/.local/share"),
+            root.join("home/.local/state/ralphx"),
+            root.join("home/.claude"),
+        ] {
+            assert!(keep_state_out(&state, &[place(&fine)]).is_ok(), "{fine:?}");
+        }
+    }
+
+    #[test]
+    fn a_linked_secret_is_hidden_where_it_lies_and_one_out_of_sight_not_at_all() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let (home, dotfiles, private) = (root.join("h"), root.join("dotfiles"), root.join("run"));
+        for dir in [&home, &dotfiles.join("ssh"), &private] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(dotfiles.join("netrc"), "machine x").unwrap();
+        std::fs::write(private.join("aws"), "key").unwrap();
+        std::os::unix::fs::symlink(dotfiles.join("netrc"), home.join(".netrc")).unwrap();
+        std::os::unix::fs::symlink(dotfiles.join("ssh"), home.join(".ssh")).unwrap();
+        std::os::unix::fs::symlink(private.join("aws"), home.join(".aws")).unwrap();
+        std::os::unix::fs::symlink(root.join("missing"), home.join(".gnupg")).unwrap();
+        std::fs::create_dir(home.join(".kube")).unwrap();
+        let names: Vec<PathBuf> = [".netrc", ".ssh", ".aws", ".gnupg", ".kube"]
+            .iter()
+            .map(|n| home.join(n))
+            .collect();
+        let (dirs, files) = hidden_targets(&names, std::slice::from_ref(&private));
+        assert_eq!(dirs, vec![dotfiles.join("ssh"), home.join(".kube")]);
+        assert_eq!(files, vec![dotfiles.join("netrc")]);
+    }
+}
