@@ -689,3 +689,61 @@ fn a_branch_pushed_outside_its_lease_is_not_started_from() {
     );
     assert_eq!(team.api.issue(2)["state"], "closed");
 }
+
+/// Attack: origin is slow to take an item's branch the first time (its hook takes 2.5 s over a
+/// new `ralph/*` branch), and then out of the worker's reach. Promise: the worker's loop stops
+/// before the lease origin has runs out — the lease is counted from when it was written, not
+/// from when the slow push came back. (Before, the loop ran on for the push's time past the
+/// lease, when another worker may already hold the item.)
+#[test]
+fn a_lease_is_counted_from_when_it_was_written() {
+    use std::os::unix::fs::PermissionsExt;
+    let team = Team::new(json!([issue(1, &["one"])]));
+    let a = team.machine();
+    let hook = team.origin.join("hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\nwhile read old new ref; do case \"$ref\" in refs/heads/ralph/*) [ \"$old\" = 0000000000000000000000000000000000000000 ] && sleep 2.5;; esac; done\nexit 0\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let go = a.dir().join("go");
+    let wait = format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display());
+    let w1 = team.start(
+        &a,
+        "w1",
+        &format!("{}+check", agent_sh(&a, "wait", &wait)),
+        &["--pr", "--lease", "6s"],
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || !a.agent_pids(1).is_empty()),
+        "w1's agent never started"
+    );
+    let agent = a.agent_pids(1)[0];
+    let key = format!("url.{}.insteadOf", team.origin.display());
+    a.git(&["config", "--unset", &key]);
+    a.git(&[
+        "config",
+        &format!("url.{}.insteadOf", a.dir().join("nowhere.git").display()),
+        "https://github.com/o/r.git",
+    ]);
+    let lease = team.lease("github-1");
+    assert!(
+        lease.contains("Branch: "),
+        "control: the slow push went in: {lease}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || until(&team, "github-1")
+            .is_some_and(|u| u < chrono::Utc::now())),
+        "{}",
+        team.lease("github-1")
+    );
+    let alive = pid_alive(agent);
+    std::fs::write(&go, "").unwrap();
+    let (code, out, err) = w1.wait(Duration::from_secs(60));
+    assert!(
+        !alive,
+        "w1's agent still worked the item when its lease ran out:\n{out}\n{err}"
+    );
+    assert_eq!(code, Some(9), "{out}\n{err}");
+}

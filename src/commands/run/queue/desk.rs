@@ -51,6 +51,9 @@ pub(super) struct Mine {
     pub(super) stage: Option<Stage>,
     /// The item's branch on origin as this worker last pushed it (or found it).
     pub(super) branch: Option<String>,
+    /// When the lease was written (this machine's monotonic clock): it is held for the
+    /// lease's duration from then, however long its push took.
+    pub(super) written: Option<std::time::Instant>,
 }
 
 impl Desk {
@@ -248,12 +251,18 @@ impl Desk {
         };
         let seen = team.seen.leases.get(name).map(|l| l.oid.clone());
         let next = Next::held(stage).on_branch(start.as_deref());
+        let written = Some(std::time::Instant::now());
         match team.leases.swap(name, seen.as_deref(), &next, None)? {
             Swap::Won(oid) => {
                 let branch = team.seen.branches.get(name).cloned();
                 let stage = Some(stage);
-                team.mine
-                    .insert(name.to_string(), Mine { oid, stage, branch });
+                let mine = Mine {
+                    oid,
+                    stage,
+                    branch,
+                    written,
+                };
+                team.mine.insert(name.to_string(), mine);
                 Ok(true)
             }
             Swap::Lost | Swap::Diverged(_) => Ok(false),
@@ -270,11 +279,17 @@ impl Desk {
             return Ok(());
         };
         let next = next.clone().on_branch(mine.branch.as_deref());
+        let written = Some(std::time::Instant::now());
         match team.leases.swap(name, Some(&mine.oid), &next, None)? {
             Swap::Won(oid) => {
                 let stage = Some(next.stage);
-                team.mine
-                    .insert(name.to_string(), Mine { oid, stage, ..mine });
+                let mine = Mine {
+                    oid,
+                    stage,
+                    written,
+                    ..mine
+                };
+                team.mine.insert(name.to_string(), mine);
             }
             Swap::Lost | Swap::Diverged(_) => {
                 team.mine.insert(

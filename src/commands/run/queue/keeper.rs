@@ -108,8 +108,10 @@ impl Keeping {
     /// of its own, so an origin that hangs cannot hold the loop past its lease.
     fn run(mut self, recorded: &Receiver<u32>) -> (Keeping, Ending, Instant) {
         let every = (self.leases.duration / 3).max(MIN_EVERY);
-        // The lease was taken or renewed just before the keeper started.
-        let mut until = Instant::now() + self.leases.duration;
+        // Held from when the lease was last written (taken, or renewed with the branch just
+        // before the keeper started), however long that push took.
+        let written = self.mine.written.unwrap_or_else(Instant::now);
+        let mut until = written + self.leases.duration;
         loop {
             let stop_at = until.checked_sub(every / 2).unwrap_or(until);
             let wait = every.min(stop_at.saturating_duration_since(Instant::now()));
@@ -134,6 +136,7 @@ impl Keeping {
             match answered {
                 Some((renewal, Ok(true))) => {
                     self = renewal;
+                    self.mine.written = Some(asked);
                     until = asked + self.leases.duration;
                 }
                 Some((renewal, Ok(false))) => {

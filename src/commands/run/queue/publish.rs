@@ -57,6 +57,7 @@ pub(super) fn merged(desk: &mut Desk, name: &str, before: &str) -> Result<Publis
         let next = Next::held(Stage::Merged)
             .with_commit(&at)
             .on_branch(tip.as_deref());
+        let written = Some(std::time::Instant::now());
         let (lease, oid) = team.leases.lease_update(name, Some(&mine.oid), &next)?;
         let mut updates = vec![lease];
         updates.extend(branch.as_ref().map(|b| b.update()));
@@ -69,8 +70,13 @@ pub(super) fn merged(desk: &mut Desk, name: &str, before: &str) -> Result<Publis
         if pushed.refused.is_empty() {
             let branch = branch.map(|b| b.tip).or(mine.branch);
             let stage = Some(Stage::Merged);
-            team.mine
-                .insert(name.to_string(), Mine { oid, stage, branch });
+            let mine = Mine {
+                oid,
+                stage,
+                branch,
+                written,
+            };
+            team.mine.insert(name.to_string(), mine);
             return Ok(Published::Done(at));
         }
         // A refusal no retry changes (a hook's, a permission's) is an error; a ref that moved
@@ -118,6 +124,7 @@ pub(super) fn branch(desk: &mut Desk, name: &str) -> Result<Published> {
     let mine = team.mine.get(name).cloned().unwrap_or_default();
     let branch = push_of(desk.repo.cli(), name, &mine)?;
     let next = Next::held(Stage::Working).on_branch(mine.branch.as_deref());
+    let written = Some(std::time::Instant::now());
     match team
         .leases
         .swap(name, Some(&mine.oid), &next, branch.as_ref())?
@@ -130,6 +137,7 @@ pub(super) fn branch(desk: &mut Desk, name: &str) -> Result<Published> {
                     oid,
                     stage: Some(Stage::Working),
                     branch: tip.clone(),
+                    written,
                 },
             );
             Ok(Published::Done(tip.unwrap_or_default()))
