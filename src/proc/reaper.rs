@@ -138,6 +138,11 @@ pub(crate) fn main(args: &[OsString]) -> i32 {
     0
 }
 
+/// The variable that tells the guard the `cgroup.procs` to move the command into before it runs
+/// (the sandbox's pids limit, `sandbox/cgroup.rs`); the guard removes it from the command's
+/// environment.
+pub(crate) const JOIN_ENV: &str = "RALPH_SANDBOX_CGROUP_PROCS";
+
 /// The command, leading a process group of its own, dying by SIGKILL if the guard dies, with
 /// no signal blocked: the guard blocks the ones it never acts on, a mask a child inherits through
 /// fork and exec (std does not clear it on this path: the stop tests showed an agent deaf to
@@ -149,11 +154,11 @@ fn spawn(a: &Args) -> std::io::Result<i32> {
     // The sandbox's cgroup (`sandbox/cgroup.rs`): the command joins it before it runs, so that
     // all it starts counts; one that cannot be joined is not run unbounded. The variable is
     // ralph's word to the guard, not the command's.
-    let join = match std::env::var_os(crate::sandbox::cgroup::JOIN_ENV) {
+    let join = match std::env::var_os(JOIN_ENV) {
         Some(procs) => Some(OpenOptions::new().write(true).open(procs)?),
         None => None,
     };
-    cmd.env_remove(crate::sandbox::cgroup::JOIN_ENV);
+    cmd.env_remove(JOIN_ENV);
     let join_fd = join.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
     // SAFETY: the closure runs between fork and exec and makes only system calls (sigprocmask,
     // write, prctl, getppid): no allocation, no lock, async-signal-safe. std offers no safe hook

@@ -10,9 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// The variable that tells ralph's guard the `cgroup.procs` to move the command into (the guard
-/// removes it from the command's environment).
-pub(crate) const JOIN_ENV: &str = "RALPH_SANDBOX_CGROUP_PROCS";
+/// The variable that tells ralph's guard the `cgroup.procs` to move the command into: the
+/// guard's own word (the sandbox only names the file).
+pub(crate) use crate::proc::reaper::JOIN_ENV;
 
 /// A cgroup of ralph's own, removed (when empty) on drop.
 #[derive(Debug)]

@@ -146,7 +146,7 @@ impl Sandbox {
         config: &Config,
         repo: RepoPaths,
         agents: &[&str],
-        home: Option<&Path>,
+        around: Around<'_>,
         make: Make,
     ) -> Result<Self> {
         if !cfg!(target_os = "linux") {
@@ -163,56 +163,23 @@ impl Sandbox {
             .then(bounds::Sizes::of_host)
             .transpose()?;
         let pids = bounds::pids()?;
-        let state = reach::state_home();
-        let entries: Vec<PathBuf> = config
-            .writable
-            .iter()
-            .filter(|p| p.exists())
-            .cloned()
-            .collect();
-        keep_out(state.as_deref(), &entries, "`sandbox_writable` entry")?;
-        let mut writable = Vec::new();
-        if let Some(h) = home {
-            for agent in agents {
-                writable.extend(cli_state::writable_state(h, agent, make)?);
-            }
-        }
-        keep_out(state.as_deref(), &writable, "the agent CLI's state")?;
-        writable.extend(entries);
-        let raw_writable = writable;
-        let writable: Vec<PathBuf> = raw_writable.iter().map(|p| paths::normal(p)).collect();
-        let binds = repo::repo_binds(&repo, &writable, make)?;
-        let own_places: Vec<PathBuf> = binds
-            .pinned
-            .iter()
-            .filter(|p| !binds.sealed.contains(p))
-            .cloned()
-            .collect();
-        keep_out(state.as_deref(), &own_places, "the repository's")?;
-        let mut read_only = binds.read_only;
-        if let Some(h) = home {
-            read_only.extend(cli_state::run_files(h, &writable, make)?);
-        }
+        let places = Places::of(config, &repo, agents, &around, make)?;
         let private = host::Private::of_host();
-        let mut hidden: Vec<PathBuf> = home
+        let mut hidden: Vec<PathBuf> = around
+            .home
             .map(|h| SECRETS.iter().map(|s| h.join(s)).collect())
             .unwrap_or_default();
         hidden.extend(config.hidden.iter().cloned());
         let (hidden_dirs, hidden_files) = reach::hidden_targets(&hidden, &private.dirs);
-        let reach: Vec<PathBuf> = writable.iter().chain(&binds.pinned).cloned().collect();
-        for p in raw_writable.iter().chain(&binds.pinned) {
-            // The agent's link in a writable place, made between runs, would be bound writable.
-            paths::pinnable(p, &reach)?;
-        }
         let sandbox = Sandbox {
             bwrap,
             net: config.net,
             private,
-            own: OwnBinary::resolve(&reach)?,
-            writable,
-            pinned: binds.pinned,
-            sealed: binds.sealed,
-            read_only,
+            own: OwnBinary::resolve(&places.reach)?,
+            writable: places.writable,
+            pinned: places.pinned,
+            sealed: places.sealed,
+            read_only: places.read_only,
             hidden_dirs,
             hidden_files,
             env_keep: config.env_keep.clone(),
@@ -303,6 +270,77 @@ impl Sandbox {
             ));
         }
         (!open.is_empty()).then(|| format!("--sandbox: {}", open.join("; and ")))
+    }
+}
+
+/// Where ralph runs the sandbox from: the user's home (its CLIs' state, its secrets) and ralph's
+/// own state directory, which the sandbox must leave out of the agent's reach.
+pub(crate) struct Around<'a> {
+    pub(crate) home: Option<&'a Path>,
+    pub(crate) state: Option<&'a Path>,
+}
+
+/// The places the sandbox binds: what the agent may write, the repository's own pinned and
+/// sealed places, and what it may only read; none of them holds ralph's state.
+struct Places {
+    writable: Vec<PathBuf>,
+    pinned: Vec<PathBuf>,
+    sealed: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
+    /// Everything the agent can write: a link there is never followed to a bind.
+    reach: Vec<PathBuf>,
+}
+
+impl Places {
+    fn of(
+        config: &Config,
+        repo: &RepoPaths,
+        agents: &[&str],
+        around: &Around<'_>,
+        make: Make,
+    ) -> Result<Places> {
+        let state = around.state.map(paths::normal);
+        let entries: Vec<PathBuf> = config
+            .writable
+            .iter()
+            .filter(|p| p.exists())
+            .cloned()
+            .collect();
+        keep_out(state.as_deref(), &entries, "`sandbox_writable` entry")?;
+        let mut writable = Vec::new();
+        if let Some(h) = around.home {
+            for agent in agents {
+                writable.extend(cli_state::writable_state(h, agent, make)?);
+            }
+        }
+        keep_out(state.as_deref(), &writable, "the agent CLI's state")?;
+        writable.extend(entries);
+        let raw_writable = writable;
+        let writable: Vec<PathBuf> = raw_writable.iter().map(|p| paths::normal(p)).collect();
+        let binds = repo::repo_binds(repo, &writable, make)?;
+        let own_places: Vec<PathBuf> = binds
+            .pinned
+            .iter()
+            .filter(|p| !binds.sealed.contains(p))
+            .cloned()
+            .collect();
+        keep_out(state.as_deref(), &own_places, "the repository's")?;
+        let mut read_only = binds.read_only;
+        if let Some(h) = around.home {
+            read_only.extend(cli_state::run_files(h, &writable, make)?);
+        }
+        let reach: Vec<PathBuf> = writable.iter().chain(&binds.pinned).cloned().collect();
+        for p in raw_writable.iter().chain(&binds.pinned) {
+            // The agent's link in a writable place, made between runs, would be bound writable.
+            paths::pinnable(p, &reach)?;
+        }
+        Ok(Places {
+            writable,
+            pinned: binds.pinned,
+            sealed: binds.sealed,
+            read_only,
+            reach,
+        })
     }
 }
 

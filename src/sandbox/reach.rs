@@ -19,11 +19,6 @@ pub(super) struct Place<'a> {
     pub(super) what: &'a str,
 }
 
-/// ralph's state directory, where it really lies (`None` without a home to put it in).
-pub(super) fn state_home() -> Option<PathBuf> {
-    crate::state::StateHome::locate().map(|h| normal(h.path()))
-}
-
 /// Refuse any of `places` that holds ralph's state directory `state` or lies in it.
 pub(super) fn keep_state_out(state: &Path, places: &[Place<'_>]) -> Result<()> {
     for place in places {

@@ -50,7 +50,12 @@ pub(super) fn sandbox(ui: Ui, r: &mut Resolved, agents: &Chain, dry_run: bool) -
         crate::sandbox::Make::Create
     };
     let names: Vec<&str> = agents.agents().map(|a| a.name.as_str()).collect();
-    let sandbox = crate::sandbox::Sandbox::new(config, paths, &names, home.as_deref(), make)?;
+    let state = crate::state::StateHome::locate();
+    let around = crate::sandbox::Around {
+        home: home.as_deref(),
+        state: state.as_ref().map(|s| s.path()),
+    };
+    let sandbox = crate::sandbox::Sandbox::new(config, paths, &names, around, make)?;
     if let Some(open) = sandbox.open_here() {
         ui.warn(&open);
     }

@@ -4,11 +4,11 @@
 //! first when it moved, never forced, a few tries, a conflict or a base that moved at every
 //! try the item's halt (and nothing changed here); with `--pr`, the item's branch before its pull request is opened.
 
-use super::desk::{Desk, Mine};
+use super::desk::{Desk, Mine, Team};
 use super::keeper::push_of;
 use crate::error::{Error, Result};
 use crate::git::Repo;
-use crate::queue::lease::{BranchPush, Expect, Moved, Next, Stage, Update};
+use crate::queue::lease::{BranchPush, Expect, Moved, Next, Pushed, Stage, Update};
 
 /// A base branch push is tried this many times when origin's base moved meanwhile.
 const TRIES: usize = 3;
@@ -79,30 +79,16 @@ pub(super) fn merged(desk: &mut Desk, name: &str, before: &str) -> Result<Publis
             team.mine.insert(name.to_string(), mine);
             return Ok(Published::Done(at));
         }
-        // A refusal no retry changes (a hook's, a permission's) is an error; a ref that moved
-        // is found on origin: the lease (another worker's now), the branch (caught up with
-        // when it moved to this worker's own work), else the base (merged in).
-        if !pushed.lost() {
-            reset_base(&desk.repo, &base, before)?;
-            return Err(pushed.refusal(team.leases.remote()));
-        }
-        match team
-            .leases
-            .what_moved(name, Some(&mine.oid), branch.as_ref())?
-        {
-            Moved::Lease => {
-                reset_base(&desk.repo, &base, before)?;
-                return Ok(Published::Lost);
-            }
-            Moved::Diverged(at) => {
-                reset_base(&desk.repo, &base, before)?;
-                return Ok(Published::Diverged(at));
-            }
-            Moved::Branch(b) => {
+        match after_refusal(&pushed, team, name, &mine.oid, branch.as_ref())? {
+            Then::Catch(b) => {
                 caught = Some(b);
                 continue;
             }
-            Moved::Neither => {}
+            Then::Merge => {}
+            Then::End(end) => {
+                reset_base(&desk.repo, &base, before)?;
+                return end;
+            }
         }
         team.seen = team.leases.look(&base)?;
         let upstream = format!("refs/remotes/{}/{base}", team.leases.remote());
@@ -113,6 +99,37 @@ pub(super) fn merged(desk: &mut Desk, name: &str, before: &str) -> Result<Publis
     }
     reset_base(&desk.repo, &base, before)?;
     Ok(Published::Busy)
+}
+
+/// What a refused publish goes on with.
+enum Then {
+    /// Its ending (the base branch is put back first).
+    End(Result<Published>),
+    /// Origin's branch moved to this worker's own work: push again, from there.
+    Catch(BranchPush),
+    /// Origin's base moved: merge it in and push again.
+    Merge,
+}
+
+/// A refusal no retry changes (a hook's, a permission's) is an error; a ref that moved is found
+/// on origin: the lease (another worker's now), the branch (caught up with when it moved to this
+/// worker's own work), else the base (merged in).
+fn after_refusal(
+    pushed: &Pushed,
+    team: &Team,
+    name: &str,
+    mine: &str,
+    branch: Option<&BranchPush>,
+) -> Result<Then> {
+    if !pushed.lost() {
+        return Ok(Then::End(Err(pushed.refusal(team.leases.remote()))));
+    }
+    Ok(match team.leases.what_moved(name, Some(mine), branch)? {
+        Moved::Lease => Then::End(Ok(Published::Lost)),
+        Moved::Diverged(at) => Then::End(Ok(Published::Diverged(at))),
+        Moved::Branch(b) => Then::Catch(b),
+        Moved::Neither => Then::Merge,
+    })
 }
 
 /// With `--pr`: the item's branch pushed with its lease renewed, in one atomic push.
