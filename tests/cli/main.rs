@@ -16,6 +16,7 @@ mod events;
 mod fallback;
 mod files;
 mod git_bookkeeping;
+mod git_boundary;
 mod git_budget;
 mod git_exact;
 mod git_links;

@@ -1,0 +1,348 @@
+//! The git boundary under `--sandbox` (issue 29, SPEC §4): a sandboxed agent commits in a git
+//! directory of its own, and what it wrote there reaches ralph's git, which runs outside the
+//! sandbox, only as a pack fetched through the git protocol. Each attack plants its thing in
+//! every git directory the agent can name — the one its git reports, the common one, and the
+//! repository's real `.git` by its path — in a sandboxed worktree loop (then its `--merge` and
+//! the user's next `--worktree` loop, whose `git worktree add` runs outside) and in a sandboxed
+//! main-tree loop (then the next run there). Each has its control: the user's own git, on a
+//! repository where the same thing was planted, runs or reads it.
+//!
+//! The environments live outside `/tmp` (`TestEnv::outside_tmp`); every run is under
+//! `ulimit -v`, so a git that reads `/dev/zero` dies of it at once instead of eating the machine.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use crate::common::*;
+
+/// The address space every ralph run (and the git it starts) gets, in KiB.
+const MEMORY_KIB: u64 = 1_500_000;
+
+/// The markers directory, outside the repository (read-only to a sandboxed agent): a marker
+/// there was made by something that ran outside the sandbox.
+fn marks_dir(env: &TestEnv) -> PathBuf {
+    let m = env.dir().join("marks");
+    std::fs::create_dir_all(&m).unwrap();
+    m
+}
+
+fn marks(env: &TestEnv) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(marks_dir(env))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A `sh` agent that runs `plant` once for every git directory it can name (`$g`), failures
+/// ignored, then does its work (`work-NAME.txt`) and checks the first box.
+fn agent(env: &TestEnv, name: &str, plant: &str) -> String {
+    let real = env.repo.join(".git");
+    let script = env.dir().join(format!("{name}.sh"));
+    std::fs::write(
+        &script,
+        format!(
+            "for g in \"$(git rev-parse --absolute-git-dir)\" \"$(git rev-parse --path-format=absolute --git-common-dir)\" '{}'; do\n:\n{plant}\ndone 2>/dev/null\necho {name} > work-{name}.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    format!("sh '{}'", script.display())
+}
+
+fn ralph(env: &TestEnv, args: &[&str]) -> Output {
+    ralph_with_memory_limit(env, MEMORY_KIB, args, &[], Duration::from_secs(90))
+}
+
+/// The two loops an attack is run against.
+#[derive(Clone, Copy, Debug)]
+enum Loop {
+    Worktree,
+    MainTree,
+}
+
+/// A sandboxed loop of `kind` whose agent runs `plant` in each git directory; then what ralph
+/// runs outside after it: the worktree loop's `--merge` and the user's next `--worktree` loop, or
+/// the main tree's next run. Both complete.
+fn attacked(env: &TestEnv, kind: Loop, plant: &str) {
+    env.write("A.md", &task(&["a1"]));
+    env.write("B.md", &task(&["b1"]));
+    env.commit_all("tasks");
+    let planter = agent(env, "planter", plant);
+    let next = agent(env, "next", "");
+    let (first, second) = match kind {
+        Loop::Worktree => (
+            ralph(
+                env,
+                &[
+                    "run",
+                    "--worktree",
+                    "planter",
+                    "A.md",
+                    "--agent-cmd",
+                    &planter,
+                    "--yes",
+                    "--grace",
+                    "1s",
+                    "--sandbox",
+                    "--merge",
+                ],
+            ),
+            ralph(
+                env,
+                &[
+                    "run",
+                    "--worktree",
+                    "next",
+                    "B.md",
+                    "--agent-cmd",
+                    &next,
+                    "--yes",
+                    "--grace",
+                    "1s",
+                    "--sandbox",
+                ],
+            ),
+        ),
+        Loop::MainTree => (
+            ralph(
+                env,
+                &[
+                    "run",
+                    "A.md",
+                    "--agent-cmd",
+                    &planter,
+                    "--yes",
+                    "--grace",
+                    "1s",
+                    "--sandbox",
+                ],
+            ),
+            ralph(
+                env,
+                &[
+                    "run",
+                    "B.md",
+                    "--agent-cmd",
+                    &next,
+                    "--yes",
+                    "--grace",
+                    "1s",
+                    "--sandbox",
+                ],
+            ),
+        ),
+    };
+    assert_exit(&first, 0);
+    assert_eq!(
+        env.read("work-planter.txt"),
+        "planter\n",
+        "{kind:?}: merged"
+    );
+    assert_exit(&second, 0);
+    assert_eq!(
+        marks(env),
+        Vec::<String>::new(),
+        "{kind:?}: {}\n{}",
+        stderr(&first),
+        stderr(&second)
+    );
+}
+
+/// A clean and a smudge filter in the git configuration, for every file: each writes a marker
+/// (the clean one with a secret the sandbox hides) where only a filter run outside can.
+fn filter_plant(env: &TestEnv) -> String {
+    let m = marks_dir(env).display().to_string();
+    std::fs::write(env.home.join(".netrc"), "machine x password hunter2\n").unwrap();
+    let h = env.home.display();
+    format!(
+        "git config -f \"$g/config\" filter.ev.clean \"sh -c 'cat {h}/.netrc > {m}/clean; cat'\"\n\
+         git config -f \"$g/config\" filter.ev.smudge \"sh -c 'touch {m}/smudge; cat'\"\n\
+         git config -f \"$g/config\" filter.ev.required false\n\
+         mkdir -p \"$g/info\"; echo '* filter=ev' >> \"$g/info/attributes\"\n"
+    )
+}
+
+/// A git directory of the agent's own making (its objects those of the repository, its
+/// configuration the filter), named by `commondir` in every git directory the agent can name.
+fn commondir_plant(env: &TestEnv) -> String {
+    let filter = filter_plant(env).replace("\"$g/", "\"$e/");
+    format!(
+        "e=\"$PWD/evil.git\"\n[ -d \"$e\" ] || {{ git init -q --bare \"$e\"\n{filter}\
+         echo \"$(git rev-parse --path-format=absolute --git-common-dir)/objects\" > \"$e/objects/info/alternates\"\n\
+         cp -r \"$(git rev-parse --path-format=absolute --git-common-dir)/refs/.\" \"$e/refs/\"; }}\n\
+         echo \"$e\" > \"$g/commondir\"\n"
+    )
+}
+
+#[test]
+fn a_filter_in_the_config_never_runs_outside_the_sandbox() {
+    for kind in [Loop::Worktree, Loop::MainTree] {
+        if !bwrap_works() {
+            return;
+        }
+        let env = TestEnv::outside_tmp();
+        attacked(&env, kind, &filter_plant(&env));
+    }
+}
+
+#[test]
+fn a_planted_commondir_never_leads_ralphs_git_elsewhere() {
+    for kind in [Loop::Worktree, Loop::MainTree] {
+        if !bwrap_works() {
+            return;
+        }
+        let env = TestEnv::outside_tmp();
+        attacked(&env, kind, &commondir_plant(&env));
+    }
+}
+
+#[test]
+fn alternates_leading_to_dev_zero_are_never_read_outside() {
+    for kind in [Loop::Worktree, Loop::MainTree] {
+        if !bwrap_works() {
+            return;
+        }
+        let env = TestEnv::outside_tmp();
+        attacked(
+            &env,
+            kind,
+            "mkdir -p \"$g/objects/info\"; ln -sf /dev/zero \"$g/objects/info/alternates\"",
+        );
+    }
+}
+
+#[test]
+fn info_attributes_leading_to_dev_zero_are_never_read_outside() {
+    for kind in [Loop::Worktree, Loop::MainTree] {
+        if !bwrap_works() {
+            return;
+        }
+        let env = TestEnv::outside_tmp();
+        attacked(
+            &env,
+            kind,
+            "mkdir -p \"$g/info\"; ln -sf /dev/zero \"$g/info/attributes\"",
+        );
+    }
+}
+
+#[test]
+fn a_ref_leading_to_dev_zero_is_never_read_outside() {
+    for kind in [Loop::Worktree, Loop::MainTree] {
+        if !bwrap_works() {
+            return;
+        }
+        let env = TestEnv::outside_tmp();
+        attacked(&env, kind, "ln -sf /dev/zero \"$g/packed-refs\"");
+    }
+}
+
+/// The agent commits `good.txt` (its own work, which ralph takes) and then replaces that blob
+/// with another: the user's repository receives the commit, never the replacement — its own
+/// git shows what the commit holds, the merge checks it out, and no `refs/replace` is there.
+#[test]
+fn an_agents_replace_refs_never_reach_the_users_repository() {
+    let plant = "[ -f good.txt ] || { echo good > good.txt; git add good.txt; git commit -qm 'the agent: good'; }\n\
+                 git replace -f \"$(git rev-parse HEAD:good.txt)\" \"$(echo evil | git hash-object -w --stdin)\"";
+    for kind in [Loop::Worktree, Loop::MainTree] {
+        if !bwrap_works() {
+            return;
+        }
+        let env = TestEnv::outside_tmp();
+        attacked(&env, kind, plant);
+        assert_eq!(env.git(&["for-each-ref", "refs/replace"]), "", "{kind:?}");
+        assert_eq!(env.git(&["cat-file", "-p", "HEAD:good.txt"]), "good\n");
+        assert_eq!(env.read("good.txt"), "good\n", "{kind:?}");
+        let log = env.git(&["log", "--format=%s"]);
+        assert!(log.contains("the agent: good"), "{kind:?}: {log}");
+    }
+}
+
+// --- Controls: the plain mechanism, run by the user's own git on a repository. ---
+
+/// `git` in `dir`, isolated, under `ulimit -v` (the output whatever its status).
+fn plain_git(env: &TestEnv, dir: &Path, script: &str) -> Output {
+    let mut cmd = env.command("sh");
+    cmd.arg("-c")
+        .arg(format!("ulimit -v {MEMORY_KIB}; {script}"))
+        .current_dir(dir);
+    run_with_limit(cmd, Duration::from_secs(60))
+}
+
+/// A repository with one commit, where `plant` ran with `$g` its `.git`.
+fn planted_repo(env: &TestEnv, plant: &str) -> PathBuf {
+    let dir = env.dir().join("control");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = plain_git(
+        env,
+        &dir,
+        &format!(
+            "git init -q -b main && git -c user.name=u -c user.email=u@e commit -q --allow-empty -m one && g=\"$PWD/.git\" && {{ {plant}\n}}"
+        ),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    dir
+}
+
+#[test]
+fn control_the_planted_filter_runs_for_a_plain_git_add() {
+    let env = TestEnv::outside_tmp();
+    let dir = planted_repo(&env, &filter_plant(&env));
+    std::fs::write(dir.join("f.txt"), "x\n").unwrap();
+    let out = plain_git(&env, &dir, "git add f.txt");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(marks(&env), vec!["clean"]);
+    let secret = std::fs::read_to_string(marks_dir(&env).join("clean")).unwrap();
+    assert!(secret.contains("hunter2"), "{secret}");
+}
+
+#[test]
+fn control_a_planted_commondir_hands_git_the_agents_configuration() {
+    let env = TestEnv::outside_tmp();
+    let dir = planted_repo(&env, &commondir_plant(&env));
+    let out = plain_git(
+        &env,
+        &dir,
+        "git rev-parse --git-common-dir; git config filter.ev.clean",
+    );
+    let said = stdout(&out);
+    assert!(
+        said.contains("evil.git") && said.contains(".netrc"),
+        "{said}"
+    );
+    std::fs::write(dir.join("f.txt"), "x\n").unwrap();
+    plain_git(&env, &dir, "git add f.txt");
+    assert_eq!(marks(&env), vec!["clean"]);
+}
+
+#[test]
+fn control_dev_zero_in_the_git_dir_kills_a_plain_git() {
+    for plant in [
+        "mkdir -p \"$g/objects/info\"; ln -sf /dev/zero \"$g/objects/info/alternates\"",
+        "mkdir -p \"$g/info\"; ln -sf /dev/zero \"$g/info/attributes\"",
+    ] {
+        let env = TestEnv::outside_tmp();
+        let dir = planted_repo(&env, plant);
+        std::fs::write(dir.join("f.txt"), "x\n").unwrap();
+        let out = plain_git(
+            &env,
+            &dir,
+            "git add f.txt && git status >/dev/null && git log --all -1 >/dev/null",
+        );
+        assert!(!out.status.success(), "{plant}: git survived");
+    }
+}
+
+#[test]
+fn control_a_replace_ref_changes_what_a_plain_git_shows() {
+    let env = TestEnv::outside_tmp();
+    let dir = planted_repo(
+        &env,
+        "echo good > good.txt; git add good.txt; git -c user.name=u -c user.email=u@e commit -qm good; git replace \"$(git rev-parse HEAD:good.txt)\" \"$(echo evil | git hash-object -w --stdin)\"",
+    );
+    let out = plain_git(&env, &dir, "git cat-file -p HEAD:good.txt");
+    assert_eq!(stdout(&out), "evil\n");
+}
