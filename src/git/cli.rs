@@ -124,6 +124,18 @@ impl GitCli {
         }
     }
 
+    /// This CLI without ralph's monitor and without the Landlock confinement of its writes, for
+    /// the fetch of the agent's commits: its sending side is the sandbox (bwrap, which a
+    /// Landlock-confined process cannot start), and it writes only in the git directory, which
+    /// the agent never writes.
+    pub(crate) fn for_fetch(&self) -> GitCli {
+        GitCli {
+            monitor: None,
+            beneath: None,
+            ..self.clone()
+        }
+    }
+
     /// Whether the index was written by another process since ralph's last git command (or
     /// was there before ralph's first): its caches are not trusted by the next command.
     pub(crate) fn index_foreign(&self) -> bool {
@@ -184,6 +196,9 @@ impl GitCli {
         cmd.env("LC_ALL", "C")
             .env_remove("LANGUAGE")
             .env("GIT_TERMINAL_PROMPT", "0");
+        // No object of the repository is read as another one says (`refs/replace`): ralph
+        // commits and merges what the commits hold.
+        cmd.env("GIT_NO_REPLACE_OBJECTS", "1");
         for var in ["GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX"] {
             cmd.env_remove(var);
         }

@@ -16,6 +16,7 @@ mod beneath;
 mod cksum;
 pub(crate) mod cli;
 mod commit;
+mod fetch;
 pub(crate) mod fsmonitor;
 mod full_walk;
 mod index;
@@ -32,6 +33,7 @@ use git2::{DiffOptions, ErrorCode, Oid, Repository, RepositoryState};
 pub(crate) use beneath::Beneath;
 pub(crate) use cksum::cksum;
 use cli::{GitCli, Monitor};
+pub(crate) use fetch::Taken;
 
 /// Message of the error returned when no repository encloses the directory.
 #[cfg(test)]

@@ -132,6 +132,16 @@ impl Sandbox {
             };
             bind(flag, p, p);
         }
+        // The agent's own git directory where the repository's is, the repository's objects
+        // read-only inside it (`agent_git.rs`).
+        if let Some(a) = &self.agent_git {
+            bind("--bind", &a.dir(), &a.at);
+            bind(
+                "--ro-bind",
+                &a.objects,
+                &a.at.join(super::agent_git::OBJECTS),
+            );
+        }
         for p in &self.read_only {
             bind("--ro-bind", p, p);
         }
@@ -165,7 +175,11 @@ impl Sandbox {
         // Renames across directories wherever the agent writes: git's own (`git mv`, its object
         // files), a build's. Nowhere else (all of it read-only anyway).
         let own = self.pinned.iter().filter(|p| !self.sealed.contains(p));
-        for d in private().chain(self.writable.iter().chain(own).map(PathBuf::as_path)) {
+        let agent_git = self.agent_git.iter().map(|a| a.at.as_path());
+        for d in private()
+            .chain(self.writable.iter().chain(own).map(PathBuf::as_path))
+            .chain(agent_git)
+        {
             args.extend([confine::REFER.into(), d.into()]);
         }
         // In a user namespace of its own the count is the sandbox's; without one it would be
@@ -258,6 +272,7 @@ mod tests {
             cgroup: None,
             cgroup_tried: true,
             root: false,
+            agent_git: None,
             repo: RepoPaths {
                 work_tree: "/r".into(),
                 git_dir: "/r/.git".into(),

@@ -17,6 +17,7 @@
 //! start is found at the start: [`Sandbox::new`] runs it once (`true`), and bwrap's own error
 //! is the run's.
 
+pub(crate) mod agent_git;
 mod argv;
 pub(crate) mod bounds;
 pub(crate) mod cgroup;
@@ -132,6 +133,9 @@ pub(crate) struct Sandbox {
     cgroup_tried: bool,
     /// ralph runs as root: the kernel applies no `RLIMIT_NPROC` to it.
     root: bool,
+    /// The agent's own git directory, shown where the repository's is (`agent_git.rs`);
+    /// `None` only in the argv's unit tests.
+    agent_git: Option<agent_git::AgentGit>,
     /// The repository, for ralph's own git commands.
     pub(crate) repo: RepoPaths,
 }
@@ -195,6 +199,7 @@ impl Sandbox {
             cgroup_tried: make == Make::Create,
             // SAFETY: geteuid has no failure mode and touches no memory of ours.
             root: unsafe { libc::geteuid() } == 0,
+            agent_git: Some(agent_git::AgentGit::new(&repo)?),
             repo,
         };
         if make == Make::Create {
@@ -234,6 +239,27 @@ impl Sandbox {
         .with_hint(
             "that is bubblewrap's own word on the sandbox ralph asked for (`ralph run --dry-run --sandbox` prints it whole): a path it names may be one it cannot mount over, or this system may refuse a mount",
         ))
+    }
+
+    /// The agent's own git directory.
+    pub(crate) fn agent_git(&self) -> Option<&agent_git::AgentGit> {
+        self.agent_git.as_ref()
+    }
+
+    /// The `--upload-pack` command through which ralph's git fetches what the agent committed:
+    /// `git upload-pack` run inside the sandbox, on the agent's git directory (git appends its
+    /// path, which inside the sandbox is the agent's), as one shell command.
+    pub(crate) fn upload_pack(&self) -> String {
+        let inv = self.wrap(crate::proc::Invocation {
+            program: "git".into(),
+            args: vec!["upload-pack".into(), "--strict".into()],
+            stdin: None,
+            env: Vec::new(),
+        });
+        let words: Vec<String> = std::iter::once(inv.program)
+            .chain(inv.args.iter().map(|a| a.to_string_lossy().into_owned()))
+            .collect();
+        shell_words::join(words)
     }
 
     /// ralph's own binary where the agent cannot write it: the installed one, or a private

@@ -1,6 +1,7 @@
-//! The repository in the sandbox: its directories pinned onto themselves (writable, but not to be
-//! moved aside), and every file git reads configuration from for it read-only wherever the agent
-//! could write it — ralph's own git commands read them outside.
+//! The repository in the sandbox: its work tree pinned onto itself (writable, but not to be
+//! moved aside), its git directories out of the agent's reach (the agent's own is bound where
+//! they are, `agent_git.rs`), and every file git reads configuration from for it read-only
+//! wherever the agent could write it — ralph's own git commands read them outside.
 
 use std::path::{Path, PathBuf};
 
@@ -11,16 +12,14 @@ use crate::error::{Error, Result};
 /// The repository's binds.
 #[derive(Debug, Default)]
 pub(super) struct RepoBinds {
-    /// Bound onto themselves, outer ones first: the work tree, `.ralph`, the git directories
-    /// (writable), and the places of the other loops ([`Self::sealed`]).
+    /// Bound onto themselves, outer ones first: the work tree, `.ralph` (writable), and a
+    /// worktree loop's common git directory ([`Self::sealed`]).
     pub(crate) pinned: Vec<PathBuf>,
-    /// Those of [`Self::pinned`] bound read-only: where git and ralph keep the worktrees of
-    /// every loop (`$GIT_COMMON_DIR/worktrees`, `$GIT_COMMON_DIR/ralph/worktrees`), which lie in
-    /// the common git directory this loop writes. This loop's own, deeper, is bound writable
-    /// after them; another loop's work tree, task file and git directory stay as they are.
+    /// Those of [`Self::pinned`] bound read-only: a worktree loop's common git directory,
+    /// which holds its work tree (bound writable after it) and every other loop's.
     pub(crate) sealed: Vec<PathBuf>,
-    /// Bound read-only: git's configuration files in the agent's reach, `.git` files,
-    /// `commondir`, `gitdir`, `.ralph/config.toml`.
+    /// Bound read-only: git's configuration files in the agent's reach, a `.git` file,
+    /// `.ralph/config.toml`.
     pub(crate) read_only: Vec<PathBuf>,
 }
 
@@ -30,22 +29,25 @@ pub(super) struct RepoBinds {
 /// first: else the agent could plant it.
 pub(super) fn repo_binds(repo: &RepoPaths, writable: &[PathBuf], make: Make) -> Result<RepoBinds> {
     check_commondir(repo)?;
-    let sealed: Vec<PathBuf> = [
-        repo.common_dir.join("worktrees"),
-        repo.common_dir.join("ralph/worktrees"),
-    ]
-    .into_iter()
-    .filter(|d| d.is_dir() && !d.is_symlink())
-    .collect();
+    // A worktree loop's common git directory holds its work tree: read-only, with this loop's
+    // work tree bound writable after it. The git directories themselves are never the agent's
+    // to write: its own is bound where they are (`agent_git.rs`).
+    let sealed: Vec<PathBuf> = (repo.common_dir != repo.git_dir)
+        .then(|| repo.common_dir.clone())
+        .into_iter()
+        .collect();
     let mut pinned = pinned_dirs(repo);
     pinned.extend(sealed.iter().cloned());
     pinned.sort_by_key(|p| p.components().count());
     pinned.dedup();
-    let reach: Vec<PathBuf> = pinned.iter().chain(writable).map(|p| normal(p)).collect();
+    let reach: Vec<PathBuf> = pinned
+        .iter()
+        .filter(|p| !sealed.contains(p))
+        .chain(writable)
+        .map(|p| normal(p))
+        .collect();
     let mut read_only = Vec::new();
     for file in [
-        repo.git_dir.join("commondir"),
-        repo.git_dir.join("gitdir"),
         repo.work_tree.join(".git"),
         repo.work_tree.join(".ralph/config.toml"),
     ] {
@@ -73,10 +75,9 @@ pub(super) fn repo_binds(repo: &RepoPaths, writable: &[PathBuf], make: Make) -> 
     })
 }
 
-/// The directories bound onto themselves. A mount point cannot be renamed or removed, so the
-/// agent cannot put another `.git` or `.ralph` in their place; every directory on the way to the
-/// git directory is one, since a directory merely containing a mount can be moved. Outer ones
-/// are bound first: a later bind of an outer directory would cover the pins inside it.
+/// The directories bound onto themselves: the work tree and `.ralph`. A mount point cannot be
+/// renamed or removed, so the agent cannot put another `.ralph` in its place (nor, the git
+/// directory being bound over `.git`, another `.git`).
 fn pinned_dirs(repo: &RepoPaths) -> Vec<PathBuf> {
     let mut pinned = vec![repo.work_tree.clone()];
     let ralph = repo.work_tree.join(".ralph");
@@ -85,25 +86,6 @@ fn pinned_dirs(repo: &RepoPaths) -> Vec<PathBuf> {
     if ralph.is_dir() && !ralph.is_symlink() {
         pinned.push(ralph);
     }
-    if repo.common_dir != repo.git_dir {
-        pinned.push(repo.common_dir.clone());
-        if let Some(worktrees) = repo.git_dir.parent() {
-            pinned.push(worktrees.to_path_buf());
-        }
-    }
-    pinned.push(repo.git_dir.clone());
-    // A loop's work tree lives in the common git directory (`ralph/worktrees/NAME`): every
-    // directory on the way there is pinned too, or the agent could move one aside, work tree
-    // and all, and put a link in its place.
-    if let Ok(rel) = repo.work_tree.strip_prefix(&repo.common_dir) {
-        let mut at = repo.common_dir.clone();
-        for c in rel.components() {
-            at.push(c);
-            pinned.push(at.clone());
-        }
-    }
-    pinned.sort_by_key(|p| p.components().count());
-    pinned.dedup();
     pinned
 }
 

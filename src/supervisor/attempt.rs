@@ -15,6 +15,7 @@ use crate::agent::stream::{Limit, Observer, Usage, format_for};
 use crate::agent::views::Watched;
 use crate::error::Result;
 use crate::event::{Event, Waiting};
+use crate::git::Taken;
 use crate::live::LiveView;
 use crate::proc::observe::{Echo, Watchers};
 use crate::proc::relay::{self, Finished, RunError, StopCause};
@@ -138,6 +139,7 @@ impl Loop {
         if let Some(w) = &self.tree.watch {
             w.begin_agent();
         }
+        self.agents_git_afresh()?;
         let inv = self.setup.settings.confine(prep.inv.clone(), true);
         if self.interrupts.count() > 0 {
             // Interrupted while the attempt was set up (no await since: the count cannot move
@@ -165,6 +167,7 @@ impl Loop {
         if let Some(v) = view {
             v.finish();
         }
+        self.take_agents_commits(prep.n);
         match run {
             Ok(finished) => Ok(Ok((finished, observer))),
             Err(RunError::Transcript(e)) => {
@@ -183,6 +186,56 @@ impl Loop {
                 }))
             }
             Err(e) => Err(run_failed(e, format_args!("agent `{}`", prep.inv.program))),
+        }
+    }
+
+    /// Under `--sandbox`: the agent's own git directory made afresh from ralph's repository
+    /// (`sandbox/agent_git.rs`) before it runs.
+    fn agents_git_afresh(&self) -> Result<()> {
+        match self
+            .setup
+            .settings
+            .sandboxed
+            .as_ref()
+            .and_then(|s| s.agent_git())
+        {
+            Some(a) => a.reset(),
+            None => Ok(()),
+        }
+    }
+
+    /// Under `--sandbox`: what the agent committed in its own git directory, fetched through
+    /// the sandbox's `git upload-pack` (`git/fetch.rs`); the branch moves on to it when it
+    /// descends from ralph's tip. Whatever fails, the work tree is committed as always.
+    fn take_agents_commits(&self, n: u32) {
+        let Some(s) = &self.setup.settings.sandboxed else {
+            return;
+        };
+        match self
+            .tree
+            .repo
+            .take_agents_commits(&s.upload_pack(), &s.repo.git_dir)
+        {
+            Ok(Taken::Nothing) => {}
+            Ok(Taken::Forwarded { to, .. }) => self.log(&format!(
+                "Iteration {n}: the agent's commits taken (fetched from its git directory): the branch is at {}",
+                &to[..to.len().min(7)]
+            )),
+            Ok(Taken::NotDescendant { commit }) => {
+                let said = format!(
+                    "iteration {n}: the agent's HEAD ({}) does not descend from the loop's branch (it reset or rewrote ralph's commits): its commits are not taken; its work tree is committed as always",
+                    &commit[..commit.len().min(7)]
+                );
+                self.setup.ui.warn(&said);
+                self.log(&format!("Iteration {n}: {said}"));
+            }
+            Err(e) => {
+                let said = format!(
+                    "iteration {n}: the agent's commits cannot be fetched ({e}): its work tree is committed as always"
+                );
+                self.setup.ui.warn(&said);
+                self.log(&format!("Iteration {n}: {said}"));
+            }
         }
     }
 

@@ -1,0 +1,182 @@
+//! The agent's own git directory (issue 29: the boundary is git's own). Under `--sandbox` the
+//! agent never writes the repository's git directory: the sandbox shows, where the agent's git
+//! looks for it (`.git`, or a linked worktree's `$GIT_COMMON_DIR/worktrees/NAME`), a git
+//! directory of its own, made afresh by ralph before each attempt — `HEAD` on the loop's branch
+//! at ralph's tip, ralph's index, the repository's configuration, and the repository's objects
+//! borrowed read-only (`objects/info/alternates` naming them, bound at [`OBJECTS`] inside it).
+//! The real git directory is hidden (a main tree's) or read-only (a worktree's common one).
+//!
+//! Nothing outside the sandbox ever opens it: what the agent committed reaches ralph's
+//! repository as a pack fetched with `git upload-pack` run inside the sandbox
+//! ([`Sandbox::upload_pack`](super::Sandbox::upload_pack)), and ralph's git checks it (`fsck`).
+//! ralph only writes it, in a directory it has just made (no link of the agent's to follow),
+//! and removes the previous one (`remove_dir_all` follows no link).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::RepoPaths;
+use crate::error::{Error, Result};
+
+/// Where, inside the agent's git directory, the repository's objects are bound read-only.
+pub(super) const OBJECTS: &str = "ralph-objects";
+
+/// The agent's git directory: made in a private directory of ralph's, shown in the sandbox at
+/// the repository's git directory.
+#[derive(Debug, Clone)]
+pub(crate) struct AgentGit {
+    home: Arc<tempfile::TempDir>,
+    /// The repository's git directory (where the sandbox shows the agent's).
+    pub(super) at: PathBuf,
+    /// The repository's objects (its common git directory's).
+    pub(super) objects: PathBuf,
+    /// The repository's own git directory and common one (ralph's, never the agent's).
+    git_dir: PathBuf,
+    common_dir: PathBuf,
+}
+
+impl PartialEq for AgentGit {
+    fn eq(&self, other: &Self) -> bool {
+        self.at == other.at && self.home.path() == other.home.path()
+    }
+}
+
+impl Eq for AgentGit {}
+
+impl AgentGit {
+    /// A private directory for the agent's git directory of `repo`, made once as the
+    /// repository stands now.
+    pub(super) fn new(repo: &RepoPaths) -> Result<AgentGit> {
+        let home = tempfile::Builder::new()
+            .prefix("ralph-agent-git-")
+            .tempdir()
+            .map_err(|e| Error::io("failed to make a directory for the agent's git", e))?;
+        let agent = AgentGit {
+            home: Arc::new(home),
+            at: repo.git_dir.clone(),
+            objects: repo.common_dir.join("objects"),
+            git_dir: repo.git_dir.clone(),
+            common_dir: repo.common_dir.clone(),
+        };
+        agent.reset()?;
+        Ok(agent)
+    }
+
+    /// The directory bound at [`Self::at`] inside the sandbox.
+    pub(super) fn dir(&self) -> PathBuf {
+        self.home.path().join("git")
+    }
+
+    /// Make the agent's git directory afresh from ralph's repository as it stands: `HEAD` as
+    /// ralph's (its branch at its tip), ralph's index, the repository's configuration, its
+    /// objects borrowed. What the agent left in the last one (its commits are fetched before)
+    /// goes.
+    pub(crate) fn reset(&self) -> Result<()> {
+        let dir = self.dir();
+        if dir.symlink_metadata().is_ok() {
+            let old = self.home.path().join("old");
+            let _ = std::fs::remove_dir_all(&old);
+            std::fs::rename(&dir, &old).map_err(|e| Error::file("move aside", &dir, e))?;
+            // A directory the agent made unremovable (no write permission inside) is left
+            // there; the next reset tries again.
+            let _ = std::fs::remove_dir_all(&old);
+        }
+        let io = |what: &str, p: &Path, e| Error::file(what, p, e);
+        for sub in [
+            "objects/info",
+            "objects/pack",
+            "refs/heads",
+            "refs/tags",
+            "info",
+            OBJECTS,
+        ] {
+            let p = dir.join(sub);
+            std::fs::create_dir_all(&p).map_err(|e| io("create directory", &p, e))?;
+        }
+        let write = |rel: &str, bytes: &[u8]| {
+            let p = dir.join(rel);
+            if let Some(parent) = p.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io("create directory", parent, e))?;
+            }
+            std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))
+        };
+        let (head, tip) = self.head()?;
+        write("HEAD", format!("{head}\n").as_bytes())?;
+        if let (Some(branch), Some(tip)) = (head.strip_prefix("ref: "), tip) {
+            write(branch, format!("{tip}\n").as_bytes())?;
+        }
+        let alternates = format!("{}\n", self.at.join(OBJECTS).display());
+        write("objects/info/alternates", alternates.as_bytes())?;
+        let config = std::fs::read(self.common_dir.join("config")).unwrap_or_default();
+        write("config", &config)?;
+        let index = self.git_dir.join("index");
+        if index.is_file() {
+            let to = dir.join("index");
+            std::fs::copy(&index, &to).map_err(|e| io("copy the index to", &to, e))?;
+        }
+        Ok(())
+    }
+
+    /// ralph's `HEAD` as its file says it (`ref: refs/heads/…`, or a commit) and the commit it
+    /// is at (none on an unborn branch).
+    fn head(&self) -> Result<(String, Option<String>)> {
+        let repo = git2::Repository::open(&self.git_dir)
+            .map_err(|e| Error::user(format!("--sandbox: the repository cannot be opened: {e}")))?;
+        let tip = repo
+            .head()
+            .ok()
+            .and_then(|h| h.target())
+            .map(|o| o.to_string());
+        let head = repo
+            .find_reference("HEAD")
+            .ok()
+            .and_then(|r| {
+                r.symbolic_target()
+                    .ok()
+                    .flatten()
+                    .map(|t| format!("ref: {t}"))
+            })
+            .or_else(|| tip.clone())
+            .unwrap_or_else(|| "ref: refs/heads/main".to_string());
+        Ok((head, tip))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agents_git_dir_is_made_afresh_with_ralphs_head_and_borrowed_objects() {
+        let d = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let ok = std::process::Command::new("git")
+                .current_dir(d.path())
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .args(["-c", "user.name=u", "-c", "user.email=u@e"])
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "git {args:?}");
+        };
+        git(&["init", "-q", "-b", "work"]);
+        git(&["commit", "-q", "--allow-empty", "-m", "one"]);
+        let repo = RepoPaths {
+            work_tree: d.path().into(),
+            git_dir: d.path().join(".git"),
+            common_dir: d.path().join(".git"),
+        };
+        let agent = AgentGit::new(&repo).unwrap();
+        let dir = agent.dir();
+        let read = |rel: &str| std::fs::read_to_string(dir.join(rel)).unwrap();
+        assert_eq!(read("HEAD"), "ref: refs/heads/work\n");
+        assert_eq!(read("refs/heads/work").len(), 41);
+        assert!(read("objects/info/alternates").ends_with(".git/ralph-objects\n"));
+        std::fs::write(dir.join("planted"), "x").unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("packed-refs")).unwrap();
+        agent.reset().unwrap();
+        assert!(!dir.join("planted").exists());
+        assert!(dir.join("packed-refs").symlink_metadata().is_err());
+        assert_eq!(read("HEAD"), "ref: refs/heads/work\n");
+    }
+}
