@@ -2,9 +2,12 @@
 //! agent never writes the repository's git directory: the sandbox shows, where the agent's git
 //! looks for it (`.git`, or a linked worktree's `$GIT_COMMON_DIR/worktrees/NAME`), a git
 //! directory of its own, made afresh by ralph before each attempt — `HEAD` on the loop's branch
-//! at ralph's tip, ralph's index, the repository's configuration, and the repository's objects
-//! borrowed read-only (`objects/info/alternates` naming them, bound at [`OBJECTS`] inside it).
-//! The real git directory is hidden (a main tree's) or read-only (a worktree's common one).
+//! at ralph's tip, the repository's other refs (as `packed-refs`), ralph's index, the
+//! repository's configuration, `info/exclude`, `info/attributes` and `shallow`, and the
+//! repository's objects borrowed read-only (`objects/info/alternates` naming them, bound at
+//! [`OBJECTS`] inside it); its hooks and submodules' git directories are bound read-only
+//! where git looks for them. The real git directory is hidden (a main tree's) or read-only (a
+//! worktree's common one).
 //!
 //! Nothing outside the sandbox ever opens it: what the agent committed reaches ralph's
 //! repository as a pack fetched with `git upload-pack` run inside the sandbox
@@ -30,6 +33,10 @@ pub(crate) struct AgentGit {
     pub(super) at: PathBuf,
     /// The repository's objects (its common git directory's).
     pub(super) objects: PathBuf,
+    /// Directories of the repository's bound read-only inside the agent's, at these names:
+    /// its hooks (which ralph's commits run too) and a main tree's submodules' git
+    /// directories.
+    pub(super) read_only: Vec<(PathBuf, &'static str)>,
     /// The repository's own git directory and common one (ralph's, never the agent's).
     git_dir: PathBuf,
     common_dir: PathBuf,
@@ -51,10 +58,16 @@ impl AgentGit {
             .prefix("ralph-agent-git-")
             .tempdir()
             .map_err(|e| Error::io("failed to make a directory for the agent's git", e))?;
+        let mut read_only = vec![(repo.common_dir.join("hooks"), "hooks")];
+        if repo.git_dir == repo.common_dir {
+            read_only.push((repo.common_dir.join("modules"), "modules"));
+        }
+        read_only.retain(|(d, _)| d.is_dir() && !d.is_symlink());
         let agent = AgentGit {
             home: Arc::new(home),
             at: repo.git_dir.clone(),
             objects: repo.common_dir.join("objects"),
+            read_only,
             git_dir: repo.git_dir.clone(),
             common_dir: repo.common_dir.clone(),
         };
@@ -82,14 +95,16 @@ impl AgentGit {
             let _ = std::fs::remove_dir_all(&old);
         }
         let io = |what: &str, p: &Path, e| Error::file(what, p, e);
-        for sub in [
+        let mounts = self.read_only.iter().map(|(_, name)| *name);
+        let subs = [
             "objects/info",
             "objects/pack",
             "refs/heads",
             "refs/tags",
             "info",
             OBJECTS,
-        ] {
+        ];
+        for sub in subs.into_iter().chain(mounts) {
             let p = dir.join(sub);
             std::fs::create_dir_all(&p).map_err(|e| io("create directory", &p, e))?;
         }
@@ -100,26 +115,31 @@ impl AgentGit {
             }
             std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))
         };
-        let (head, tip) = self.head()?;
+        let (head, tip, refs) = self.head()?;
         write("HEAD", format!("{head}\n").as_bytes())?;
         if let (Some(branch), Some(tip)) = (head.strip_prefix("ref: "), tip) {
             write(branch, format!("{tip}\n").as_bytes())?;
         }
+        write("packed-refs", refs.as_bytes())?;
         let alternates = format!("{}\n", self.at.join(OBJECTS).display());
         write("objects/info/alternates", alternates.as_bytes())?;
-        let config = std::fs::read(self.common_dir.join("config")).unwrap_or_default();
-        write("config", &config)?;
-        let index = self.git_dir.join("index");
-        if index.is_file() {
-            let to = dir.join("index");
-            std::fs::copy(&index, &to).map_err(|e| io("copy the index to", &to, e))?;
+        let common = &self.common_dir;
+        for (from, to) in [
+            (common.join("config"), "config"),
+            (common.join("info/exclude"), "info/exclude"),
+            (common.join("info/attributes"), "info/attributes"),
+            (common.join("shallow"), "shallow"),
+            (self.git_dir.join("index"), "index"),
+        ] {
+            copy_plain(&from, &dir.join(to))?;
         }
         Ok(())
     }
 
-    /// ralph's `HEAD` as its file says it (`ref: refs/heads/…`, or a commit) and the commit it
-    /// is at (none on an unborn branch).
-    fn head(&self) -> Result<(String, Option<String>)> {
+    /// ralph's `HEAD` as its file says it (`ref: refs/heads/…`, or a commit), the commit it
+    /// is at (none on an unborn branch), and the repository's other refs as `packed-refs`
+    /// says them.
+    fn head(&self) -> Result<(String, Option<String>, String)> {
         let repo = git2::Repository::open(&self.git_dir)
             .map_err(|e| Error::user(format!("--sandbox: the repository cannot be opened: {e}")))?;
         let tip = repo
@@ -138,8 +158,26 @@ impl AgentGit {
             })
             .or_else(|| tip.clone())
             .unwrap_or_else(|| "ref: refs/heads/main".to_string());
-        Ok((head, tip))
+        let branch = head.strip_prefix("ref: ").unwrap_or_default();
+        let mut refs = String::new();
+        for r in repo.references().into_iter().flatten().flatten() {
+            if let (Some(name), Some(id)) = (r.name().ok(), r.target())
+                && name != branch
+                && name.starts_with("refs/")
+            {
+                refs.push_str(&format!("{id} {name}\n"));
+            }
+        }
+        Ok((head, tip, refs))
     }
+}
+
+/// Copy `from` to `to` when it is a plain file (never through a link, never a FIFO or device).
+fn copy_plain(from: &Path, to: &Path) -> Result<()> {
+    if from.symlink_metadata().is_ok_and(|m| m.is_file()) {
+        std::fs::copy(from, to).map_err(|e| Error::file("copy to", to, e))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -171,12 +209,16 @@ mod tests {
         let read = |rel: &str| std::fs::read_to_string(dir.join(rel)).unwrap();
         assert_eq!(read("HEAD"), "ref: refs/heads/work\n");
         assert_eq!(read("refs/heads/work").len(), 41);
+        git(&["tag", "v1"]);
+        agent.reset().unwrap();
+        assert!(read("packed-refs").ends_with(" refs/tags/v1\n"));
         assert!(read("objects/info/alternates").ends_with(".git/ralph-objects\n"));
         std::fs::write(dir.join("planted"), "x").unwrap();
+        std::fs::remove_file(dir.join("packed-refs")).unwrap();
         std::os::unix::fs::symlink("/dev/zero", dir.join("packed-refs")).unwrap();
         agent.reset().unwrap();
         assert!(!dir.join("planted").exists());
-        assert!(dir.join("packed-refs").symlink_metadata().is_err());
+        assert!(read("packed-refs").ends_with(" refs/tags/v1\n"));
         assert_eq!(read("HEAD"), "ref: refs/heads/work\n");
     }
 }

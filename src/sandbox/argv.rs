@@ -141,6 +141,9 @@ impl Sandbox {
                 &a.objects,
                 &a.at.join(super::agent_git::OBJECTS),
             );
+            for (from, name) in &a.read_only {
+                bind("--ro-bind", from, &a.at.join(name));
+            }
         }
         for p in &self.read_only {
             bind("--ro-bind", p, p);

@@ -69,7 +69,7 @@ impl TestEnv {
         p
     }
 
-    fn isolate(&self, cmd: &mut std::process::Command) {
+    pub(crate) fn isolate(&self, cmd: &mut std::process::Command) {
         cmd.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", &self.home)

@@ -346,3 +346,43 @@ fn control_a_replace_ref_changes_what_a_plain_git_shows() {
     let out = plain_git(&env, &dir, "git cat-file -p HEAD:good.txt");
     assert_eq!(stdout(&out), "evil\n");
 }
+
+/// The agent's own git directory is the repository's as far as its git reads it: the other
+/// refs (a tag, `main` from a worktree loop) and `info/exclude` — a file the user excludes is
+/// not in the agent's commit, which ralph takes.
+#[test]
+fn the_agents_own_git_directory_has_the_repositorys_refs_and_excludes() {
+    let work = "echo s > secret.txt\necho w > work.txt\n\
+                git rev-parse v1 main > seen.txt\n\
+                git add -A && git commit -qm 'the agent: work'\n\
+                sed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n";
+    for kind in [Loop::Worktree, Loop::MainTree] {
+        if !bwrap_works() {
+            return;
+        }
+        let env = TestEnv::outside_tmp();
+        env.write("A.md", &task(&["a1"]));
+        env.commit_all("task");
+        env.git(&["tag", "v1"]);
+        let v1 = env.git(&["rev-parse", "v1"]);
+        std::fs::write(env.repo.join(".git/info/exclude"), "secret.txt\n").unwrap();
+        let script = env.dir().join("work.sh");
+        std::fs::write(&script, work).unwrap();
+        let agent = format!("sh '{}'", script.display());
+        let mut args = vec!["run"];
+        if let Loop::Worktree = kind {
+            args.extend(["--worktree", "w", "--merge"]);
+        }
+        args.extend(["A.md", "--agent-cmd", &agent, "--yes", "--sandbox"]);
+        let out = ralph(&env, &args);
+        assert_exit(&out, 0);
+        let seen = env.read("seen.txt");
+        assert!(seen.starts_with(&v1), "{kind:?}: {seen}\n{}", stderr(&out));
+        assert_eq!(seen.lines().count(), 2, "{kind:?}: {seen}");
+        let theirs = env.git(&["log", "--format=%H", "--grep", "the agent: work", "main"]);
+        assert_eq!(theirs.lines().count(), 1, "{kind:?}: {}", stderr(&out));
+        let files = env.git(&["ls-tree", "-r", "--name-only", theirs.trim()]);
+        assert!(files.contains("work.txt"), "{kind:?}: {files}");
+        assert!(!files.contains("secret.txt"), "{kind:?}: {files}");
+    }
+}

@@ -1,10 +1,13 @@
 //! Links the agent plants in the git directory never lead ralph's own git writes out of the
-//! repository (SPEC §4, "no back doors"). The git directory is the agent's to write, also in
-//! the sandbox, and git and libgit2 write through the links they find there: `objects/ab` linked
-//! to a directory of the user's receives the next object whose id starts with `ab`, a linked
-//! `MERGE_MSG` has `git merge` overwrite what it points to. Under `--sandbox` ralph's git runs
-//! outside, so each test shows the door open for a loop without the sandbox (ralph's git follows
-//! the link), then closed for the same agent in it.
+//! repository (SPEC §4, "no back doors"). Without the sandbox the git directory is the agent's to
+//! write, and git and libgit2 write through the links they find there: `objects/ab` linked to a
+//! directory of the user's receives the next object whose id starts with `ab`, a linked
+//! `MERGE_MSG` has `git merge` overwrite what it points to. Under `--sandbox` the agent writes a
+//! git directory of its own, never the repository's (issue 29), so each test shows the door open
+//! for a loop without the sandbox (ralph's git follows the link), then closed for the same agent
+//! in it: its link stays in its own directory. A link in the repository's git directory however
+//! it came there (a run without the sandbox) is still not written through by the merge of a
+//! sandboxed loop, which is confined beneath the repository.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,7 +51,7 @@ fn a_linked_object_directory_receives_no_object_from_ralphs_git() {
             &format!(
                 "printf 'echo planted\\n' > payload.sh\n\
                  d=.git/objects/$(git hash-object payload.sh | cut -c1-2)\n\
-                 rm -rf \"$d\" && ln -s '{}' \"$d\"\n\
+                 rm -rf \"$d\" && ln -s '{}' \"$d\" && echo linked > linked.txt\n\
                  sed -i 's/- \\[ \\] one/- [x] one/' RALPH_TASK.md\n",
                 outside.display()
             ),
@@ -65,10 +68,14 @@ fn a_linked_object_directory_receives_no_object_from_ralphs_git() {
             continue;
         }
         assert_eq!(entries(&outside), Vec::<String>::new(), "{}", stderr(&out));
-        // The iteration ends in git's error, its work left for the user to see.
-        assert_exit(&out, 1);
-        assert!(stderr(&out).contains(".git/objects"), "{}", stderr(&out));
-        assert!(env.repo.join("payload.sh").is_file());
+        // The agent linked the directory in its own git directory; the repository's stays a
+        // directory, and ralph's commit of the work is there.
+        assert_exit(&out, 0);
+        assert_eq!(env.read("linked.txt"), "linked\n");
+        let blob = env.git(&["hash-object", "payload.sh"]);
+        let d = env.repo.join(".git/objects").join(&blob[..2]);
+        assert!(!d.is_symlink(), "{}", d.display());
+        assert_eq!(env.git(&["show", "HEAD:payload.sh"]), "echo planted\n");
     }
 }
 
@@ -90,7 +97,7 @@ fn a_linked_refs_directory_receives_no_branch_from_ralphs_commit() {
             &env,
             "refs",
             &format!(
-                "rm -rf .git/refs/heads && ln -s '{}' .git/refs/heads
+                "rm -rf .git/refs/heads && ln -s '{}' .git/refs/heads && echo linked > linked.txt
                  echo work > work.txt
                  sed -i 's/- \\[ \\] one/- [x] one/' RALPH_TASK.md
 ",
@@ -111,7 +118,12 @@ fn a_linked_refs_directory_receives_no_branch_from_ralphs_commit() {
         }
         assert_eq!(now, before, "{}", stderr(&out));
         assert_eq!(entries(&outside), ["main"]);
-        assert_exit(&out, 1);
+        // The link was the agent's own git directory's; the repository's branch moved on.
+        assert_exit(&out, 0);
+        assert_eq!(env.read("linked.txt"), "linked\n");
+        assert!(!env.repo.join(".git/refs/heads").is_symlink());
+        assert_ne!(env.git(&["rev-parse", "HEAD"]), before);
+        assert_eq!(env.git(&["show", "HEAD:work.txt"]), "work\n");
     }
 }
 
@@ -147,8 +159,15 @@ fn loop_that_links_merge_msg(env: &TestEnv, victim: &Path, sandboxed: bool) {
     }
     let out = env.ralph_with_limit(&args, &[], Duration::from_secs(60));
     assert_exit(&out, 0);
+    let merge_msg = env.repo.join(".git/MERGE_MSG");
+    if sandboxed {
+        // The agent linked its own git directory's `MERGE_MSG`, never the repository's: the
+        // link is planted here by hand, as a run without the sandbox would have.
+        assert!(merge_msg.symlink_metadata().is_err(), "{}", stderr(&out));
+        std::os::unix::fs::symlink(victim, &merge_msg).unwrap();
+    }
     assert!(
-        std::fs::symlink_metadata(env.repo.join(".git/MERGE_MSG"))
+        std::fs::symlink_metadata(&merge_msg)
             .unwrap()
             .file_type()
             .is_symlink()

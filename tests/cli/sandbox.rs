@@ -178,6 +178,18 @@ fi
     script
 }
 
+/// The hooks `doors_script` plants, in the repository's own git directory.
+fn plant_hooks(env: &TestEnv) {
+    let m = env.dir().join("marks");
+    for h in ["pre-commit", "commit-msg", "post-index-change"] {
+        let hook = env.repo.join(".git/hooks").join(h);
+        let text = format!("#!/bin/sh\ntouch {}/{h} 2>/dev/null\nexit 0\n", m.display());
+        std::fs::write(&hook, text).unwrap();
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+}
+
 fn marks(env: &TestEnv) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(env.dir().join("marks"))
         .unwrap()
@@ -202,6 +214,10 @@ fn the_repositorys_hooks_commands_and_git_config_run_in_the_sandbox_this_run_and
         let mut args = vec!["--max-iterations", "1"];
         if sandboxed {
             args.push("--sandbox");
+            // The sandboxed agent writes hooks in its own git directory only (issue 29): the
+            // repository's are planted here, as a run without the sandbox would have, to be
+            // run by ralph's commits in the sandbox all the same.
+            plant_hooks(&env);
         }
         let out = run_script(&env, &script, &args, &no_watch);
         assert_exit(&out, 3);
@@ -311,7 +327,8 @@ fn dry_run_prints_the_bwrap_argv_and_no_bwrap_is_refused() {
         " --tmpfs /tmp ".to_string(),
         " --tmpfs /run ".to_string(),
         format!("--bind {repo} {repo} "),
-        format!("--bind {repo}/.git {repo}/.git "),
+        // The agent's own git directory where the repository's is, its objects read-only.
+        format!(" {repo}/.git --ro-bind {repo}/.git/objects {repo}/.git/ralph-objects "),
         format!("--ro-bind {repo}/.git/config {repo}/.git/config "),
         format!("--ro-bind {repo}/.git/config.worktree {repo}/.git/config.worktree "),
         format!("--ro-bind /dev/null {} ", sock.display()),
@@ -321,6 +338,9 @@ fn dry_run_prints_the_bwrap_argv_and_no_bwrap_is_refused() {
     ] {
         assert!(argv.contains(&part), "{part} not in {argv}");
     }
+    // The repository's git directory itself is never bound writable.
+    let real = format!("--bind {repo}/.git {repo}/.git ");
+    assert!(!argv.contains(&real), "{argv}");
     // `--scoped` where the kernel has Landlock's scopes.
     let program = argv
         .find(" -- /bin/sh x.sh")

@@ -1,7 +1,10 @@
 //! Many loops against a hostile agent (SPEC §4, §13): what a loop's agent writes into the git
 //! directory — hooks, links, the old base-branch file, a submodule's configuration — is never
 //! run, followed or believed by ralph's worktree creation and merge, which run outside the
-//! sandbox. Each test has its control: the user's own git runs (or follows) what was planted.
+//! sandbox. A sandboxed agent writes a git directory of its own and never the repository's
+//! (issue 29): each test shows that its plant does not get there, then has an agent without the
+//! sandbox (or the test itself) plant the same, which ralph's git still does not run or follow.
+//! Each test has its control: the user's own git runs (or follows) what was planted.
 //!
 //! The environments live outside `/tmp` (`TestEnv::outside_tmp`): the sandbox's private `/tmp`
 //! would hide the test's files from the agent for the wrong reason.
@@ -54,11 +57,13 @@ const HOOKS: [&str; 4] = [
     "reference-transaction",
 ];
 
-/// A sandboxed loop's agent plants hooks in the common git directory (the worktree's hooks are
-/// the repository's), each touching a marker outside the repository when run. Neither its own
-/// `--merge` (`git merge` into the main work tree: post-merge, reference-transaction,
-/// post-index-change) nor the user's next `--worktree` loop (`git worktree add`: post-checkout)
-/// runs them. Control: the user's own `git merge` and `git worktree add` run every one.
+/// A loop's agent plants hooks in the common git directory (the worktree's hooks are the
+/// repository's), each touching a marker outside the repository when run. In the sandbox they
+/// land in its own git directory, never the repository's. Without it they land there, and
+/// neither its own `--merge` (`git merge` into the main work tree: post-merge,
+/// reference-transaction, post-index-change) nor the user's next `--worktree` loop (`git
+/// worktree add`: post-checkout) runs them. Control: the user's own `git merge` and `git
+/// worktree add` run every one.
 #[test]
 fn hooks_a_sandboxed_loop_plants_run_neither_at_its_merge_nor_at_the_next_loop() {
     if !bwrap_works() {
@@ -67,6 +72,7 @@ fn hooks_a_sandboxed_loop_plants_run_neither_at_its_merge_nor_at_the_next_loop()
     let env = TestEnv::outside_tmp();
     env.write("A.md", &task(&["a1"]));
     env.write("B.md", &task(&["b1"]));
+    env.write("C.md", &task(&["c1"]));
     env.commit_all("tasks");
     let m = marks_dir(&env).display().to_string();
     let mut plant =
@@ -78,10 +84,27 @@ fn hooks_a_sandboxed_loop_plants_run_neither_at_its_merge_nor_at_the_next_loop()
     }
     let out = run_loop(
         &env,
+        "boxed",
+        "C.md",
+        &agent(&env, "boxed", &plant),
+        &["--sandbox", "--merge"],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(env.read("work-boxed.txt"), "boxed\n", "merged");
+    for hook in HOOKS {
+        let h = env.repo.join(".git/hooks").join(hook);
+        assert!(
+            h.symlink_metadata().is_err(),
+            "{hook} reached the repository"
+        );
+    }
+    assert_eq!(marks(&env), Vec::<String>::new(), "{}", stderr(&out));
+    let out = run_loop(
+        &env,
         "planter",
         "A.md",
         &agent(&env, "planter", &plant),
-        &["--sandbox", "--merge"],
+        &["--merge"],
     );
     assert_exit(&out, 0);
     assert_eq!(env.read("work-planter.txt"), "planter\n", "merged");
@@ -121,9 +144,10 @@ fn hooks_a_sandboxed_loop_plants_run_neither_at_its_merge_nor_at_the_next_loop()
     assert_eq!(marks(&env), HOOKS.to_vec());
 }
 
-/// An agent links `$GIT_COMMON_DIR/ralph` to a directory outside the repository: the next
-/// `--worktree` loop refuses the link (exit 1, naming it) and creates nothing where it leads.
-/// Control: the user's own `git worktree add` at that path writes its checkout out there.
+/// An agent links `$GIT_COMMON_DIR/ralph` to a directory outside the repository — in the
+/// sandbox its own git directory's, without it the repository's: the next `--worktree` loop
+/// refuses the link (exit 1, naming it) and creates nothing where it leads. Control: the user's
+/// own `git worktree add` at that path writes its checkout out there.
 #[test]
 fn a_linked_ralph_directory_in_the_git_dir_is_refused_not_followed() {
     if !bwrap_works() {
@@ -135,21 +159,26 @@ fn a_linked_ralph_directory_in_the_git_dir_is_refused_not_followed() {
     env.commit_all("tasks");
     let outside = env.dir().join("outside");
     std::fs::create_dir_all(&outside).unwrap();
-    // A sandboxed loop in the main work tree, whose agent can write `.git`.
-    let link = format!("ln -s '{}' .git/ralph", outside.display());
-    let out = env.ralph_with_limit(
-        &[
-            "run",
-            "--agent-cmd",
-            &agent(&env, "linker", &link),
-            "--yes",
-            "--sandbox",
-        ],
-        &[],
-        Duration::from_secs(60),
+    // A loop in the main work tree: in the sandbox its agent writes a `.git` of its own.
+    let link = format!(
+        "ln -s '{}' .git/ralph && echo linked >> linked.txt",
+        outside.display()
     );
+    let linker = agent(&env, "linker", &link);
+    let run = |sandbox: &[&str]| {
+        let args = [&["run", "--agent-cmd", &linker, "--yes"][..], sandbox].concat();
+        env.ralph_with_limit(&args, &[], Duration::from_secs(60))
+    };
+    let out = run(&["--sandbox"]);
     assert_exit(&out, 0);
+    assert_eq!(env.read("linked.txt"), "linked\n");
     let planted = env.repo.join(".git/ralph");
+    assert!(planted.symlink_metadata().is_err(), "{}", stderr(&out));
+    // Without the sandbox, `.git` is the agent's to write.
+    env.write_task(&["again"], "");
+    env.commit_all("again");
+    let out = run(&[]);
+    assert_exit(&out, 0);
     assert_eq!(std::fs::read_link(&planted).unwrap(), outside);
     let out = run_loop(&env, "next", "B.md", &agent(&env, "next", ""), &[]);
     assert_exit(&out, 1);
@@ -169,10 +198,11 @@ fn a_linked_ralph_directory_in_the_git_dir_is_refused_not_followed() {
     assert!(outside.join("worktrees/y/B.md").is_file());
 }
 
-/// A sandboxed loop's agent links the places ralph used to keep its own files in the common git
-/// directory (`ralph/merged`, where a merged loop's logs went, and `ralph-worktrees.lock`) to a
-/// directory outside: its merge creates and moves nothing there; the logs are kept in ralph's
-/// state directory, and `status --all` shows the merged loop from them.
+/// A loop's agent links the places ralph used to keep its own files in the common git directory
+/// (`ralph/merged`, where a merged loop's logs went, and `ralph-worktrees.lock`) to a directory
+/// outside — in the sandbox its own git directory's, never the repository's; without it the
+/// repository's: its merge creates and moves nothing there; the logs are kept in ralph's state
+/// directory, and `status --all` shows the merged loop from them.
 #[test]
 fn links_in_the_git_dir_never_receive_a_merged_loops_logs_or_the_lock() {
     if !bwrap_works() {
@@ -180,6 +210,7 @@ fn links_in_the_git_dir_never_receive_a_merged_loops_logs_or_the_lock() {
     }
     let env = TestEnv::outside_tmp();
     env.write("A.md", &task(&["a1"]));
+    env.write("B.md", &task(&["b1"]));
     env.commit_all("task");
     let outside = env.dir().join("outside");
     std::fs::create_dir_all(&outside).unwrap();
@@ -187,17 +218,22 @@ fn links_in_the_git_dir_never_receive_a_merged_loops_logs_or_the_lock() {
     let plant = format!(
         "c=\"$(git rev-parse --git-common-dir)\"\nln -sfn '{o}' \"$c/ralph/merged\"\nln -sfn '{o}/lock' \"$c/ralph-worktrees.lock\"\n"
     );
+    let common = env.repo.join(".git");
     let out = run_loop(
         &env,
-        "w",
-        "A.md",
-        &agent(&env, "w", &plant),
+        "boxed",
+        "B.md",
+        &agent(&env, "boxed", &plant),
         &["--sandbox", "--merge"],
     );
     assert_exit(&out, 0);
+    assert_eq!(env.read("work-boxed.txt"), "boxed\n", "merged");
+    assert!(!common.join("ralph/merged").is_symlink());
+    assert!(!common.join("ralph-worktrees.lock").is_symlink());
+    let out = run_loop(&env, "w", "A.md", &agent(&env, "w", &plant), &["--merge"]);
+    assert_exit(&out, 0);
     assert_eq!(env.read("work-w.txt"), "w\n", "merged");
     // The control: the agent did plant both links, leading out.
-    let common = env.repo.join(".git");
     assert_eq!(
         std::fs::read_link(common.join("ralph/merged")).unwrap(),
         outside
@@ -273,11 +309,13 @@ fn the_agent_cannot_change_the_branch_its_loop_merges_into() {
     assert_eq!(env.read("attempts.txt"), "base-written\ndenied\n");
 }
 
-/// A submodule of the main work tree whose `.gitmodules` entry says `ignore = none`; a
-/// sandboxed loop's agent plants a clean filter in the submodule's configuration (in the common
-/// git directory) and resets its index, so that any git looking inside the submodule runs the
-/// filter. `ralph merge` — its cleanliness check and `git merge` (which looks inside before a
-/// merge that is not a fast-forward) — runs it not. Control: the user's own `git status` does.
+/// A submodule of the main work tree whose `.gitmodules` entry says `ignore = none`, with a
+/// clean filter in the submodule's configuration (in the common git directory) and its index
+/// reset, so that any git looking inside the submodule runs the filter. A sandboxed loop's agent
+/// cannot plant it (it writes a git directory of its own): the test does, as an agent without
+/// the sandbox could. `ralph merge` of the sandboxed loop — its cleanliness check and `git merge`
+/// (which looks inside before a merge that is not a fast-forward) — runs it not. Control: the
+/// user's own `git status` does.
 #[test]
 fn the_merge_never_looks_inside_a_submodule_the_agent_configured() {
     if !bwrap_works() {
@@ -287,15 +325,19 @@ fn the_merge_never_looks_inside_a_submodule_the_agent_configured() {
     add_submodule(&env);
     env.write("A.md", &task(&["a1"]));
     env.commit_all("a submodule and a task");
-    let m = marks_dir(&env).display().to_string();
     let plant = format!(
-        "s=\"$(git rev-parse --git-common-dir)/modules/sub\"\n\
-         git config -f \"$s/config\" filter.x.clean \"sh -c 'touch {m}/filter 2>/dev/null; cat'\"\n\
-         mkdir -p \"$s/info\" && echo '* filter=x' > \"$s/info/attributes\"\n\
-         GIT_DIR=\"$s\" git read-tree HEAD\n"
+        "git config -f '{}/.git/modules/sub/config' x.y z || echo denied > denied.txt\n{}",
+        env.repo.display(),
+        submodule_filter(&env)
     );
     let out = run_loop(&env, "w", "A.md", &agent(&env, "w", &plant), &["--sandbox"]);
     assert_exit(&out, 0);
+    assert!(!env.read(".git/modules/sub/config").contains("filter"));
+    assert_eq!(
+        read_in(&env, ".git/ralph/worktrees/w/denied.txt"),
+        "denied\n"
+    );
+    sh_in(&env, &submodule_filter(&env));
     // main moves on, so the merge is a real one (git's `stash create` before it); the user's
     // commit itself told not to look inside.
     env.write("other.txt", "main's own\n");
@@ -312,6 +354,34 @@ fn the_merge_never_looks_inside_a_submodule_the_agent_configured() {
     // The control: the planted filter is live for a git that looks inside.
     env.git(&["status", "--porcelain"]);
     assert_eq!(marks(&env), vec!["filter".to_string()]);
+}
+
+/// A script that plants, in the submodule's git directory, a clean filter touching the `filter`
+/// marker and resets the submodule's index.
+fn submodule_filter(env: &TestEnv) -> String {
+    let m = marks_dir(env).display().to_string();
+    format!(
+        "s=\"$(git rev-parse --path-format=absolute --git-common-dir)/modules/sub\"\n\
+         git config -f \"$s/config\" filter.x.clean \"sh -c 'touch {m}/filter 2>/dev/null; cat'\"\n\
+         mkdir -p \"$s/info\" && echo '* filter=x' > \"$s/info/attributes\"\n\
+         GIT_DIR=\"$s\" git read-tree HEAD\n"
+    )
+}
+
+/// Run `script` with `sh` in the main work tree, as the user.
+fn sh_in(env: &TestEnv, script: &str) {
+    let mut cmd = std::process::Command::new("sh");
+    env.isolate(&mut cmd);
+    let ok = cmd
+        .args(["-c", script])
+        .current_dir(&env.repo)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "{script}");
+}
+
+fn read_in(env: &TestEnv, rel: &str) -> String {
+    std::fs::read_to_string(env.repo.join(rel)).unwrap_or_default()
 }
 
 /// A submodule `sub` (one file, `f.txt`) whose `.gitmodules` entry says `ignore = none`.
@@ -369,12 +439,13 @@ fn add_submodule(env: &TestEnv) {
     ]);
 }
 
-/// The same door in a sandboxed run on the main work tree: the agent plants a clean filter in
-/// the submodule's configuration (in the git directory, which it can write), says
-/// `ignore = none` in `.gitmodules` (which beats `-c diff.ignoreSubmodules=dirty`) and resets
-/// the submodule's index (so a git looking inside must hash its files through the filter). ralph's own statuses — staging, the fingerprint, the final check
-/// — run outside the sandbox and must not look inside. Control: the user's own `git status`
-/// runs the filter.
+/// The same door in a sandboxed run on the main work tree: a clean filter in the submodule's
+/// configuration and its index reset (so a git looking inside must hash its files through the
+/// filter) — planted by the test, as an agent without the sandbox could: a sandboxed one's
+/// `.git` is its own — and the agent says `ignore = none` in `.gitmodules` (which beats `-c
+/// diff.ignoreSubmodules=dirty`). ralph's own statuses — staging, the fingerprint, the final
+/// check — run outside the sandbox and must not look inside. Control: the user's own `git
+/// status` runs the filter.
 #[test]
 fn ralphs_own_statuses_never_look_inside_a_submodule_the_sandboxed_agent_configured() {
     if !bwrap_works() {
@@ -384,15 +455,10 @@ fn ralphs_own_statuses_never_look_inside_a_submodule_the_sandboxed_agent_configu
     add_submodule(&env);
     env.write("RALPH_TASK.md", &task(&["a1"]));
     env.commit_all("a submodule and a task");
-    let m = marks_dir(&env).display().to_string();
-    let plant = format!(
-        "s=\"$(git rev-parse --git-common-dir)/modules/sub\"\n\
-         git config -f \"$s/config\" filter.x.clean \"sh -c 'touch {m}/filter 2>/dev/null; cat'\"\n\
-         mkdir -p \"$s/info\" && echo '* filter=x' > \"$s/info/attributes\"\n\
-         git config -f .gitmodules submodule.sub.ignore none\n\
-         GIT_DIR=\"$s\" git read-tree HEAD\n"
-    );
-    let agent = agent(&env, "m", &plant);
+    sh_in(&env, &submodule_filter(&env));
+    let plant = "git config -f .gitmodules submodule.sub.ignore none\n\
+                 git config -f .git/modules/sub/config x.y z || echo denied > denied.txt\n";
+    let agent = agent(&env, "m", plant);
     let out = env.ralph_with_limit(
         &["run", "--agent-cmd", &agent, "--yes", "--sandbox"],
         &[],
@@ -400,6 +466,7 @@ fn ralphs_own_statuses_never_look_inside_a_submodule_the_sandboxed_agent_configu
     );
     assert_exit(&out, 0);
     assert_eq!(marks(&env), Vec::<String>::new(), "{}", stderr(&out));
+    assert_eq!(read_in(&env, "denied.txt"), "denied\n");
     // The control: the planted filter is live for a git that looks inside.
     env.git(&["status", "--porcelain"]);
     assert_eq!(marks(&env), vec!["filter".to_string()]);
