@@ -158,12 +158,23 @@ impl Layer {
         })
     }
 
-    /// Read a config file if it exists.
-    pub(crate) fn load(path: &Path) -> Result<Option<Layer>> {
-        match std::fs::read_to_string(path) {
+    /// Read a config file if it exists: a regular file of bounded size, never a FIFO or a
+    /// device. One in the repository (`beneath`: its root) is the agent's to write: it is opened
+    /// beneath the root following no link (SPEC §4), whenever it appears — a link is refused,
+    /// named, never read through.
+    pub(crate) fn load(path: &Path, beneath: Option<&Path>) -> Result<Option<Layer>> {
+        let read = match beneath {
+            Some(root) => crate::files::read_text_unlinked(root, path),
+            None => crate::files::read_text(path),
+        };
+        match read {
             Ok(text) => Self::parse_toml(path, &text).map(Some),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::file("read", path, e)),
+            Err(e) if e.is_missing() => Ok(None),
+            Err(e) => Err(Error::user(e.to_string())
+                .with_hint(match beneath {
+                    Some(_) => "ralph reads a repository's configuration only as a regular file: replace it by one, or remove it",
+                    None => "a configuration file must be a regular file (or a link to one)",
+                })),
         }
     }
 }
@@ -191,7 +202,8 @@ pub(crate) fn file_layers(
         });
     }
     let project = ralph_dir.join("config.toml");
-    if let Some(layer) = Layer::load(&project)? {
+    let root = ralph_dir.parent().unwrap_or(ralph_dir);
+    if let Some(layer) = Layer::load(&project, Some(root))? {
         out.push(Source {
             name: project.display().to_string(),
             layer,
@@ -199,7 +211,7 @@ pub(crate) fn file_layers(
         });
     }
     if let Some(user) = user_config_path()
-        && let Some(layer) = Layer::load(&user)?
+        && let Some(layer) = Layer::load(&user, None)?
     {
         out.push(Source {
             name: user.display().to_string(),

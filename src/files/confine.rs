@@ -75,6 +75,33 @@ pub(super) fn open(path: &Path, flags: OFlag, mode: Mode) -> std::io::Result<std
     Ok(std::fs::File::from(fd))
 }
 
+/// Open `rel` beneath `root` following no symbolic link at all, on the way or at the end (a
+/// file ralph obeys that the agent may have written: a config layer). A link anywhere is
+/// `ELOOP` (or `EXDEV`, [`is_outside`], where the component walk met it).
+pub(super) fn open_unlinked(
+    root: &Path,
+    rel: &Path,
+    flags: OFlag,
+) -> std::io::Result<std::fs::File> {
+    let dir = open_root(root)?;
+    let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    #[cfg(target_os = "linux")]
+    {
+        use nix::fcntl::{OpenHow, ResolveFlag, openat2};
+        let how = OpenHow::new()
+            .flags(flags)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+        for _ in 0..4 {
+            match openat2(dir.as_fd(), rel, how) {
+                Err(Errno::ENOSYS | Errno::EPERM) => break,
+                Err(Errno::EAGAIN) => continue,
+                other => return Ok(std::fs::File::from(other?)),
+            }
+        }
+    }
+    by_components(&dir, rel, flags, Mode::empty()).map(std::fs::File::from)
+}
+
 fn open_root(root: &Path) -> std::io::Result<OwnedFd> {
     Ok(nix::fcntl::open(
         root,

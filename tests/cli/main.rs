@@ -24,6 +24,7 @@ mod github_faults;
 mod help;
 mod hooks;
 mod hostile_fallback;
+mod hostile_files;
 mod hostile_github;
 mod hostile_lease;
 mod hostile_queue_stories;

@@ -1,0 +1,155 @@
+//! The files ralph reads and writes, against an agent that plants what it likes where ralph looks
+//! (issue 29, SPEC §4, §7, §11): a `.ralph/config.toml` that appears as a link during the run, a
+//! user configuration linked into the repository, `progress.txt` linked to `prd.json`, the
+//! temporary names of ralph's atomic writes made first, and a corrupt record of ralph's own
+//! before `run --reset`. Each test shows the attack really does what it says (the control),
+//! then that ralph neither read nor wrote through it, nor stopped for it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::common::*;
+
+const SECRET: &str = "hunter2-secret";
+
+/// Two criteria, committed.
+fn setup() -> TestEnv {
+    let env = TestEnv::new();
+    env.write_task(&["one", "two"], "");
+    env.commit_all("initial");
+    env
+}
+
+fn said(out: &std::process::Output) -> String {
+    format!("{}\n{}", stdout(out), stderr(out))
+}
+
+fn resume(env: &TestEnv, extra_env: &[(&str, &str)]) -> std::process::Output {
+    let agent = fake_agent_cmd();
+    let mut vars = vec![("FAKE_AGENT_SCRIPT", "check")];
+    vars.extend_from_slice(extra_env);
+    env.ralph_with_limit(
+        &[
+            "resume",
+            "--agent-cmd",
+            &agent,
+            "--grace",
+            "1s",
+            "--max-iterations",
+            "2",
+        ],
+        &vars,
+        Duration::from_secs(30),
+    )
+}
+
+/// A secret outside the repository, written as a configuration would be: a parse of it shows
+/// its key in the error.
+fn plant_secret(env: &TestEnv) -> PathBuf {
+    let p = env.home.join("secret.toml");
+    std::fs::write(&p, format!("{SECRET} = 1\n")).unwrap();
+    p
+}
+
+// --- Break 1: a config layer planted as a link during the run ---
+
+/// Promise (SPEC §4, issue 29): every config layer the agent could have written is opened
+/// beneath the repository root without following a link, whenever it appears. Bug caught: a
+/// `.ralph/config.toml` absent at the start and linked by the agent to a secret was parsed on
+/// `ralph resume` (its key printed), and one linked to `/dev/zero` was read until memory ran
+/// out.
+#[test]
+fn a_config_planted_as_a_link_during_the_run_is_never_read_on_resume() {
+    let secret_env = setup();
+    let secret = plant_secret(&secret_env);
+    let mut broken = Vec::new();
+    for (env, target) in [
+        (secret_env, secret.display().to_string()),
+        (setup(), "/dev/zero".to_string()),
+        (setup(), "../RALPH_TASK.md".to_string()),
+    ] {
+        let plant = agent_sh(
+            &env,
+            "plant",
+            &format!("ln -s '{target}' .ralph/config.toml"),
+        );
+        let out = env.run_fake(&format!("check+{plant}"), &["--max-iterations", "1"]);
+        assert_exit(&out, 3);
+        let planted = env.repo.join(".ralph/config.toml");
+        assert!(
+            std::fs::symlink_metadata(&planted)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "the agent planted the link"
+        );
+        let out = ralph_with_memory_limit(
+            &env,
+            1024 * 1024,
+            &[
+                "resume",
+                "--agent-cmd",
+                &fake_agent_cmd(),
+                "--grace",
+                "1s",
+                "--max-iterations",
+                "2",
+            ],
+            &[("FAKE_AGENT_SCRIPT", "check")],
+            Duration::from_secs(30),
+        );
+        let text = said(&out);
+        if out.status.code() != Some(1)
+            || text.contains(SECRET)
+            || !(text.contains(".ralph/config.toml") && text.contains("symbolic link"))
+        {
+            // Every planted target is tried: each one's failure is said.
+            broken.push(format!(
+                "{target}: exit {:?}, not a refusal naming the link:\n{text}",
+                out.status.code()
+            ));
+            continue;
+        }
+        // Once the link is gone, the resume goes on.
+        std::fs::remove_file(&planted).unwrap();
+        assert_exit(&resume(&env, &[]), 0);
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The control beside it: a regular `.ralph/config.toml` that appears during the run is read
+/// on resume (what it sets counts), and a FIFO there is refused at once, named.
+#[test]
+fn a_config_that_appears_as_a_file_is_read_and_a_fifo_refused() {
+    let env = setup();
+    let plant = agent_sh(
+        &env,
+        "plant",
+        "printf 'max_wait = \"1x\"\\n' > .ralph/config.toml",
+    );
+    let out = env.run_fake(&format!("check+{plant}"), &["--max-iterations", "1"]);
+    assert_exit(&out, 3);
+    let out = resume(&env, &[]);
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains(".ralph/config.toml") && stderr(&out).contains("max_wait"),
+        "{}",
+        stderr(&out)
+    );
+    let planted = env.repo.join(".ralph/config.toml");
+    std::fs::remove_file(&planted).unwrap();
+    nix_mkfifo(&planted);
+    let out = resume(&env, &[]);
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains(".ralph/config.toml") && stderr(&out).contains("FIFO"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+fn nix_mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+}
