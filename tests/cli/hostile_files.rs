@@ -153,3 +153,44 @@ fn nix_mkfifo(path: &Path) {
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
 }
+
+// --- Break 3: progress.txt linked to prd.json ---
+
+const PRD: &str = r#"{
+  "project": "P",
+  "userStories": [
+    { "id": "US-001", "title": "One", "priority": 1, "passes": false },
+    { "id": "US-002", "title": "Two", "priority": 2, "passes": false }
+  ]
+}
+"#;
+
+/// Promise (SPEC §4, §14): ralph writes `progress.txt` beneath the root without following a
+/// link — a link there is replaced by a regular file, never written through. Bug caught: the
+/// agent linked `progress.txt` to `prd.json`, and ralph's line went into `prd.json` (corrupted,
+/// and committed).
+#[test]
+fn progress_txt_linked_to_prd_json_is_replaced_never_written_through() {
+    let env = TestEnv::new();
+    env.write("prd.json", PRD);
+    env.commit_all("initial");
+    let plant = agent_sh(
+        &env,
+        "plant",
+        "rm -f progress.txt\nln -s prd.json progress.txt",
+    );
+    let out = env.run_fake(
+        &format!("story-pass+{plant}"),
+        &["--test-command", "true", "--max-iterations", "1"],
+    );
+    assert_exit(&out, 3);
+    let prd = env.read("prd.json");
+    let parsed: serde_json::Value =
+        serde_json::from_str(&prd).unwrap_or_else(|e| panic!("prd.json corrupted ({e}):\n{prd}"));
+    assert_eq!(parsed["userStories"][0]["passes"], true, "{prd}");
+    let committed = env.git(&["show", "HEAD:prd.json"]);
+    assert!(!committed.contains("story US-001"), "{committed}");
+    let meta = std::fs::symlink_metadata(env.repo.join("progress.txt")).unwrap();
+    assert!(meta.is_file(), "the link was replaced by a regular file");
+    assert!(env.read("progress.txt").contains("story US-001: passed"));
+}
