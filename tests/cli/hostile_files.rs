@@ -194,3 +194,27 @@ fn progress_txt_linked_to_prd_json_is_replaced_never_written_through() {
     assert!(meta.is_file(), "the link was replaced by a regular file");
     assert!(env.read("progress.txt").contains("story US-001: passed"));
 }
+
+// --- Break 4: predictable temporary names ---
+
+/// Promise (issue 29): the temporary files of ralph's atomic writes have names nobody can
+/// predict, created exclusively. Bug caught: they were `.tmp-PID-N` beside the file; an agent
+/// that knows ralph's pid (`state.json` names it) made those names first (directories), and
+/// every write of `state.json` after the iteration failed: the run ended in an error.
+#[test]
+fn temporary_names_made_first_by_the_agent_never_stop_a_write() {
+    let env = setup();
+    let plant = agent_sh(
+        &env,
+        "plant",
+        "pid=$(sed -n 's/.*\"pid\": *\\([0-9]*\\).*/\\1/p' .ralph/state.json)\n\
+         test -n \"$pid\"\n\
+         for i in $(seq 0 200); do mkdir -p .ralph/.tmp-$pid-$i .tmp-$pid-$i; done\n\
+         echo planted > planted.txt",
+    );
+    let out = env.run_fake(&format!("check+{plant}"), &["--max-iterations", "2"]);
+    // The control: the agent did plant its names.
+    assert!(env.repo.join("planted.txt").exists(), "{}", said(&out));
+    assert_exit(&out, 0);
+    assert_eq!(env.iter_records().len(), 2, "{}", said(&out));
+}
