@@ -218,3 +218,102 @@ fn temporary_names_made_first_by_the_agent_never_stop_a_write() {
     assert_exit(&out, 0);
     assert_eq!(env.iter_records().len(), 2, "{}", said(&out));
 }
+
+// --- Break 5: a corrupt record of ralph's own never blocks `run --reset` ---
+
+/// ralph's own record of this work tree, in its state directory.
+fn own_record(env: &TestEnv) -> PathBuf {
+    let base = env.home.join(".local/state/ralph");
+    let mut stack = vec![base];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|n| n == "state.json") {
+                return p;
+            }
+        }
+    }
+    panic!("no record of ralph's own")
+}
+
+/// Promise (issue 29): a corrupt record of ralph's own — its record in the state directory,
+/// `.ralph/state.json` beside it, a run id in it that is not a plain name — never blocks
+/// `ralph run --reset`: the reset starts over with a warning naming the file. Bug caught:
+/// `run --reset` refused ("unreadable state", with the hint to run `ralph run --reset`).
+#[test]
+fn a_corrupt_record_of_ralphs_own_never_blocks_a_reset() {
+    type Corrupt = fn(&TestEnv) -> PathBuf;
+    let cases: [(&str, Corrupt); 3] = [
+        ("garbage", |env| {
+            let p = own_record(env);
+            std::fs::write(&p, "{ not json").unwrap();
+            p
+        }),
+        ("both garbage", |env| {
+            let p = own_record(env);
+            std::fs::write(&p, "{ not json").unwrap();
+            std::fs::write(env.repo.join(".ralph/state.json"), "\u{0}\u{1}").unwrap();
+            p
+        }),
+        ("a run id that is not plain", |env| {
+            let p = own_record(env);
+            let text = std::fs::read_to_string(&p).unwrap();
+            let re = regex::Regex::new(r#""run_id": "[^"]*""#).unwrap();
+            std::fs::write(&p, re.replace(&text, r#""run_id": "../../x""#).as_ref()).unwrap();
+            p
+        }),
+    ];
+    for (what, corrupt) in cases {
+        let env = setup();
+        assert_exit(&env.run_fake("check", &["--max-iterations", "1"]), 3);
+        let bad = corrupt(&env);
+        // The control: ralph cannot read the record (status refuses, naming it).
+        let out = env.ralph(&["status"]);
+        assert_exit(&out, 1);
+        assert!(stderr(&out).contains(&bad.display().to_string()), "{what}");
+        let out = env.run_fake("check", &["--reset"]);
+        assert_exit(&out, 0);
+        assert!(
+            stderr(&out).contains(&bad.display().to_string()) && stderr(&out).contains("--reset"),
+            "{what}: the warning names the file:\n{}",
+            stderr(&out)
+        );
+        assert_eq!(status_json(&env)["halt_reason"], "complete", "{what}");
+    }
+}
+
+/// Beside it: a record from a newer ralph is not corrupt — `--reset` leaves it alone, refused
+/// as SPEC §7 says; and an ITER log made garbage, a FIFO, a directory or a link to `/dev/zero`
+/// never stopped a reset (a guard: it did not on the code before either).
+#[test]
+fn a_newer_record_is_still_refused_and_an_odd_iter_log_never_stops_a_reset() {
+    let env = setup();
+    assert_exit(&env.run_fake("check", &["--max-iterations", "1"]), 3);
+    let p = own_record(&env);
+    let text = std::fs::read_to_string(&p).unwrap();
+    std::fs::write(
+        &p,
+        text.replacen("\"schema_version\": 2", "\"schema_version\": 99", 1),
+    )
+    .unwrap();
+    let out = env.run_fake("check", &["--reset"]);
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains("newer ralph"), "{}", stderr(&out));
+    assert!(std::fs::read_to_string(&p).unwrap().contains("99"));
+    for v in ["garbage", "fifo", "dir", "zero"] {
+        let env = setup();
+        assert_exit(&env.run_fake("check", &["--max-iterations", "1"]), 3);
+        let log = env.repo.join(".ralph/iterations.log");
+        std::fs::remove_file(&log).unwrap();
+        match v {
+            "garbage" => std::fs::write(&log, b"ITER \xff\xfe\n").unwrap(),
+            "fifo" => nix_mkfifo(&log),
+            "dir" => std::fs::create_dir(&log).unwrap(),
+            _ => std::os::unix::fs::symlink("/dev/zero", &log).unwrap(),
+        }
+        let out = env.run_fake("check", &["--reset"]);
+        assert_exit(&out, 0);
+    }
+}

@@ -103,7 +103,11 @@ pub(super) fn resolve(
     let root = repo.root().to_path_buf();
     let rd = RalphDir::new(&root);
     // ralph's own record of the run, not a state.json the agent may have written (SPEC §11).
-    let recorded = RunState::recorded(&rd.state_file())?;
+    let recorded = match how {
+        // Starting over: a record ralph cannot read is no reason to refuse.
+        Continuation::Reset => RunState::recorded_for_reset(&rd.state_file())?,
+        _ => RunState::recorded(&rd.state_file())?,
+    };
     if let Some(w) = &recorded.warning {
         ctx.ui.warn(w);
     }
