@@ -210,6 +210,9 @@ pub(crate) fn file_layers(
             from_repo: true,
         });
     }
+    if let Some(user) = user_config_path() {
+        user_config_out_of(&user, |p| p.starts_with(real(root)), "the repository")?;
+    }
     if let Some(user) = user_config_path()
         && let Some(layer) = Layer::load(&user, None)?
     {
@@ -220,6 +223,49 @@ pub(crate) fn file_layers(
         });
     }
     Ok(out)
+}
+
+/// Where `p` really lies: its links resolved as far as it exists.
+fn real(p: &Path) -> PathBuf {
+    let mut tail = Vec::new();
+    let mut base = p;
+    loop {
+        if let Ok(mut found) = base.canonicalize() {
+            found.extend(tail.iter().rev());
+            return found;
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                tail.push(name);
+                base = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
+}
+
+/// The user's own configuration (`user`) is the user's, obeyed outside any sandbox: one that
+/// resolves — through a link of the file or of a directory on its way — into a place the agent
+/// can write (`reaches`, named `place`) is refused at the start, naming both (issue 29: the
+/// agent added a hook to it that ran outside).
+pub(crate) fn user_config_out_of(
+    user: &Path,
+    reaches: impl Fn(&Path) -> bool,
+    place: &str,
+) -> Result<()> {
+    if std::fs::symlink_metadata(user).is_err() {
+        return Ok(());
+    }
+    let found = real(user);
+    if !reaches(&found) {
+        return Ok(());
+    }
+    Err(Error::user(format!(
+        "your configuration `{}` lies in {place} (`{}`), which the agent can write: ralph does not obey it",
+        user.display(),
+        found.display()
+    ))
+    .with_hint("keep ~/.config/ralph/config.toml outside the repository and outside what the agent may write (a link to a dotfiles directory elsewhere is fine)"))
 }
 
 /// `value` of `key` (in `source`) as a duration.

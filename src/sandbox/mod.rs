@@ -236,6 +236,18 @@ impl Sandbox {
         ))
     }
 
+    /// Whether the agent can write at `p` (a path as the file system resolves it): in a place
+    /// bound writable, or in the repository's own.
+    pub(crate) fn agent_writes(&self, p: &Path) -> bool {
+        let own: Vec<PathBuf> = self
+            .pinned
+            .iter()
+            .filter(|place| !self.sealed.contains(place))
+            .cloned()
+            .collect();
+        paths::within(p, &self.writable) || paths::within(p, &own)
+    }
+
     /// ralph's own binary where the agent cannot write it: the installed one, or a private
     /// copy that lives as long as this sandbox.
     pub(crate) fn own_binary(&self) -> &Path {

@@ -154,6 +154,98 @@ fn nix_mkfifo(path: &Path) {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
 }
 
+// --- Break 2: a user configuration that resolves into the agent's reach ---
+
+/// Promise (issue 29): a user configuration that resolves into the repository — where the
+/// agent writes — is refused at the start, naming it, before any agent runs. Bug caught:
+/// `~/.config/ralph` linked into the repository let the agent add a hook that ran outside the
+/// sandbox.
+#[test]
+fn a_user_config_linked_into_the_repository_is_refused_at_start() {
+    for linked in ["dir", "file"] {
+        let env = setup();
+        env.write("dotfiles/ralph/config.toml", "max_iterations = 1\n");
+        env.commit_all("dotfiles");
+        let config = env.home.join(".config");
+        std::fs::create_dir_all(&config).unwrap();
+        if linked == "dir" {
+            std::os::unix::fs::symlink(env.repo.join("dotfiles/ralph"), config.join("ralph"))
+                .unwrap();
+        } else {
+            std::fs::create_dir_all(config.join("ralph")).unwrap();
+            std::os::unix::fs::symlink(
+                env.repo.join("dotfiles/ralph/config.toml"),
+                config.join("ralph/config.toml"),
+            )
+            .unwrap();
+        }
+        let out = env.run_fake("check", &[]);
+        assert_exit(&out, 1);
+        assert!(!env.agent_ran(1), "{linked}: the agent ran");
+        let err = stderr(&out);
+        assert!(
+            err.contains(".config/ralph/config.toml") && err.contains("the repository"),
+            "{linked}: {err}"
+        );
+    }
+}
+
+/// The same under `--sandbox` for a place the sandbox lets the agent write: a user whose
+/// configuration lives in a directory shared with the agent (`sandbox_writable`). The control
+/// beside it: the same configuration elsewhere is obeyed.
+#[test]
+fn a_user_config_in_what_the_sandbox_lets_the_agent_write_is_refused() {
+    if !bwrap_works() {
+        return;
+    }
+    for shared in [true, false] {
+        let env = TestEnv::outside_tmp();
+        env.write_task(&["one", "two"], "");
+        env.commit_all("initial");
+        let dir = env.home.join("shared/ralph");
+        std::fs::create_dir_all(&dir).unwrap();
+        let writable = if shared { "~/shared" } else { "~/other" };
+        std::fs::create_dir_all(env.home.join("other")).unwrap();
+        std::fs::write(
+            dir.join("config.toml"),
+            format!("max_iterations = 1\nsandbox_writable = [\"{writable}\"]\n"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(env.home.join(".config")).unwrap();
+        std::os::unix::fs::symlink(&dir, env.home.join(".config/ralph")).unwrap();
+        let out = env.run_fake("check", &["--sandbox"]);
+        if shared {
+            assert_exit(&out, 1);
+            assert!(env.iter_records().is_empty(), "no iteration ran");
+            assert!(
+                stderr(&out).contains("what the sandbox lets the agent write"),
+                "{}",
+                stderr(&out)
+            );
+        } else {
+            // The agent's log is out of the sandbox's reach: the ITER records tell.
+            assert_exit(&out, 3);
+            assert_eq!(env.iter_records().len(), 1);
+        }
+    }
+}
+
+/// The control: a user configuration linked to a place outside the repository (a dotfile
+/// manager's) is read as always.
+#[test]
+fn a_user_config_linked_outside_the_repository_is_read() {
+    let env = setup();
+    let dotfiles = env.home.join("dotfiles/ralph");
+    std::fs::create_dir_all(&dotfiles).unwrap();
+    std::fs::write(dotfiles.join("config.toml"), "max_iterations = 1\n").unwrap();
+    std::fs::create_dir_all(env.home.join(".config")).unwrap();
+    std::os::unix::fs::symlink(&dotfiles, env.home.join(".config/ralph")).unwrap();
+    let out = env.run_fake("check", &[]);
+    // max_iterations = 1 came from it: one iteration, then the cap.
+    assert_exit(&out, 3);
+    assert!(env.agent_ran(1) && !env.agent_ran(2));
+}
+
 // --- Break 3: progress.txt linked to prd.json ---
 
 const PRD: &str = r#"{

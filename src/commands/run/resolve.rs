@@ -56,6 +56,10 @@ pub(super) fn sandbox(ui: Ui, r: &mut Resolved, agents: &Chain, dry_run: bool) -
         state: state.as_ref().map(|s| s.path()),
     };
     let sandbox = crate::sandbox::Sandbox::new(config, paths, &names, around, make)?;
+    if let Some(user) = config::user_config_path() {
+        let writes = |p: &Path| sandbox.agent_writes(p);
+        config::user_config_out_of(&user, writes, "what the sandbox lets the agent write")?;
+    }
     if let Some(open) = sandbox.open_here() {
         ui.warn(&open);
     }
