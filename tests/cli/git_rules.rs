@@ -102,6 +102,69 @@ fn a_main_tree_loop_commits_only_onto_the_branch_it_started_on() {
     assert_ne!(env.git(&["rev-parse", "main"]), main_before);
 }
 
+/// Loop `w` completes; then loop `x`'s agent points `ralph/w` at its own commit. `ralph merge
+/// w` refuses (exit 1, naming the branch and the recorded commit), and main does not move.
+/// Bug caught: ralph merged loop `x`'s commit as loop `w`'s. The control: `git merge ralph/w`
+/// would bring x's file.
+#[test]
+fn a_branch_another_loop_moved_elsewhere_is_not_merged() {
+    let env = TestEnv::new();
+    env.write("A.md", &task(&["a1"]));
+    env.write("B.md", &task(&["b1"]));
+    env.commit_all("tasks");
+    let out = run_loop(&env, "w", "A.md", &agent(&env, "w", "echo w > w.txt"), &[]);
+    assert_exit(&out, 0);
+    let w_tip = env.git(&["rev-parse", "ralph/w"]).trim().to_string();
+    let mover = agent(
+        &env,
+        "x",
+        "echo x > x.txt\ngit add x.txt\ngit commit -qm x\ngit update-ref refs/heads/ralph/w HEAD",
+    );
+    let out = run_loop(&env, "x", "B.md", &mover, &[]);
+    assert_exit(&out, 0);
+    let moved = git_in(
+        &env,
+        &worktree(&env, "w"),
+        &["ls-tree", "--name-only", "ralph/w"],
+    );
+    assert!(moved.contains("x.txt"), "the control: {moved}");
+    let main_before = env.git(&["rev-parse", "main"]);
+    let out = env.ralph(&["merge", "w"]);
+    assert_exit(&out, 1);
+    let text = said(&out);
+    assert!(
+        text.contains("ralph/w") && text.contains(&w_tip[..7]),
+        "{text}"
+    );
+    assert_eq!(env.git(&["rev-parse", "main"]), main_before);
+    assert!(!env.repo.join("x.txt").exists());
+}
+
+/// Loop `w` completes; then someone commits on top of `ralph/w`. `ralph merge w` merges the
+/// tip the loop recorded, not the commit after it (said). Bug caught: main received the
+/// commit ralph never made. The control: the branch itself holds it.
+#[test]
+fn a_branch_moved_on_past_the_loop_merges_only_the_recorded_tip() {
+    let env = TestEnv::new();
+    env.write("A.md", &task(&["a1"]));
+    env.commit_all("task");
+    let out = run_loop(&env, "w", "A.md", &agent(&env, "w", "echo w > w.txt"), &[]);
+    assert_exit(&out, 0);
+    let w_tip = env.git(&["rev-parse", "ralph/w"]).trim().to_string();
+    let wt = worktree(&env, "w");
+    std::fs::write(wt.join("sneaky.txt"), "sneaky\n").unwrap();
+    git_in(&env, &wt, &["add", "sneaky.txt"]);
+    git_in(&env, &wt, &["commit", "-q", "-m", "not ralph's"]);
+    let branch_now = rev(&env, &env.repo, "ralph/w");
+    assert_ne!(branch_now, w_tip, "the control: the branch moved on");
+    let out = env.ralph(&["merge", "w"]);
+    assert_exit(&out, 0);
+    assert_eq!(env.git(&["rev-parse", "main"]).trim(), w_tip);
+    assert_eq!(env.read("w.txt"), "w\n");
+    assert!(!env.repo.join("sneaky.txt").exists(), "{}", said(&out));
+    assert!(said(&out).contains(&branch_now[..7]), "{}", said(&out));
+}
+
 /// An agent commits its work, then plants `refs/replace/<its commit>` naming a commit of other
 /// content. The loop's branch and what `ralph merge` brings into main are the agent's real
 /// commit and content. Bug caught: the merge checked out the replacement's files into main.
