@@ -158,12 +158,23 @@ impl Layer {
         })
     }
 
-    /// Read a config file if it exists.
-    pub(crate) fn load(path: &Path) -> Result<Option<Layer>> {
-        match std::fs::read_to_string(path) {
+    /// Read a config file if it exists: a regular file of bounded size, never a FIFO or a
+    /// device. One in the repository (`beneath`: its root) is the agent's to write: it is opened
+    /// beneath the root following no link (SPEC §4), whenever it appears — a link is refused,
+    /// named, never read through.
+    pub(crate) fn load(path: &Path, beneath: Option<&Path>) -> Result<Option<Layer>> {
+        let read = match beneath {
+            Some(root) => crate::files::read_text_unlinked(root, path),
+            None => crate::files::read_text(path),
+        };
+        match read {
             Ok(text) => Self::parse_toml(path, &text).map(Some),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::file("read", path, e)),
+            Err(e) if e.is_missing() => Ok(None),
+            Err(e) => Err(Error::user(e.to_string())
+                .with_hint(match beneath {
+                    Some(_) => "ralph reads a repository's configuration only as a regular file: replace it by one, or remove it",
+                    None => "a configuration file must be a regular file (or a link to one)",
+                })),
         }
     }
 }
@@ -191,15 +202,19 @@ pub(crate) fn file_layers(
         });
     }
     let project = ralph_dir.join("config.toml");
-    if let Some(layer) = Layer::load(&project)? {
+    let root = ralph_dir.parent().unwrap_or(ralph_dir);
+    if let Some(layer) = Layer::load(&project, Some(root))? {
         out.push(Source {
             name: project.display().to_string(),
             layer,
             from_repo: true,
         });
     }
+    if let Some(user) = user_config_path() {
+        user_config_out_of(&user, |p| p.starts_with(real(root)), "the repository")?;
+    }
     if let Some(user) = user_config_path()
-        && let Some(layer) = Layer::load(&user)?
+        && let Some(layer) = Layer::load(&user, None)?
     {
         out.push(Source {
             name: user.display().to_string(),
@@ -208,6 +223,49 @@ pub(crate) fn file_layers(
         });
     }
     Ok(out)
+}
+
+/// Where `p` really lies: its links resolved as far as it exists.
+fn real(p: &Path) -> PathBuf {
+    let mut tail = Vec::new();
+    let mut base = p;
+    loop {
+        if let Ok(mut found) = base.canonicalize() {
+            found.extend(tail.iter().rev());
+            return found;
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                tail.push(name);
+                base = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
+}
+
+/// The user's own configuration (`user`) is the user's, obeyed outside any sandbox: one that
+/// resolves — through a link of the file or of a directory on its way — into a place the agent
+/// can write (`reaches`, named `place`) is refused at the start, naming both (issue 29: the
+/// agent added a hook to it that ran outside).
+pub(crate) fn user_config_out_of(
+    user: &Path,
+    reaches: impl Fn(&Path) -> bool,
+    place: &str,
+) -> Result<()> {
+    if std::fs::symlink_metadata(user).is_err() {
+        return Ok(());
+    }
+    let found = real(user);
+    if !reaches(&found) {
+        return Ok(());
+    }
+    Err(Error::user(format!(
+        "your configuration `{}` lies in {place} (`{}`), which the agent can write: ralph does not obey it",
+        user.display(),
+        found.display()
+    ))
+    .with_hint("keep ~/.config/ralph/config.toml outside the repository and outside what the agent may write (a link to a dotfiles directory elsewhere is fine)"))
 }
 
 /// `value` of `key` (in `source`) as a duration.

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::agent::AgentChoice;
 
-pub(crate) use layer::{HookLayer, Layer, file_layers};
+pub(crate) use layer::{HookLayer, Layer, file_layers, user_config_out_of, user_config_path};
 pub(crate) use merge::merge;
 
 pub(crate) const DEFAULT_MAX_ITERATIONS: u32 = 50;

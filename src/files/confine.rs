@@ -75,6 +75,33 @@ pub(super) fn open(path: &Path, flags: OFlag, mode: Mode) -> std::io::Result<std
     Ok(std::fs::File::from(fd))
 }
 
+/// Open `rel` beneath `root` following no symbolic link at all, on the way or at the end (a
+/// file ralph obeys that the agent may have written: a config layer). A link anywhere is
+/// `ELOOP` (or `EXDEV`, [`is_outside`], where the component walk met it).
+pub(super) fn open_unlinked(
+    root: &Path,
+    rel: &Path,
+    flags: OFlag,
+) -> std::io::Result<std::fs::File> {
+    let dir = open_root(root)?;
+    let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    #[cfg(target_os = "linux")]
+    {
+        use nix::fcntl::{OpenHow, ResolveFlag, openat2};
+        let how = OpenHow::new()
+            .flags(flags)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+        for _ in 0..4 {
+            match openat2(dir.as_fd(), rel, how) {
+                Err(Errno::ENOSYS | Errno::EPERM) => break,
+                Err(Errno::EAGAIN) => continue,
+                other => return Ok(std::fs::File::from(other?)),
+            }
+        }
+    }
+    by_components(&dir, rel, flags, Mode::empty()).map(std::fs::File::from)
+}
+
 fn open_root(root: &Path) -> std::io::Result<OwnedFd> {
     Ok(nix::fcntl::open(
         root,
@@ -213,15 +240,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Res
     .ok()
     .filter(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
     .map(|st| st.st_mode & 0o7777);
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = format!(".tmp-{}-{seq}", std::process::id());
-    let fd = nix::fcntl::openat(
-        dir.as_fd(),
-        tmp.as_str(),
-        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(keep.unwrap_or(mode)),
-    )?;
+    let (tmp, fd) = create_temp(&dir, Mode::from_bits_truncate(keep.unwrap_or(mode)))?;
     let mut file = std::fs::File::from(fd);
     let written = file
         .write_all(bytes)
@@ -247,6 +266,39 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Res
         );
     }
     written
+}
+
+/// A new file in `dir` under a name nobody can predict (`.tmp-` and 32 random hexadecimal
+/// digits), created exclusively: whatever the agent made in the directory beforehand (a link, a
+/// FIFO, a directory under a name it guessed) is never opened, nor can it stop the write. A
+/// name taken after all is passed over for another.
+fn create_temp(dir: &OwnedFd, mode: Mode) -> std::io::Result<(String, OwnedFd)> {
+    let mut last = None;
+    for _ in 0..8 {
+        let tmp = format!(".tmp-{}", random_hex()?);
+        match nix::fcntl::openat(
+            dir.as_fd(),
+            tmp.as_str(),
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            mode,
+        ) {
+            Ok(fd) => return Ok((tmp, fd)),
+            Err(e @ Errno::EEXIST) => last = Some(e),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(last.unwrap_or(Errno::EEXIST).into())
+}
+
+/// 32 random hexadecimal digits, from the system's generator.
+fn random_hex() -> std::io::Result<String> {
+    use std::fmt::Write;
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(std::io::Error::other)?;
+    Ok(bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    }))
 }
 
 /// Append to `path` (created when missing) inside its tree: a link to another file of the

@@ -37,6 +37,8 @@ pub(crate) enum Kind {
     Device,
     /// A symbolic link that leads out of the repository: never followed (SPEC §4).
     LinkOut,
+    /// A symbolic link where ralph follows none (a config layer: SPEC §4).
+    Link,
     Other,
 }
 
@@ -48,6 +50,7 @@ impl std::fmt::Display for Kind {
             Kind::Socket => "a socket",
             Kind::Device => "a device",
             Kind::LinkOut => "a symbolic link out of the repository (not followed)",
+            Kind::Link => "a symbolic link (not followed)",
             Kind::Other => "not a regular file",
         })
     }
@@ -86,38 +89,45 @@ impl ReadError {
 /// Open a regular file (or a symlink to one inside its repository) for reading. A FIFO, a
 /// socket, a device or a directory is refused at once; the open never blocks.
 pub(crate) fn open_read(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), ReadError> {
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. It has
+    // no effect on regular files, which are all this reads.
+    let opened = confine::open(path, OFlag::O_RDONLY | OFlag::O_NONBLOCK, Mode::empty());
+    regular(path, opened, Kind::LinkOut)
+}
+
+/// The file `opened` at `path`, when it is a regular one; else why not (`link`: what a link
+/// met on the way is).
+fn regular(
+    path: &Path,
+    opened: std::io::Result<std::fs::File>,
+    link: Kind,
+) -> Result<(std::fs::File, std::fs::Metadata), ReadError> {
     let io = |source: std::io::Error| ReadError::Io {
         path: path.to_path_buf(),
         source,
     };
-    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. It has
-    // no effect on regular files, which are all this reads.
-    let file = match confine::open(path, OFlag::O_RDONLY | OFlag::O_NONBLOCK, Mode::empty()) {
+    let not_regular = |kind| ReadError::NotRegular {
+        path: path.to_path_buf(),
+        kind,
+    };
+    let file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(ReadError::Missing(path.to_path_buf()));
         }
-        Err(e) if confine::is_outside(&e) => {
-            return Err(ReadError::NotRegular {
-                path: path.to_path_buf(),
-                kind: Kind::LinkOut,
-            });
+        Err(e) if confine::is_outside(&e) => return Err(not_regular(link)),
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
+            return Err(not_regular(Kind::Link));
         }
+        // A socket (or a FIFO without a reader on some systems).
         Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENXIO as i32) => {
-            // A socket (or a FIFO without a reader on some systems).
-            return Err(ReadError::NotRegular {
-                path: path.to_path_buf(),
-                kind: kind_of(path),
-            });
+            return Err(not_regular(kind_of(path)));
         }
         Err(e) => return Err(io(e)),
     };
     let meta = file.metadata().map_err(io)?;
     if !meta.is_file() {
-        return Err(ReadError::NotRegular {
-            path: path.to_path_buf(),
-            kind: kind_of_type(meta.file_type()),
-        });
+        return Err(not_regular(kind_of_type(meta.file_type())));
     }
     Ok((file, meta))
 }
@@ -125,11 +135,17 @@ pub(crate) fn open_read(path: &Path) -> Result<(std::fs::File, std::fs::Metadata
 /// Read a regular file (or a symlink to one) of at most `limit` bytes, opened by
 /// [`open_read`].
 pub(crate) fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let io = |source: std::io::Error| ReadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
     let (file, meta) = open_read(path)?;
+    read_opened(path, file, &meta, limit)
+}
+
+/// At most `limit` bytes of the regular file `file` (at `path`, of `meta`).
+fn read_opened(
+    path: &Path,
+    file: std::fs::File,
+    meta: &std::fs::Metadata,
+    limit: u64,
+) -> Result<Vec<u8>, ReadError> {
     if meta.len() > limit {
         return Err(ReadError::TooLarge {
             path: path.to_path_buf(),
@@ -139,7 +155,12 @@ pub(crate) fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> 
     }
     // The file may grow between the stat and the read: never read past the limit.
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| ReadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if bytes.len() as u64 > limit {
         return Err(ReadError::TooLarge {
             path: path.to_path_buf(),
@@ -150,9 +171,25 @@ pub(crate) fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> 
     Ok(bytes)
 }
 
+/// [`read_text`] of a file ralph obeys that the agent may have written (a config layer in the
+/// repository): `path`, which lies in `root`, opened beneath `root` following no symbolic
+/// link — on the way or at the end (SPEC §4). A link is refused, named, as a FIFO or a device is.
+pub(crate) fn read_text_unlinked(root: &Path, path: &Path) -> Result<String, ReadError> {
+    let rel = path.strip_prefix(root).map_err(|_| ReadError::NotRegular {
+        path: path.to_path_buf(),
+        kind: Kind::LinkOut,
+    })?;
+    let opened = confine::open_unlinked(root, rel, OFlag::O_RDONLY | OFlag::O_NONBLOCK);
+    let (file, meta) = regular(path, opened, Kind::Link)?;
+    utf8(path, read_opened(path, file, &meta, MAX_TEXT)?)
+}
+
 /// [`read_bytes`] as UTF-8 text, with [`MAX_TEXT`] as the limit.
 pub(crate) fn read_text(path: &Path) -> Result<String, ReadError> {
-    let bytes = read_bytes(path, MAX_TEXT)?;
+    utf8(path, read_bytes(path, MAX_TEXT)?)
+}
+
+fn utf8(path: &Path, bytes: Vec<u8>) -> Result<String, ReadError> {
     String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
         let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;

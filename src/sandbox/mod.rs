@@ -241,6 +241,18 @@ impl Sandbox {
         ))
     }
 
+    /// Whether the agent can write at `p` (a path as the file system resolves it): in a place
+    /// bound writable, or in the repository's own.
+    pub(crate) fn agent_writes(&self, p: &Path) -> bool {
+        let own: Vec<PathBuf> = self
+            .pinned
+            .iter()
+            .filter(|place| !self.sealed.contains(place))
+            .cloned()
+            .collect();
+        paths::within(p, &self.writable) || paths::within(p, &own)
+    }
+
     /// The agent's own git directory.
     pub(crate) fn agent_git(&self) -> Option<&agent_git::AgentGit> {
         self.agent_git.as_ref()

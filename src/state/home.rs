@@ -16,7 +16,6 @@
 //! does to a `.git` file later in the run never moves them.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -155,12 +154,8 @@ impl Keyed {
         private_dirs(&dir)?;
         // Whole or not at all: another ralph opening the same directory at the same moment
         // must not read a half-written identity and set the directory aside as another's.
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = dir.join(format!("{IDENTITY}.tmp-{}-{seq}", std::process::id()));
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(identity.as_bytes())?;
-        std::fs::rename(&tmp, &file)?;
+        // The temporary file's name is unpredictable and made exclusively (`files::write_atomic`).
+        crate::files::write_atomic(&file, identity.as_bytes(), 0o600)?;
         Ok(Keyed { dir })
     }
 

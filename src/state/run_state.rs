@@ -196,6 +196,14 @@ pub(crate) struct RunState {
     /// flag of the resume says otherwise. `None` in a state from an older ralph.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) pinned: Option<Pinned>,
+    /// The branch the run commits onto (`refs/heads/…`: the one it started on, a worktree
+    /// loop's `ralph/NAME`); `None`: a detached HEAD, or an older ralph's run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) branch: Option<String>,
+    /// The commit that branch was at when the run last recorded itself: what `ralph merge`
+    /// merges, whatever the branch says later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tip: Option<String>,
 }
 
 /// What one agent did in a run.
@@ -307,6 +315,7 @@ impl RunState {
                 Err(Bad {
                     error,
                     refused: false,
+                    ..
                 }),
                 Some(o),
             ) => {
@@ -321,6 +330,33 @@ impl RunState {
             (Err(bad), _) => return Err(bad.error),
         };
         Ok(authority(path, home.is_some(), own, file))
+    }
+
+    /// The run recorded for the work tree whose `state.json` is `path`, for `ralph run --reset`,
+    /// which starts over whatever is recorded: a record of ralph's own it cannot take (garbage,
+    /// a FIFO, a run id that is not plain) is passed over with a warning naming it, never an
+    /// error (issue 29). One written by a newer ralph is still refused (SPEC §7).
+    pub(crate) fn recorded_for_reset(path: &Path) -> Result<Recorded> {
+        let home = StateHome::locate();
+        let record = own_record(home.as_ref(), path, false).ok().flatten();
+        let mut bad = Vec::new();
+        for p in record.iter().map(PathBuf::as_path).chain([path]) {
+            match read_checked(p) {
+                Err(b) if b.newer => return Err(b.error),
+                Err(b) => bad.push(b.error.to_string()),
+                Ok(_) => {}
+            }
+        }
+        if bad.is_empty() {
+            return Self::recorded_in(home.as_ref(), path);
+        }
+        Ok(Recorded {
+            state: None,
+            warning: Some(format!(
+                "{}: passed over, --reset starts a new run",
+                bad.join("; and ")
+            )),
+        })
     }
 
     /// Write the state: ralph's own record first (so a kill between the two writes leaves the
@@ -429,6 +465,8 @@ struct Bad {
     /// It says something this ralph refuses (a newer schema, a run id or log path that is not
     /// plain), rather than nothing readable at all (a FIFO, garbage).
     refused: bool,
+    /// A newer ralph wrote it: refused, never rewritten.
+    newer: bool,
 }
 
 /// [`read`], telling a file that could not be read from one that was refused.
@@ -437,10 +475,12 @@ fn read_checked(path: &Path) -> std::result::Result<Option<RunState>, Bad> {
     let unreadable = |error: Error| Bad {
         error: error.with_hint(hint),
         refused: false,
+        newer: false,
     };
     let refused = |error: Error| Bad {
         error,
         refused: true,
+        newer: false,
     };
     let text = match crate::files::read_text(path) {
         Ok(t) => t,
@@ -457,11 +497,14 @@ fn read_checked(path: &Path) -> std::result::Result<Option<RunState>, Bad> {
     let raw: serde_json::Value = serde_json::from_str(&text).map_err(garbled)?;
     let version = raw["schema_version"].as_u64().unwrap_or(0);
     if version > u64::from(SCHEMA_VERSION) {
-        return Err(refused(Error::user(format!(
+        return Err(Bad {
+            newer: true,
+            ..refused(Error::user(format!(
             "{}: written by a newer ralph (schema_version {version}; this ralph knows up to {SCHEMA_VERSION})",
             path.display()
         ))
-        .with_hint("use that newer ralph to resume or inspect this run; this one leaves the file untouched")));
+        .with_hint("use that newer ralph to resume or inspect this run; this one leaves the file untouched"))
+        });
     }
     let state: RunState = serde_json::from_value(raw).map_err(garbled)?;
     if !valid_run_id(&state.run_id) {

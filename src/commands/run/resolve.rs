@@ -56,6 +56,10 @@ pub(super) fn sandbox(ui: Ui, r: &mut Resolved, agents: &Chain, dry_run: bool) -
         state: state.as_ref().map(|s| s.path()),
     };
     let sandbox = crate::sandbox::Sandbox::new(config, paths, &names, around, make)?;
+    if let Some(user) = config::user_config_path() {
+        let writes = |p: &Path| sandbox.agent_writes(p);
+        config::user_config_out_of(&user, writes, "what the sandbox lets the agent write")?;
+    }
     if let Some(open) = sandbox.open_here() {
         ui.warn(&open);
     }
@@ -103,7 +107,11 @@ pub(super) fn resolve(
     let root = repo.root().to_path_buf();
     let rd = RalphDir::new(&root);
     // ralph's own record of the run, not a state.json the agent may have written (SPEC §11).
-    let recorded = RunState::recorded(&rd.state_file())?;
+    let recorded = match how {
+        // Starting over: a record ralph cannot read is no reason to refuse.
+        Continuation::Reset => RunState::recorded_for_reset(&rd.state_file())?,
+        _ => RunState::recorded(&rd.state_file())?,
+    };
     if let Some(w) = &recorded.warning {
         ctx.ui.warn(w);
     }

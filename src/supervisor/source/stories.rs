@@ -216,7 +216,10 @@ impl StoriesSource {
             format!("story {id}: not yet (attempt {attempt}/{MAX_ATTEMPTS}){skip}")
         };
         let stamped = format!("{} {line}\n", crate::state::now_rfc3339());
-        crate::files::append(&self.progress_path, stamped.as_bytes())
+        // Never through a link the agent planted (to `prd.json`, say): a link there is replaced
+        // by a regular file, anything else odd moved aside (SPEC §4).
+        crate::files::open_own(&self.progress_path, true)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, stamped.as_bytes()))
             .map_err(|e| Error::user(format!("{}: {e}", self.progress_rel)))?;
         let title = kept.story(&id).map(|s| s.title.clone()).unwrap_or_default();
         self.stories = kept;
