@@ -73,6 +73,8 @@ pub fn main() -> i32 {
 }
 
 fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
+    // A bad bound for ralph's git stops it here, before any git runs.
+    git::memory::limit().map_err(Error::user)?;
     let dir = cli.dir.as_deref();
     let ctx = || Context::new(dir, ui);
     match &cli.command {

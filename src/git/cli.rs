@@ -213,6 +213,9 @@ impl GitCli {
         if let Some(b) = &self.beneath {
             b.command(&mut cmd);
         }
+        // Its memory bounded: a file of the git directory that never ends is git's death, not
+        // the machine's (`memory.rs`).
+        super::memory::bound(&mut cmd);
         cmd
     }
 

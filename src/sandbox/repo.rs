@@ -148,6 +148,7 @@ fn git_config_list(repo: &RepoPaths) -> Result<Vec<u8>> {
         .current_dir(&repo.work_tree)
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
+    crate::git::memory::bound(&mut cmd);
     let out = cmd
         .output()
         .map_err(|e| Error::io("failed to run `git config --list`", e))?;

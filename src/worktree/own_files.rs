@@ -310,6 +310,7 @@ fn union(dir: &Path, [base, ours, theirs]: [&[u8]; 3]) -> std::result::Result<Ve
         .map_err(|e| format!("cannot write its versions: {e}"))?;
     let mut cmd = std::process::Command::new("git");
     cmd.args(["merge-file", "--union", "-p", "--"]);
+    crate::git::memory::bound(&mut cmd);
     cmd.args(files.iter().map(tempfile::NamedTempFile::path));
     let out = cmd
         .stdin(std::process::Stdio::null())

@@ -386,3 +386,72 @@ fn the_agents_own_git_directory_has_the_repositorys_refs_and_excludes() {
         assert!(!files.contains("secret.txt"), "{kind:?}: {files}");
     }
 }
+
+/// ralph's own git runs under a data limit (`RALPH_GIT_MEMORY`, issue 29 "Bounds"): every git
+/// it starts has it — a `git` first on PATH writes down its `ulimit -d` — and the one that
+/// reads an `info/attributes` leading to `/dev/zero` (planted by an agent without the sandbox)
+/// dies of it, the iteration ending in git's error, under the test's `ulimit -v` as a net. A
+/// value that is no size stops ralph at the start, naming the variable.
+#[test]
+fn ralphs_git_runs_under_a_memory_limit() {
+    let env = TestEnv::outside_tmp();
+    env.write_task(&["a"], "");
+    env.commit_all("initial");
+    let real = env
+        .command("sh")
+        .args(["-c", "command -v git"])
+        .output()
+        .unwrap();
+    let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
+    let bin = env.dir().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let limits = env.dir().join("limits.txt");
+    let wrapper = bin.join("git");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nulimit -d >> '{}'\nexec '{real}' \"$@\"\n",
+            limits.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let script = env.dir().join("zero.sh");
+    std::fs::write(
+        &script,
+        "ln -sf /dev/zero .git/info/attributes\necho w > work.txt\n\
+         sed -i 's/- \\[ \\] a/- [x] a/' RALPH_TASK.md\n",
+    )
+    .unwrap();
+    let agent = format!("sh '{}'", script.display());
+    let vars = [("PATH", path.as_str()), ("RALPH_GIT_MEMORY", "64M")];
+    let args = ["run", "--agent-cmd", &agent, "--yes", "--grace", "1s"];
+    let out = ralph_with_memory_limit(&env, MEMORY_KIB, &args, &vars, Duration::from_secs(90));
+    let seen = std::fs::read_to_string(&limits).unwrap_or_default();
+    assert!(!seen.is_empty(), "{}", stderr(&out));
+    for line in seen.lines() {
+        assert_eq!(line, "65536", "every git of ralph's, in KiB: {seen}");
+    }
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains("Out of memory"), "{}", stderr(&out));
+    // A bound that is none is refused before anything runs.
+    let vars = [("PATH", path.as_str()), ("RALPH_GIT_MEMORY", "lots")];
+    std::fs::remove_file(&limits).unwrap();
+    let out = ralph_with_memory_limit(&env, MEMORY_KIB, &args, &vars, Duration::from_secs(90));
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("RALPH_GIT_MEMORY"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!limits.exists());
+}
