@@ -136,6 +136,23 @@ impl AgentGit {
         Ok(())
     }
 
+    /// What the agent left under way in its git directory (a merge, a rebase…), by the files
+    /// git marks it with (their names only: nothing of the agent's is read).
+    pub(crate) fn in_progress(&self) -> Option<&'static str> {
+        let dir = self.dir();
+        [
+            ("MERGE_HEAD", "merge"),
+            ("CHERRY_PICK_HEAD", "cherry-pick"),
+            ("REVERT_HEAD", "revert"),
+            ("rebase-merge", "rebase"),
+            ("rebase-apply", "rebase or mailbox apply (git am)"),
+            ("BISECT_LOG", "bisect"),
+        ]
+        .into_iter()
+        .find(|(f, _)| dir.join(f).symlink_metadata().is_ok())
+        .map(|(_, what)| what)
+    }
+
     /// ralph's `HEAD` as its file says it (`ref: refs/heads/…`, or a commit), the commit it
     /// is at (none on an unborn branch), and the repository's other refs as `packed-refs`
     /// says them.

@@ -60,6 +60,11 @@ pub(super) fn guard(
 }
 
 /// The repository's hooks, unless `--no-verify` or there are none.
+/// Under `--sandbox`, the agent's own git directory.
+fn agent_git(settings: &Settings) -> Option<&crate::sandbox::agent_git::AgentGit> {
+    settings.sandboxed.as_deref().and_then(|s| s.agent_git())
+}
+
 fn hooks(repo: &Repo, settings: &Settings) -> Option<Box<crate::git::HookRunner>> {
     if settings.no_verify {
         return None;
@@ -186,6 +191,14 @@ impl Committer<'_> {
         // HEAD is the agent's to move: whatever it did, ralph commits onto the loop's own
         // branch or not at all (issue 29).
         self.tree.repo.check_own_head()?;
+        // Under --sandbox, a merge (rebase…) the agent left under way in its own git directory
+        // would have its conflicts committed: the tree is left as it is, as in the repository's.
+        if let Some(what) = agent_git(self.settings).and_then(|a| a.in_progress()) {
+            return Err(Error::user(format!(
+                "the agent left a {what} in progress in its git directory (under --sandbox, its own): its work is left uncommitted in the tree"
+            ))
+            .with_hint("look at the tree (conflict markers), then `ralph resume`: the next attempt starts from ralph's last commit"));
+        }
         let staged = self.tree.repo.stage_all(&guard(self.settings))?;
         // The agent's change is what the staged tree changes from HEAD's (whoever staged it),
         // less ralph's bookkeeping: a change undone, or staged and restored, is none.
@@ -214,10 +227,13 @@ impl Committer<'_> {
         out: &mut IterationCommit,
     ) -> Result<()> {
         let message = commit_message(subject, n, self.run_id);
-        let report = self
-            .tree
-            .repo
-            .commit_staged(&message, hooks(&self.tree.repo, self.settings).as_deref())?;
+        let runner = hooks(&self.tree.repo, self.settings);
+        // The hooks run in the sandbox on the agent's git directory: made afresh now (its
+        // commits were taken), they see ralph's HEAD and what ralph staged.
+        if let Some(a) = agent_git(self.settings).filter(|_| runner.is_some()) {
+            a.reset()?;
+        }
+        let report = self.tree.repo.commit_staged(&message, runner.as_deref())?;
         tell(
             self.ui,
             &self.tree.rd,

@@ -455,3 +455,100 @@ fn ralphs_git_runs_under_a_memory_limit() {
     );
     assert!(!limits.exists());
 }
+
+/// A `sh` agent running `body`, in `env`'s directory.
+fn sh_agent(env: &TestEnv, name: &str, body: &str) -> String {
+    let script = env.dir().join(format!("{name}.sh"));
+    std::fs::write(&script, body).unwrap();
+    format!("sh '{}'", script.display())
+}
+
+/// The `pre-commit` hook ralph runs for its commit sees what ralph staged — under `--sandbox`
+/// too, where it runs in the sandbox on the agent's own git directory: the agent's new file,
+/// which the agent never staged, is in the hook's `git diff --cached`. (The hook refuses, to
+/// have ralph show what it printed.) Control: the same without the sandbox.
+#[test]
+fn the_pre_commit_hook_sees_what_ralph_staged_in_the_sandbox_too() {
+    if !bwrap_works() {
+        return;
+    }
+    for sandboxed in [false, true] {
+        let env = TestEnv::outside_tmp();
+        env.write_task(&["a"], "");
+        env.commit_all("initial");
+        let hook = env.repo.join(".git/hooks/pre-commit");
+        std::fs::write(
+            &hook,
+            "#!/bin/sh\necho \"staged: $(git diff --cached --name-only | tr '\\n' ' ')\" >&2\nexit 1\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let agent = sh_agent(&env, "new", "echo w > new-work.txt\n");
+        let mut args = vec![
+            "run",
+            "--agent-cmd",
+            &agent,
+            "--yes",
+            "--max-iterations",
+            "1",
+        ];
+        if sandboxed {
+            args.push("--sandbox");
+        }
+        let out = ralph(&env, &args);
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        let line = said
+            .lines()
+            .find(|l| l.contains("staged: "))
+            .unwrap_or_default();
+        assert!(
+            line.contains("new-work.txt"),
+            "sandboxed {sandboxed}: {said}"
+        );
+    }
+}
+
+/// An agent that leaves a merge with conflicts under way: ralph commits not its conflict
+/// markers — under `--sandbox`, where the merge is in the agent's own git directory, as
+/// without it (the control), where it is in the repository's.
+#[test]
+fn a_merge_the_agent_left_under_way_is_not_committed() {
+    if !bwrap_works() {
+        return;
+    }
+    let body = "c() { git -c user.name=a -c user.email=a@e commit -qm \"$1\"; }\n\
+                git checkout -q -b side && echo side > f.txt && git add f.txt && c side\n\
+                git checkout -q - && echo mine > f.txt && git add f.txt && c mine\n\
+                git -c user.name=a -c user.email=a@e merge -q side >/dev/null 2>&1\n\
+                sed -i 's/- \\[ \\] a/- [x] a/' RALPH_TASK.md\n";
+    for sandboxed in [false, true] {
+        let env = TestEnv::outside_tmp();
+        env.write_task(&["a"], "");
+        env.commit_all("initial");
+        let agent = sh_agent(&env, "merge", body);
+        let mut args = vec![
+            "run",
+            "--agent-cmd",
+            &agent,
+            "--yes",
+            "--max-iterations",
+            "1",
+        ];
+        if sandboxed {
+            args.push("--sandbox");
+        }
+        let out = ralph(&env, &args);
+        assert!(env.read("f.txt").contains("<<<<<<<"), "{}", stderr(&out));
+        let committed = env.git(&["show", "HEAD:f.txt"]);
+        assert!(
+            !committed.contains("<<<<<<<"),
+            "sandboxed {sandboxed}: {committed}"
+        );
+        assert!(
+            stderr(&out).contains("merge") && stderr(&out).contains("in progress"),
+            "sandboxed {sandboxed}: {}",
+            stderr(&out)
+        );
+    }
+}
