@@ -16,6 +16,12 @@
 #            so the stat cache is stale once (as after a restore or on a container volume);
 #   touched  a clone in which every tracked file's mtime was then bumped (as by a formatter):
 #            every entry stale, contents unchanged.
+#   sandboxed  a fresh clone, ralph run with `--sandbox` (issue 29: the agent's own git directory
+#            made afresh before each attempt, its commits fetched through the sandbox's `git
+#            upload-pack` after it). The agent, and with it the shell loop, runs in the sandbox
+#            (the work directory made writable there by a `sandbox_writable` in a configuration of
+#            the benchmark's own, `XDG_CONFIG_HOME`); its "beside" CPU figure is not read there.
+#            Not run unless CASES names it.
 #
 # How it is measured: wall clock, microsecond stamps ($EPOCHREALTIME), no subtraction of runs.
 # Per case and trial, one `ralph run` of ITERATIONS iterations on its copy, with an agent
@@ -53,6 +59,8 @@
 #   bash benches/iteration.sh [TRIALS] [SIZE[:TRIALS]...]
 #   e.g. bash benches/iteration.sh 3 20000 100000:1        (the default)
 #   ITERATIONS=5 (4..15) iterations per run; KEEP=1 keeps the temporary directory.
+#   CASES="fresh copied touched" (the default) the cases run, in order; add `sandboxed`, e.g.
+#   CASES="fresh sandboxed" bash benches/iteration.sh 3 20000 for the sandbox's cost.
 #   PROFILE=DIR (an existing directory) writes, per run, ralph's phase times (`ralph -v`) to
 #   DIR/ralph-FILES-CASE-TRIAL.txt and git's trace2 performance log of every git command ralph
 #   runs (index reads and writes, status walks) to DIR/git-FILES-CASE-TRIAL.perf.
@@ -67,6 +75,11 @@ sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(20000 100000:1)
 iters=${ITERATIONS:-5}
 [[ $iters =~ ^[0-9]+$ ]] && [ "$iters" -ge 4 ] && [ "$iters" -le 15 ] || { echo "ITERATIONS must be 4..15" >&2; exit 2; }
 [[ $trials =~ ^[1-9][0-9]*$ ]] || { echo "TRIALS must be a positive number" >&2; exit 2; }
+read -r -a cases <<< "${CASES:-fresh copied touched}"
+for kind in "${cases[@]}"; do
+  [[ $kind =~ ^(fresh|copied|touched|sandboxed)$ ]] || { echo "CASES: '$kind' is not fresh, copied, touched or sandboxed" >&2; exit 2; }
+done
+[ ${#cases[@]} -gt 0 ] || { echo "CASES names no case" >&2; exit 2; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 start_all=${EPOCHREALTIME/./}
 
@@ -87,8 +100,13 @@ elif [ -w /dev/shm ] && [ "$(df -Pk /dev/shm | awk 'NR == 2 { print $4 }')" -gt 
 else place=${TMPDIR:-/tmp}; fi
 work=$(mktemp -d "$place/ralph-iteration-bench.XXXXXX")
 fs=$(df -PT "$work" | awk 'NR == 2 { print $2 }')
-cleanup() { if [ "${KEEP:-0}" = 1 ]; then echo "kept $work" >&2; else rm -rf "$work"; fi; }
+# The sandboxed case's own configuration, outside it: the work directory writable in the sandbox
+# (the agent's stamps, the shell loop's repository; ralph's repository there is bound as always).
+xdg=$(mktemp -d "$place/ralph-iteration-bench-config.XXXXXX")
+cleanup() { rm -rf "$xdg"; if [ "${KEEP:-0}" = 1 ]; then echo "kept $work" >&2; else rm -rf "$work"; fi; }
 trap cleanup EXIT
+mkdir -p "$xdg/ralph"
+printf 'sandbox_writable = ["%s"]\n' "$work" > "$xdg/ralph/config.toml"
 trap 'exit 130' INT TERM
 log() { printf '%s\n' "$*" >&2; }
 now_us() { echo "${EPOCHREALTIME/./}"; }
@@ -191,20 +209,21 @@ chmod +x "$work/agent.sh"
 # shell's first iteration and steady mean, ralph's first and steady mean, ralph's start-up (the
 # part of its first iteration before the first agent), and the CPU time ralph spent while its
 # agents ran, per iteration.
-run_pair() { # $1 = ralph's repo, $2 = the shell loop's, $3 = a name for the profile
+run_pair() { # $1 = ralph's repo, $2 = the shell loop's, $3 = a name for the profile, $4 = the case
   echo "$2" > "$work/shell-repo"
   local t0 t1 rc
   : > "$work/stamps"; : > "$work/shell-times"
   t0=$(now_us)
   set +e
-  local quiet=(-q) trace=()
+  local quiet=(-q) trace=() sandbox=()
+  [ "$4" != sandboxed ] || sandbox=(--sandbox) trace=(XDG_CONFIG_HOME="$xdg")
   if [ -n "${PROFILE:-}" ]; then
     # ralph's own phases (`-v`: `time: run › iteration N › PHASE: …`) and git's regions (index
     # reads and writes, status walks) per git command ralph runs.
-    quiet=(-v); trace=(GIT_TRACE2_PERF="$PROFILE/git-$3.perf")
+    quiet=(-v); trace+=(GIT_TRACE2_PERF="$PROFILE/git-$3.perf")
   fi
   (cd "$1" && env "${trace[@]}" "$ralph" "${quiet[@]}" run --agent-cmd "$work/agent.sh" --yes --reset \
-    --max-iterations "$iters" --stuck-threshold 1000 --color never) > "$work/ralph.out" 2>&1 < /dev/null
+    --max-iterations "$iters" --stuck-threshold 1000 --color never "${sandbox[@]}") > "$work/ralph.out" 2>&1 < /dev/null
   rc=$?
   [ -z "${PROFILE:-}" ] || grep -a '^time: \|time: ' "$work/ralph.out" > "$PROFILE/ralph-$3.txt" || true
   t1=$(now_us)
@@ -248,24 +267,24 @@ for spec in "${sizes[@]}"; do
   echo "$n" > "$work/size"
   declare -A sf=() ss=() rf=() rs=() swh=() rwh=()
   for trial in $(seq "$t"); do
-    for kind in fresh copied touched; do
+    for kind in "${cases[@]}"; do
       t_setup=$(now_us)
       make_case "$n" "$kind" "$work/$kind-shell"
       make_case "$n" "$kind" "$work/$kind-ralph"
       log "  $kind, trial $trial: two working copies made in $(ms $(( $(now_us) - t_setup ))) ms"
       sleep 1 # no file as new as the index the first iteration writes (racy git)
-      read -r a b sw c d u v w rw < <(run_pair "$work/$kind-ralph" "$work/$kind-shell" "$n-$kind-$trial")
+      read -r a b sw c d u v w rw < <(run_pair "$work/$kind-ralph" "$work/$kind-shell" "$n-$kind-$trial" "$kind")
       same_result "$work/$kind-shell" "$work/$kind-ralph"
       rm -rf "$work/$kind-shell" "$work/$kind-ralph"
       log "$(printf '%7d files %-7s trial %d: shell first %6s ms steady %6s ms | ralph first %6s ms (start-up %s) steady %6s ms last %6s ms; whole run: shell %s ms, ralph %s ms; CPU beside the agent %s ms' \
         "$n" "$kind" "$trial" "$(ms "$a")" "$(ms "$b")" "$(ms "$c")" "$(ms "$u")" "$(ms "$d")" "$(ms "$w")" "$(ms "$sw")" "$(ms "$rw")" "$(ms "$v")")"
       last+=("$n $kind $w")
-      [ "$v" -le "$beside" ] || beside=$v
+      [ "$kind" = sandboxed ] || [ "$v" -le "$beside" ] || beside=$v
       sf[$kind]+="$a "; ss[$kind]+="$b "; rf[$kind]+="$c "; rs[$kind]+="$d "
       swh[$kind]+="$sw "; rwh[$kind]+="$rw "
     done
   done
-  for kind in fresh copied touched; do
+  for kind in "${cases[@]}"; do
     table+=("$(awk -v n="$n" -v kind="$kind" -v t="$t" -v sf="${sf[$kind]}" -v ss="${ss[$kind]}" \
       -v rf="${rf[$kind]}" -v rs="${rs[$kind]}" -v sw="${swh[$kind]}" -v rw="${rwh[$kind]}" '
       function commas(v,   s, o) { s = sprintf("%.0f", v); o = ""
