@@ -29,6 +29,8 @@ pub(super) const OBJECTS: &str = "ralph-objects";
 #[derive(Debug, Clone)]
 pub(crate) struct AgentGit {
     home: Arc<tempfile::TempDir>,
+    /// What [`Self::reset`] last wrote: `HEAD`'s line and the commit it resolves to.
+    written: Arc<std::sync::Mutex<(String, Option<String>)>>,
     /// The repository's git directory (where the sandbox shows the agent's).
     pub(super) at: PathBuf,
     /// The repository's objects (its common git directory's).
@@ -65,6 +67,7 @@ impl AgentGit {
         read_only.retain(|(d, _)| d.is_dir() && !d.is_symlink());
         let agent = AgentGit {
             home: Arc::new(home),
+            written: Arc::default(),
             at: repo.git_dir.clone(),
             objects: repo.common_dir.join("objects"),
             read_only,
@@ -116,6 +119,9 @@ impl AgentGit {
             std::fs::write(&p, bytes).map_err(|e| io("write", &p, e))
         };
         let (head, tip, refs) = self.head()?;
+        if let Ok(mut w) = self.written.lock() {
+            *w = (head.clone(), tip.clone());
+        }
         write("HEAD", format!("{head}\n").as_bytes())?;
         if let (Some(branch), Some(tip)) = (head.strip_prefix("ref: "), tip) {
             write(branch, format!("{tip}\n").as_bytes())?;
@@ -134,6 +140,28 @@ impl AgentGit {
             copy_plain(&from, &dir.join(to))?;
         }
         Ok(())
+    }
+
+    /// Whether the agent's `HEAD` is plainly where ralph put it: the same `HEAD` line and, on a
+    /// branch, the same commit in its loose ref — two small regular files read by ralph
+    /// itself, no link followed. Then it committed nothing to take and the fetch is spared;
+    /// anything else (a commit, a link, a packed or another kind of ref) is left to the fetch.
+    pub(crate) fn unmoved(&self) -> bool {
+        let Ok(w) = self.written.lock() else {
+            return false;
+        };
+        let (head, tip) = &*w;
+        let dir = self.dir();
+        if small_file(&dir.join("HEAD")).as_deref() != Some(head.as_str()) {
+            return false;
+        }
+        match (head.strip_prefix("ref: "), tip) {
+            (Some(branch), Some(tip)) => {
+                small_file(&dir.join(branch)).as_deref() == Some(tip.as_str())
+            }
+            (Some(_), None) => false,
+            (None, _) => true,
+        }
     }
 
     /// What the agent left under way in its git directory (a merge, a rebase…), by the files
@@ -189,6 +217,24 @@ impl AgentGit {
     }
 }
 
+/// The first line of a regular file of at most a few hundred bytes, opened following no link
+/// (a FIFO is not waited on); `None` for anything else.
+fn small_file(p: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(p)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(512).read_to_string(&mut text).ok()?;
+    text.lines().next().map(str::to_string)
+}
+
 /// Copy `from` to `to` when it is a plain file (never through a link, never a FIFO or device).
 fn copy_plain(from: &Path, to: &Path) -> Result<()> {
     if from.symlink_metadata().is_ok_and(|m| m.is_file()) {
@@ -226,6 +272,14 @@ mod tests {
         let read = |rel: &str| std::fs::read_to_string(dir.join(rel)).unwrap();
         assert_eq!(read("HEAD"), "ref: refs/heads/work\n");
         assert_eq!(read("refs/heads/work").len(), 41);
+        // Nothing committed: unmoved; a commit, a link in place of the ref: not.
+        assert!(agent.unmoved());
+        std::fs::write(dir.join("refs/heads/work"), format!("{}\n", "1".repeat(40))).unwrap();
+        assert!(!agent.unmoved());
+        std::fs::remove_file(dir.join("refs/heads/work")).unwrap();
+        let tip = d.path().join(".git/refs/heads/work");
+        std::os::unix::fs::symlink(&tip, dir.join("refs/heads/work")).unwrap();
+        assert!(!agent.unmoved());
         git(&["tag", "v1"]);
         agent.reset().unwrap();
         assert!(read("packed-refs").ends_with(" refs/tags/v1\n"));

@@ -211,6 +211,10 @@ impl Loop {
         let Some(s) = &self.setup.settings.sandboxed else {
             return;
         };
+        // An agent that committed nothing spares the fetch (and the sandbox it starts).
+        if s.agent_git().is_some_and(|a| a.unmoved()) {
+            return;
+        }
         match self
             .tree
             .repo
