@@ -132,6 +132,11 @@ impl Desk {
         self.tracker.source()
     }
 
+    /// `item` as the queue first read it: worked on its pinned text, never on a later one.
+    pub(super) fn pinned(&self, item: Item) -> Item {
+        self.ledger.pinned(item)
+    }
+
     /// Whether the ledger may let the queue take item `id` (it was there at the start).
     pub(super) fn known(&self, id: &str) -> bool {
         self.ledger.known(id)

@@ -35,6 +35,8 @@ pub(super) fn take_next(q: &mut Queue<'_>) -> Result<Took> {
     q.desk.look()?;
     let source = q.desk.source();
     for item in q.desk.tracker.ready()? {
+        // Its text as the queue first read it: a change since never moves the goal.
+        let item = q.desk.pinned(item);
         let name = queue::loop_name(source, &item.id);
         // Only items the tracker had when the queue started: one that turns up while loops
         // run (an agent labelling an issue `ralph`) waits for a run a person starts.

@@ -1,10 +1,10 @@
-//! What ralph knows of a queue's items: each one's standing as the team last left it, and which
-//! items the tracker had when the queue started.
+//! What ralph knows of a queue's items: each one's standing as the team last left it, which
+//! items the tracker had when the queue started, and each one's text as the queue first read it.
 
 use std::collections::{BTreeMap, HashSet};
 
 use crate::error::Result;
-use crate::queue::Tracker;
+use crate::queue::{Item, Text, Tracker};
 use crate::ui::Ui;
 
 /// Every item's standing (state, and on GitHub its assignees and labels) as ralph's workers
@@ -13,9 +13,14 @@ use crate::ui::Ui;
 /// comment, before ralph does anything else: an item is closed only on ralph's own exit 0.
 /// A change another worker made under its lease is the team's and stands (SPEC §15), and so
 /// does a person's "not planned".
+///
+/// Each open item's text is pinned when the queue first reads it (SPEC §14): a change to it —
+/// no worker of ralph changes an item's text — is put back, and the item is worked on the
+/// pinned text whether or not that succeeds.
 pub(super) struct Ledger {
     standing: Option<BTreeMap<String, String>>,
     start: Option<HashSet<String>>,
+    pinned: BTreeMap<String, Text>,
 }
 
 impl Ledger {
@@ -23,7 +28,20 @@ impl Ledger {
     pub(super) fn read(tracker: &mut dyn Tracker) -> Result<Ledger> {
         let standing = tracker.states()?;
         let start = standing.as_ref().map(|s| s.keys().cloned().collect());
-        Ok(Ledger { standing, start })
+        let pinned = tracker.texts().unwrap_or_default();
+        Ok(Ledger {
+            standing,
+            start,
+            pinned,
+        })
+    }
+
+    /// `item` as the queue first read it: its pinned text (the one listed when none is).
+    pub(super) fn pinned(&self, item: Item) -> Item {
+        match self.pinned.get(&item.id) {
+            Some(text) => text.item(&item.id),
+            None => item,
+        }
     }
 
     /// Whether the tracker had item `id` when the queue started (without a ledger: any).
@@ -41,6 +59,9 @@ impl Ledger {
         now: Option<BTreeMap<String, String>>,
         by_team: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<String>> {
+        // The texts this `now` came with (the tracker's last read).
+        let texts = tracker.texts();
+        self.hold_texts(ui, tracker, texts);
         let (Some(expected), Some(now)) = (&self.standing, now) else {
             return Ok(Vec::new());
         };
@@ -66,6 +87,34 @@ impl Ledger {
             tracker.states()?
         };
         Ok(put_back)
+    }
+
+    /// Each open item's text `now` held against its pinned one: a change is put back, with a
+    /// comment, and said; one that cannot be put back is said too (the item is worked on its
+    /// pinned text all the same). A text read for the first time is pinned.
+    fn hold_texts(
+        &mut self,
+        ui: Ui,
+        tracker: &mut dyn Tracker,
+        now: Option<BTreeMap<String, Text>>,
+    ) {
+        let source = tracker.source();
+        for (id, is) in now.unwrap_or_default() {
+            let Some(was) = self.pinned.get(&id) else {
+                self.pinned.insert(id, is);
+                continue;
+            };
+            if *was == is {
+                continue;
+            }
+            let why = "ralph: put back its text as the queue first read it: it changed outside ralph while a queue ran";
+            match tracker.restore_text(&id, &is, was, why) {
+                Ok(()) => ui.warn(&format!("{source} {id}: {}", &why[7..])),
+                Err(e) => ui.warn(&format!(
+                    "{source} {id}: its text changed outside ralph while a queue ran and could not be put back ({e}); it is worked on the text the queue first read"
+                )),
+            }
+        }
     }
 
     /// After ralph's own change: the standing as it is now.
