@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-pub(crate) use text::{Text, refusal, task_file};
+pub(crate) use text::{Text, refusal, task_file, text_hash};
 #[cfg(test)]
 use text::{criteria_of, task_items};
 

@@ -43,6 +43,15 @@ const TITLE_LIMIT: usize = 2 * 1024;
 /// (65,536 characters at most, 4 bytes each at most).
 const TEXT_LIMIT: usize = 256 * 1024;
 
+/// The hash of what `item` asks — its title, body and criteria — as a lease names it (SPEC §15:
+/// a worker taking an item over works on the text its holder took it with): a git blob hash
+/// of them as one JSON array.
+pub(crate) fn text_hash(item: &Item) -> String {
+    let doc = serde_json::json!([item.title, item.body, item.criteria]).to_string();
+    git2::Oid::hash_object(git2::ObjectType::Blob, doc.as_bytes())
+        .map_or_else(|_| String::new(), |o| o.to_string())
+}
+
 /// Why the item must not be taken, checked before any claim; `None` when it may be. Its title
 /// or text past the bounds; a task file past the bound of every Markdown file ralph reads; a
 /// quote that would still show a box; a text that would add, hide or change a criterion.

@@ -21,6 +21,8 @@ pub(super) struct Ledger {
     standing: Option<BTreeMap<String, String>>,
     start: Option<HashSet<String>>,
     pinned: BTreeMap<String, Text>,
+    /// Each open item's text as the last look read it.
+    last: BTreeMap<String, Text>,
 }
 
 impl Ledger {
@@ -32,6 +34,7 @@ impl Ledger {
         Ok(Ledger {
             standing,
             start,
+            last: pinned.clone(),
             pinned,
         })
     }
@@ -41,6 +44,18 @@ impl Ledger {
         match self.pinned.get(&item.id) {
             Some(text) => text.item(&item.id),
             None => item,
+        }
+    }
+
+    /// Item `item.id` pinned to `item`'s text from now on, when the last look read that text
+    /// (a takeover works on the text its lease names: the team's, not this queue's first read).
+    pub(super) fn repin(&mut self, item: &Item) {
+        if let Some(text) = self
+            .last
+            .get(&item.id)
+            .filter(|t| t.item(&item.id) == *item)
+        {
+            self.pinned.insert(item.id.clone(), text.clone());
         }
     }
 
@@ -99,7 +114,11 @@ impl Ledger {
         now: Option<BTreeMap<String, Text>>,
     ) {
         let source = tracker.source();
-        for (id, is) in now.unwrap_or_default() {
+        let Some(now) = now else {
+            return;
+        };
+        self.last = now.clone();
+        for (id, is) in now {
             let Some(was) = self.pinned.get(&id) else {
                 self.pinned.insert(id, is);
                 continue;
