@@ -202,8 +202,12 @@ impl Desk {
             let (was, is) = (before.get(&name), after.get(&name));
             was != is.map(|l| &l.oid) || is.is_some_and(|l| l.held(at) && l.worker != me)
         };
+        let worked_on = |id: &str| {
+            let lease = team?.get(&queue::loop_name(source, id))?;
+            lease.held(at).then(|| lease.text.clone()).flatten()
+        };
         self.ledger
-            .hold(self.ui, &mut *self.tracker, now, &by_team)?;
+            .hold(self.ui, &mut *self.tracker, now, &by_team, &worked_on)?;
         self.commit_tracker_files("changes made outside the queue")
     }
 
