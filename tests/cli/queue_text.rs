@@ -440,3 +440,50 @@ fn an_issue_rewritten_before_its_claim_is_put_back_and_worked_on_its_first_text(
         stderr(&out)
     );
 }
+
+#[test]
+fn beads_criteria_rewritten_before_their_claim_are_put_back_and_worked_as_first_read() {
+    let Some(b) = Beads::new() else { return };
+    b.create_with("First", "first", "- [ ] first done", 1);
+    let criteria = "- [ ] alpha\n- [ ] beta\n- [ ] gamma";
+    let second = b.create_with("Second", "Three things.", criteria, 2);
+    b.env.commit_all("items");
+    // Item 1's agent rewrites still-queued item 2's criteria down to one trivial box, as br
+    // lets anyone on the machine (`--force`: br guards a text from being shortened).
+    let rewrote = b.env.home.join("rewrote");
+    let step = agent_sh(
+        &b.env,
+        "rewrite-second",
+        &format!(
+            "if grep -q 'Task: First' \"$RALPH_TASK_FILE\"; then '{}' update {second} --title 'Second (easy)' --acceptance-criteria '- [ ] trivial' --force >/dev/null 2>&1 && touch '{}'; fi",
+            b.br.display(),
+            rewrote.display()
+        ),
+    );
+    let out = b.run_queue(&format!("{step}+check"), &[]);
+    // Control: the rewrite was made.
+    assert!(rewrote.exists(), "{}", stderr(&out));
+    assert_exit(&out, 0);
+    let rel = format!(".ralph/tasks/beads-{second}.md");
+    assert_eq!(
+        criteria_of_file(&b.env, &rel),
+        ["- [x] alpha", "- [x] beta", "- [x] gamma"],
+        "{}",
+        stdout(&out)
+    );
+    assert!(b.env.read(&rel).contains("# Task: Second\n"));
+    let now = b.show(&second);
+    assert_eq!(
+        (&now["title"], &now["acceptance_criteria"]),
+        (&json!("Second"), &json!(criteria)),
+        "{now}"
+    );
+    assert_eq!(now["status"], "closed");
+    assert!(
+        stderr(&out).contains(&format!(
+            "beads {second}: put back its text as the queue first read it"
+        )),
+        "{}",
+        stderr(&out)
+    );
+}
