@@ -158,7 +158,7 @@ impl Loop {
 }
 
 /// At most ten paths, then how many more.
-fn shown(paths: &[String]) -> String {
+pub(super) fn shown(paths: &[String]) -> String {
     let mut s = paths
         .iter()
         .take(10)
