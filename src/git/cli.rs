@@ -61,6 +61,9 @@ pub(crate) struct GitCli {
     /// monitor's hook. A git confined by [`Self::beneath`] cannot execute `/proc/PID/exe` of
     /// an unconfined ralph (Landlock refuses it the access a ptrace would need).
     pub(crate) hook_program: Option<PathBuf>,
+    /// ralph's runtime files, which its staging leaves out whatever the ignore rules say
+    /// (`Repo::keep_out`).
+    pub(crate) own: Vec<String>,
     /// The index file as ralph's own git commands last left it (shared by the clones).
     index: Arc<IndexTrust>,
 }
@@ -109,6 +112,7 @@ impl GitCli {
             }),
             beneath: None,
             hook_program: None,
+            own: Vec::new(),
         }
     }
 

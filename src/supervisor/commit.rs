@@ -209,6 +209,7 @@ impl Committer<'_> {
         let n = prep.n;
         // Written first, so one `git add` stages it with the agent's work and git sees no
         // change of the work tree between the commit and the fingerprint.
+        self.keep_ignoring(n);
         let block = self.write_status_block(n, status);
         faults.or(
             block,
@@ -332,6 +333,23 @@ impl Committer<'_> {
                 && now(&self.tree.rd.guardrails()) == state::GUARDRAILS;
         }
         false
+    }
+
+    /// `.ralph/.gitignore` with ralph's lines last again (`RalphDir::keep_ignoring`), said in
+    /// the activity log; a failure to write it is said too, and changes nothing else: ralph's
+    /// staging leaves its runtime files out by itself.
+    fn keep_ignoring(&self, n: u32) {
+        let line = match self.tree.rd.keep_ignoring() {
+            Ok(false) => return,
+            Ok(true) => format!(
+                "Iteration {n}: .ralph/.gitignore no longer ended with ralph's lines: they are put back last, so git ignores ralph's runtime files again"
+            ),
+            Err(e) => format!(
+                "Iteration {n}: .ralph/.gitignore cannot be put back ({}): ralph's runtime files may show as untracked",
+                super::faults::chain(&e)
+            ),
+        };
+        super::log_activity(self.ui, &self.tree.rd, &line);
     }
 
     /// Ralph's Current Status block in `.ralph/progress.md` (bookkeeping: never committed alone).

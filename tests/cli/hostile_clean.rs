@@ -4,8 +4,8 @@
 //! when SIGTERM comes, and an ITER record that cannot be written. Each test shows the mechanism
 //! really does what it says (the control), then that ralph accounted for it.
 
-use std::os::unix::fs::PermissionsExt;
 use crate::common::*;
+use std::os::unix::fs::PermissionsExt;
 
 /// One criterion, committed.
 fn setup() -> TestEnv {
@@ -86,4 +86,74 @@ fn hooks_commands_that_edit_the_tree_leave_it_committed() {
     assert!(env.repo.join("halted.txt").exists(), "on_halt ran");
     assert!(env.repo.join("iterated.txt").exists(), "on_iteration ran");
     assert_accounted(&env, &out);
+}
+
+// --- Break 2: the agent un-ignores ralph's runtime files ---
+
+/// ralph's runtime files in the index (`git ls-files`), or in HEAD's tree.
+fn runtime_tracked(env: &TestEnv) -> Vec<String> {
+    let runtime = |p: &str| {
+        [
+            "activity.log",
+            "activity.now",
+            "iterations.log",
+            "runs/",
+            "state.json",
+            "lock",
+        ]
+        .iter()
+        .any(|n| p.starts_with(&format!(".ralph/{n}")))
+            || p.starts_with(".ralph/.tmp-")
+            || p.starts_with(".ralph/.barrier-")
+    };
+    let mut listed = env.git(&["ls-files", ".ralph"]);
+    listed.push_str(&env.git(&["ls-tree", "-r", "--name-only", "HEAD", ".ralph"]));
+    let mut v: Vec<String> = listed
+        .lines()
+        .filter(|p| runtime(p))
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Promise (SPEC §7, issue 29): ralph's runtime files are never staged and never make the tree
+/// dirty, whatever the agent does to the ignore rules. The agent empties `.ralph/.gitignore`, or
+/// appends `!*` to it; ralph's commits hold none of its logs, transcripts or state, and the
+/// tree is clean at the end, its fingerprint git's. The control: the same `.gitignore` left
+/// alone by a plain `git add -A` in that tree does stage them. Bug caught: transcripts,
+/// `activity.log`, `iterations.log` and `state.json` committed in iteration 2.
+#[test]
+fn runtime_files_unignored_by_the_agent_are_never_committed() {
+    for (how, edit) in [
+        ("emptied", ": > .ralph/.gitignore"),
+        ("negated", "printf '!*\\n' >> .ralph/.gitignore"),
+    ] {
+        let env = TestEnv::new();
+        env.write_task(&["one", "two"], "");
+        env.commit_all("initial");
+        let unignore = agent_sh(&env, "unignore", &format!("{edit}\necho work > work.txt"));
+        let out = env.run_fake(&format!("check+{unignore}"), &["--max-iterations", "3"]);
+        assert_exit(&out, 0);
+        let tracked = runtime_tracked(&env);
+        assert!(
+            tracked.is_empty(),
+            "{how}: ralph committed its runtime files {tracked:?}\n{}",
+            said(&out)
+        );
+        assert_accounted(&env, &out);
+        // The control: the agent's rules in place, plain git stages ralph's files.
+        let twin = make_twin(&env);
+        sh_file_in(&env, &twin, &{
+            let p = env.home.join("control.sh");
+            std::fs::write(&p, format!("{edit}\ngit add -A\n")).unwrap();
+            p
+        });
+        let staged = git_in(&env, &twin, &["diff", "--cached", "--name-only"]);
+        assert!(
+            staged.contains(".ralph/activity.log") && staged.contains(".ralph/runs/"),
+            "{how}: the control stages ralph's files: {staged}"
+        );
+    }
 }
