@@ -83,6 +83,9 @@ pub enum GitError {
         "`git {0}` ran longer than {1} s and was killed (a FIFO where git reads a file, or a filter that never ends?)"
     )]
     Hung(String, u64),
+    /// A git command killed because ralph was interrupted (SIGINT, SIGTERM, SIGHUP).
+    #[error("`git {0}` was stopped: ralph was interrupted")]
+    Stopped(String),
 }
 
 /// A commit, as the supervisor reports it.

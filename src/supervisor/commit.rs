@@ -138,8 +138,9 @@ fn hooks(repo: &Repo, settings: &Settings) -> Option<Box<crate::git::HookRunner>
     // The repository's hooks run on its say: in the sandbox under `--sandbox`.
     let settings = settings.clone();
     let confine = move |inv| settings.confine(inv, true);
+    let stop = repo.stop();
     Some(Box::new(move |root: &std::path::Path, msg: &str| {
-        crate::hooks::run(root, &hooks_dir, &git_dir, msg, &confine)
+        crate::hooks::run(root, &hooks_dir, &git_dir, msg, &confine, stop.as_ref())
     }))
 }
 

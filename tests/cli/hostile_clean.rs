@@ -4,6 +4,8 @@
 //! when SIGTERM comes, and an ITER record that cannot be written. Each test shows the mechanism
 //! really does what it says (the control), then that ralph accounted for it.
 
+use std::time::{Duration, Instant};
+
 use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
 
@@ -156,4 +158,119 @@ fn runtime_files_unignored_by_the_agent_are_never_committed() {
             "{how}: the control stages ralph's files: {staged}"
         );
     }
+}
+
+// --- Break 3: SIGTERM while a git command or a git hook blocks ---
+
+/// Processes (other than the test's) whose working directory is the repository.
+fn working_in(env: &TestEnv) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/cwd"))
+                .is_ok_and(|cwd| cwd.starts_with(&env.repo))
+        })
+        .collect()
+}
+
+/// SIGTERM once `marker` exists; ralph must exit 130 within a few seconds, with iteration 1
+/// recorded and nothing left running in the repository.
+#[track_caller]
+fn assert_heard(env: &TestEnv, bg: Background, marker: &std::path::Path, what: &str) {
+    assert!(
+        wait_until(Duration::from_secs(20), || marker.exists()),
+        "{what}: never started"
+    );
+    let t0 = Instant::now();
+    bg.signal(libc::SIGTERM);
+    let (code, out, err) = bg.wait(Duration::from_secs(20));
+    let took = t0.elapsed();
+    assert!(
+        code == Some(130) && took < Duration::from_secs(3),
+        "{what}: SIGTERM ended ralph with {code:?} after {took:?}, not 130 at once\n{out}\n{err}"
+    );
+    assert!(
+        env.iter_records().iter().any(|r| r.starts_with("ITER 1 ")),
+        "{what}: iteration 1 has no record: {:?}\n{err}",
+        env.iter_records()
+    );
+    assert!(
+        wait_until(Duration::from_secs(2), || working_in(env).is_empty()),
+        "{what}: still running in the repository: {:?}",
+        working_in(env)
+    );
+}
+
+/// Promise (SPEC §6, §11, issue 29): SIGTERM is heard within a second whatever git command or
+/// git hook is running: the command is killed, the iteration recorded, exit 130. A `pre-commit`
+/// hook sleeps 60 s at the iteration's commit (it writes its pid and a marker first); SIGTERM
+/// then ends ralph with 130 at once, the hook's process dead. Bug caught: ralph waited the
+/// hook out.
+#[test]
+fn sigterm_while_a_pre_commit_hook_blocks_is_heard_at_once() {
+    let env = setup();
+    let marker = env.home.join("hook-started");
+    let pid_file = env.home.join("hook-pid");
+    pre_commit_hook(
+        &env,
+        &format!(
+            "echo $$ > '{}'\ntouch '{}'\nexec sleep 60",
+            pid_file.display(),
+            marker.display()
+        ),
+    );
+    let bg = env.spawn_fake("check", &["--grace", "1s"]);
+    assert_heard(&env, bg, &marker, "a sleeping pre-commit hook");
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_all_dead(&[pid], Duration::from_secs(1));
+}
+
+/// The same with ralph's own git blocked: the agent plants a FIFO where git reads a file
+/// (`.gitignore`), so the close's `git status` waits in `open` (its deadline is 10 minutes).
+/// The control: git really blocks there (a plain `git status` in the tree is still running
+/// after 300 ms). Bug caught: exit 1 after the deadline, not 130.
+#[test]
+fn sigterm_while_ralphs_git_blocks_on_a_fifo_is_heard_at_once() {
+    let env = setup();
+    let marker = env.home.join("fifo-planted");
+    let fifo = agent_sh(
+        &env,
+        "fifo",
+        &format!(
+            "echo work > work.txt\nmkfifo .gitignore\ntouch '{}'",
+            marker.display()
+        ),
+    );
+    let bg = env.spawn_fake(&format!("check+{fifo}"), &["--grace", "1s"]);
+    // ralph's git is blocked once the agent is done and the FIFO there.
+    assert!(wait_until(Duration::from_secs(20), || marker.exists()));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut control = env.command("git");
+    // Without the index's lock, which a killed control would leave behind.
+    control
+        .args(["--no-optional-locks", "status", "--porcelain"])
+        .current_dir(&env.repo);
+    let mut control = control
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        control.try_wait().unwrap().is_none(),
+        "the control: git blocks on the FIFO"
+    );
+    let _ = control.kill();
+    let _ = control.wait();
+    assert_heard(&env, bg, &marker, "ralph's git on a FIFO");
+    std::fs::remove_file(env.repo.join(".gitignore")).unwrap();
 }
