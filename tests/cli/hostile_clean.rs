@@ -274,3 +274,67 @@ fn sigterm_while_ralphs_git_blocks_on_a_fifo_is_heard_at_once() {
     assert_heard(&env, bg, &marker, "ralph's git on a FIFO");
     std::fs::remove_file(env.repo.join(".gitignore")).unwrap();
 }
+
+// --- Break 4: an ITER record that could not be written ---
+
+/// Promise (SPEC §5.1, §11, issue 29): an ITER record is written for every iteration that ran,
+/// a full disk included — by the resume if need be. Iteration 2's record cannot be written
+/// (`iterations.log` at the file-size limit, as on a full disk): the run ends in that error
+/// (the control: the log did not grow). Once there is room, `ralph resume` writes iteration
+/// 2's record (`exit error`) before it runs iteration 3. Bug caught: the resume went on at
+/// iteration 3 and iteration 2 never had a record.
+#[test]
+fn an_iter_record_lost_to_a_full_disk_is_written_by_the_resume() {
+    const LIMIT: u64 = 4 << 20;
+    let env = TestEnv::new();
+    env.write_task(&["c1", "c2", "c3"], "");
+    env.commit_all("initial");
+    assert_exit(&env.run_fake("check", &["--max-iterations", "1"]), 3);
+    let log = env.repo.join(".ralph/iterations.log");
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes.extend(std::iter::repeat_n(b'#', LIMIT as usize - bytes.len() - 1));
+    bytes.push(b'\n');
+    std::fs::write(&log, &bytes).unwrap();
+    let agent = fake_agent_cmd();
+    let resume = [
+        "resume",
+        "--agent-cmd",
+        &agent,
+        "--yes",
+        "--grace",
+        "1s",
+        "--max-iterations",
+        "5",
+    ];
+    let out = env.ralph_with_fsize_limit(&resume, &[("FAKE_AGENT_SCRIPT", "check")], LIMIT);
+    assert_exit(&out, 1);
+    assert!(env.agent_ran(2), "iteration 2 ran");
+    assert_eq!(
+        std::fs::read(&log).unwrap(),
+        bytes,
+        "the control: the log did not grow"
+    );
+    // Room again: the resume records iteration 2 first.
+    let out = env.ralph_with_limit(
+        &resume,
+        &[("FAKE_AGENT_SCRIPT", "check")],
+        Duration::from_secs(60),
+    );
+    assert_exit(&out, 0);
+    let records = env.iter_records();
+    let at = |n: u32| {
+        records
+            .iter()
+            .position(|r| r.starts_with(&format!("ITER {n} ")))
+    };
+    assert!(
+        at(2).is_some_and(|two| at(3).is_some_and(|three| two < three)),
+        "iteration 2 has no record before iteration 3's: {:?}",
+        records
+            .iter()
+            .filter(|r| r.starts_with("ITER"))
+            .collect::<Vec<_>>()
+    );
+    let two = &records[at(2).unwrap()];
+    assert!(two.contains("| exit error |"), "{two}");
+}
