@@ -70,6 +70,41 @@ fn a_pre_commit_hook_that_edits_the_tree_leaves_it_committed() {
     );
 }
 
+/// A hook that edits at every commit (a counter it appends to): what it left at the iteration's
+/// commit is committed once more, and what it leaves at that commit stays — in the ITER
+/// record's fingerprint, which is git's, and named in the activity log. ralph never loops on it.
+#[test]
+fn a_pre_commit_hook_that_edits_at_every_commit_is_in_the_fingerprint() {
+    let env = setup();
+    pre_commit_hook(&env, "echo x >> stamped.txt");
+    let out = env.run_fake("check", &["--max-iterations", "2"]);
+    assert_exit(&out, 0);
+    assert_eq!(
+        env.read("stamped.txt"),
+        "x\nx\n",
+        "the hook ran at two commits"
+    );
+    assert!(
+        env.commits()
+            .iter()
+            .any(|c| c.ends_with("(what its hooks left)")),
+        "{:?}",
+        env.commits()
+    );
+    assert_eq!(
+        last_fingerprint(&env),
+        env.porcelain_cksum(),
+        "{:?}",
+        env.iter_records()
+    );
+    assert!(
+        env.activity()
+            .contains("The commit's hooks left stamped.txt changed"),
+        "{}",
+        env.activity()
+    );
+}
+
 /// The same for `[hooks]` commands of `.ralph/config.toml`: `on_iteration` and `on_halt` write
 /// into the tree after the iteration was recorded. What they leave is committed before ralph
 /// exits, and the last fingerprint is git's. Bug caught: exit 0 with `halted.txt` and
