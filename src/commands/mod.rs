@@ -38,6 +38,14 @@ impl Context {
             None => std::env::current_dir()
                 .map_err(|e| Error::io("failed to read the current directory", e))?,
         };
+        // ralph's git opens the repository enclosing the directory; the agent's would open
+        // the one such a variable names (issue 29).
+        if let Some(var) = crate::git::foreign_repository_var() {
+            return Err(Error::user(format!(
+                "{var} is set: ralph works on the repository enclosing the directory it runs in, and the agent's git would work on the one {var} names"
+            ))
+            .with_hint(format!("unset {var}, and run ralph in the repository (or with -C)")));
+        }
         Ok(Context { cwd, ui })
     }
 }

@@ -201,9 +201,12 @@ impl GitCli {
         cmd.current_dir(&self.work_tree);
         // ralph reads git's output: the same messages whatever the user's language. Nobody
         // answers a prompt for a password: a remote that needs one fails at once.
+        // An agent's `refs/replace/` never changes what ralph's git reads: a commit is its
+        // own content (libgit2 knows no replace objects at all).
         cmd.env("LC_ALL", "C")
             .env_remove("LANGUAGE")
-            .env("GIT_TERMINAL_PROMPT", "0");
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_NO_REPLACE_OBJECTS", "1");
         for var in ["GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX"] {
             cmd.env_remove(var);
         }

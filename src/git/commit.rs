@@ -82,6 +82,7 @@ impl Repo {
         identity: &Identity,
     ) -> Result<CommitReport, GitError> {
         self.check_state()?;
+        self.check_own_head()?;
         let parent = head_commit_of(&self.repo)?;
         let tree = self.index_tree()?;
         let unchanged = match &parent {
@@ -118,7 +119,9 @@ impl Repo {
                 }
             }
         }
-        // A hook may have staged more (a formatter, say): commit the index as it is now.
+        // A hook may have staged more (a formatter, say): commit the index as it is now. The
+        // hooks are the repository's code: HEAD is checked again.
+        self.check_own_head()?;
         let tree = self.index_tree()?;
         let parents: Vec<git2::Oid> = parent.iter().map(git2::Commit::id).collect();
         self.unlink_planted_reflogs();
@@ -131,7 +134,10 @@ impl Repo {
             let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
             let author = Signature::now(&identity.author_name, &identity.author_email)?;
             let committer = Signature::now(&identity.committer_name, &identity.committer_email)?;
-            r.commit(Some("HEAD"), &author, &committer, &message, &tree, &parents)
+            let summary = message.lines().next().unwrap_or_default();
+            let oid = r.commit(None, &author, &committer, &message, &tree, &parents)?;
+            super::own::advance(r, oid, parents.first().map(|p| p.id()), summary)?;
+            Ok(oid)
         })?;
         let commit = self.repo.find_commit(oid)?;
         report.outcome = Some(CommitOutcome {

@@ -18,7 +18,9 @@ pub(crate) mod cli;
 mod commit;
 pub(crate) mod fsmonitor;
 mod full_walk;
+mod identity;
 mod index;
+mod own;
 mod stage;
 mod tree;
 pub(crate) mod watch;
@@ -32,6 +34,8 @@ use git2::{DiffOptions, ErrorCode, Oid, Repository, RepositoryState};
 pub(crate) use beneath::Beneath;
 pub(crate) use cksum::cksum;
 use cli::{GitCli, Monitor};
+pub(crate) use identity::Identity;
+pub(crate) use own::{OwnHead, foreign_repository_var};
 
 /// Message of the error returned when no repository encloses the directory.
 #[cfg(test)]
@@ -86,6 +90,15 @@ pub enum GitError {
     /// A git command killed because ralph was interrupted (SIGINT, SIGTERM, SIGHUP).
     #[error("`git {0}` was stopped: ralph was interrupted")]
     Stopped(String),
+    /// HEAD is not the loop's own: ralph commits onto nothing else.
+    #[error(
+        "HEAD is on {head}, not on this loop's {own}: ralph commits only onto its loop's own branch, so the work stays uncommitted (put HEAD back with {back})"
+    )]
+    NotOwnHead {
+        head: String,
+        own: String,
+        back: String,
+    },
 }
 
 /// A commit, as the supervisor reports it.
@@ -136,69 +149,6 @@ pub struct CommitOutcome {
     pub used_fallback_identity: bool,
 }
 
-/// Author and committer resolved from the environment, configuration or fallback.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Identity {
-    /// Author name.
-    pub(crate) author_name: String,
-    /// Author e-mail.
-    pub(crate) author_email: String,
-    /// Committer name.
-    pub(crate) committer_name: String,
-    /// Committer e-mail.
-    pub(crate) committer_email: String,
-    /// True when any field fell back to `ralph <ralph@localhost>`.
-    pub(crate) used_fallback: bool,
-}
-
-impl Identity {
-    /// Resolve the identity like git: `GIT_{AUTHOR,COMMITTER}_{NAME,EMAIL}` from `env`,
-    /// then `author.*`/`committer.*`, then `user.*` from `config`, then the fallback.
-    pub(crate) fn resolve(
-        config: &dyn Fn(&str) -> Option<String>,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Identity {
-        let mut used_fallback = false;
-        let mut pick = |var: &str, role_key: &str, user_key: &str, fallback: &str| -> String {
-            let found = env(var)
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-                .or_else(|| config(role_key))
-                .or_else(|| config(user_key));
-            found.unwrap_or_else(|| {
-                used_fallback = true;
-                fallback.to_string()
-            })
-        };
-        let author_name = pick("GIT_AUTHOR_NAME", "author.name", "user.name", FALLBACK_NAME);
-        let author_email = pick(
-            "GIT_AUTHOR_EMAIL",
-            "author.email",
-            "user.email",
-            FALLBACK_EMAIL,
-        );
-        let committer_name = pick(
-            "GIT_COMMITTER_NAME",
-            "committer.name",
-            "user.name",
-            FALLBACK_NAME,
-        );
-        let committer_email = pick(
-            "GIT_COMMITTER_EMAIL",
-            "committer.email",
-            "user.email",
-            FALLBACK_EMAIL,
-        );
-        Identity {
-            author_name,
-            author_email,
-            committer_name,
-            committer_email,
-            used_fallback,
-        }
-    }
-}
-
 /// A non-bare repository and its work tree.
 pub struct Repo {
     repo: Repository,
@@ -209,6 +159,8 @@ pub struct Repo {
     config: std::sync::Mutex<Option<std::sync::Arc<Config>>>,
     /// The index's tree and gitlinks, remembered while the index file is unchanged.
     index_memo: std::sync::Mutex<index::IndexMemo>,
+    /// Where the loop's commits may go (`own.rs`); `None`: no loop owns this repository.
+    own: Option<OwnHead>,
 }
 
 impl std::fmt::Debug for Repo {
@@ -245,6 +197,7 @@ impl Repo {
             git,
             config: std::sync::Mutex::new(None),
             index_memo: std::sync::Mutex::default(),
+            own: None,
         })
     }
 

@@ -196,6 +196,14 @@ pub(crate) struct RunState {
     /// flag of the resume says otherwise. `None` in a state from an older ralph.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) pinned: Option<Pinned>,
+    /// The branch the run commits onto (`refs/heads/…`: the one it started on, a worktree
+    /// loop's `ralph/NAME`); `None`: a detached HEAD, or an older ralph's run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) branch: Option<String>,
+    /// The commit that branch was at when the run last recorded itself: what `ralph merge`
+    /// merges, whatever the branch says later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tip: Option<String>,
 }
 
 /// What one agent did in a run.

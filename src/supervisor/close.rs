@@ -135,8 +135,17 @@ impl Ends for Loop {
 }
 
 impl Loop {
+    /// The commit the loop's own branch is at, recorded with the state (what `ralph merge`
+    /// merges); kept as it was when the branch is gone.
+    pub(super) fn take_tip(&mut self) {
+        if let Some(tip) = self.tree.repo.own_tip() {
+            self.state.tip = Some(tip);
+        }
+    }
+
     /// Halt: the run's close ([`close`]); the exit code.
     pub(super) fn halt(&mut self, halt: &Halt) -> i32 {
+        self.take_tip();
         close(self, halt)
     }
 }

@@ -251,6 +251,9 @@ impl Committer<'_> {
         if self.settings.no_commit {
             return Ok(());
         }
+        // HEAD is the agent's to move: whatever it did, ralph commits onto the loop's own
+        // branch or not at all (issue 29).
+        self.tree.repo.check_own_head()?;
         let staged = self.tree.repo.stage_all(&guard(self.settings))?;
         // The agent's change is what the staged tree changes from HEAD's (whoever staged it),
         // less ralph's bookkeeping: a change undone, or staged and restored, is none.

@@ -46,6 +46,7 @@ impl Loop {
         self.report(prep, attempted, &recorded, &decision, &notes);
         match decision {
             Decision::Continue { .. } | Decision::AskStuck => {
+                self.take_tip();
                 match self.state.save(&self.tree.rd.state_file()) {
                     Ok(()) => None,
                     Err(e) => Some(self.halt(&failed("the state is not saved", &e))),

@@ -54,6 +54,8 @@ pub(crate) fn merge_as(repo: &Repo, name: &str, vouched: bool, ui: Ui) -> Result
         return not_merged(&loop_repo);
     }
     let _lock = records.lock()?;
+    let tip = recorded.as_ref().and_then(|s| s.tip.as_deref());
+    let theirs = recorded_tip(repo, &wt, tip, ui)?;
     let target = checked_out_at(repo, &base)?;
     if let Some((tree, Some(pid))) = &target {
         // A supervisor works there now: a merge would change files under its agent's feet
@@ -79,21 +81,17 @@ pub(crate) fn merge_as(repo: &Repo, name: &str, vouched: bool, ui: Ui) -> Result
         ));
         return not_merged(&loop_repo);
     }
-    let driver = driver(repo, &base, &wt.branch, sandboxed)?;
+    let driver = driver(repo, &base, &theirs, sandboxed)?;
     // The check runs where the merge will: git reads the attributes of that work tree.
-    let conflicts = conflicts(
-        base_tree.as_ref().unwrap_or(repo),
-        &base,
-        &wt.branch,
-        driver.as_ref(),
-    )?;
+    let checked_in = base_tree.as_ref().unwrap_or(repo);
+    let conflicts = conflicts(checked_in, &base, &theirs, driver.as_ref())?;
     if !conflicts.is_empty() {
         report_conflicts(&wt, &base, &conflicts, ui);
         return not_merged(&loop_repo);
     }
     let at = match &base_tree {
-        Some(tree) => merge_in(tree, &wt.branch, driver.as_ref(), ui)?,
-        None => merge_ref(repo, &base, &wt.branch, driver.as_ref(), ui)?,
+        Some(tree) => merge_in(tree, &base, &theirs, driver.as_ref(), ui)?,
+        None => merge_ref(repo, &base, &theirs, driver.as_ref(), ui)?,
     };
     settle(repo, &records, &wt, &loop_repo, at, ui)?;
     Ok(exit::COMPLETE)
@@ -238,21 +236,9 @@ fn is_dirty_tracked(tree: &Repo) -> Result<bool> {
 /// The driver that merges ralph's own files for a merge of branch `theirs` into branch `ours`
 /// (`None`: no file of ralph's differs between them, or a branch is not there — git's merge
 /// then says so).
-fn driver(repo: &Repo, ours: &str, theirs: &str, confined: bool) -> Result<Option<Driver>> {
-    // A branch by its name, or any ref by its full name (origin's base: `refs/remotes/…`).
-    let tip = |branch: &str| {
-        let full = if branch.starts_with("refs/") {
-            branch.to_string()
-        } else {
-            format!("refs/heads/{branch}")
-        };
-        repo.git2()
-            .revparse_single(&full)
-            .and_then(|o| o.peel_to_commit())
-            .map(|c| c.id())
-            .ok()
-    };
-    let (Some(ours_tip), Some(theirs_tip)) = (tip(ours), tip(theirs)) else {
+fn driver(repo: &Repo, ours: &str, theirs: &Theirs, confined: bool) -> Result<Option<Driver>> {
+    let tip = |rev: &str| commit_of(repo, rev).ok().map(|c| c.id());
+    let (Some(ours_tip), Some(theirs_tip)) = (tip(ours), tip(&theirs.rev)) else {
         return Ok(None);
     };
     let label = |given: &str| -> String {
@@ -262,7 +248,7 @@ fn driver(repo: &Repo, ours: &str, theirs: &str, confined: bool) -> Result<Optio
             .unwrap_or(given)
             .to_string()
     };
-    let (ours_label, theirs_label) = (label(ours), label(theirs));
+    let (ours_label, theirs_label) = (label(ours), label(theirs.label));
     let ours = Side {
         label: &ours_label,
         tip: ours_tip,
@@ -287,7 +273,7 @@ fn with_driver<'a>(driver: Option<&'a Driver>, args: &[&'a str]) -> Vec<&'a str>
 fn conflicts(
     repo: &Repo,
     ours: &str,
-    theirs: &str,
+    theirs: &Theirs,
     driver: Option<&Driver>,
 ) -> Result<Vec<String>> {
     let args = with_driver(
@@ -298,7 +284,7 @@ fn conflicts(
             "--name-only",
             "--no-messages",
             ours,
-            theirs,
+            &theirs.rev,
         ],
     );
     let out = repo.cli().output(&args, None)?;
@@ -317,7 +303,7 @@ fn conflicts(
                 .collect())
         }
         _ => Err(GitError::Cli {
-            command: format!("git merge-tree {ours} {theirs}"),
+            command: format!("git merge-tree {ours} {}", theirs.label),
             message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         }
         .into()),
@@ -329,7 +315,14 @@ fn conflicts(
 /// merge that is not a fast-forward) whose `.gitmodules` entry says `ignore = none`, whatever
 /// `diff.ignoreSubmodules` says: every submodule named is told `ignore = dirty` (the
 /// configuration beats `.gitmodules`).
-fn merge_in(base_tree: &Repo, branch: &str, driver: Option<&Driver>, ui: Ui) -> Result<String> {
+fn merge_in(
+    base_tree: &Repo,
+    base: &str,
+    theirs: &Theirs,
+    driver: Option<&Driver>,
+    ui: Ui,
+) -> Result<String> {
+    let branch = theirs.label;
     let mut args: Vec<String> = driver
         .into_iter()
         .flat_map(Driver::args)
@@ -338,16 +331,16 @@ fn merge_in(base_tree: &Repo, branch: &str, driver: Option<&Driver>, ui: Ui) -> 
     for name in submodule_names(base_tree)? {
         args.extend(["-c".to_string(), format!("submodule.{name}.ignore=dirty")]);
     }
-    args.extend(
-        [
-            "-c",
-            "diff.ignoreSubmodules=dirty",
-            "merge",
-            "--no-edit",
-            branch,
-        ]
-        .map(String::from),
-    );
+    args.extend(["-c", "diff.ignoreSubmodules=dirty", "merge", "--no-edit"].map(String::from));
+    if theirs.rev != theirs.label {
+        // A commit by its id, named in the message as git names the branch.
+        let into = match base {
+            "main" | "master" => String::new(),
+            other => format!(" into {other}"),
+        };
+        args.extend(["-m".to_string(), format!("Merge branch '{branch}'{into}")]);
+    }
+    args.push(theirs.rev.clone());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = base_tree.cli().output(&args, None)?;
     if !out.status.success() {
@@ -449,30 +442,22 @@ fn unmergeable(why: &str) -> Error {
 fn merge_ref(
     repo: &Repo,
     base: &str,
-    branch: &str,
+    tip: &Theirs,
     driver: Option<&Driver>,
     ui: Ui,
 ) -> Result<String> {
     let g = repo.git2();
     let base_ref = format!("refs/heads/{base}");
-    let commit_of = |r: &str| {
-        g.revparse_single(r)
-            .and_then(|o| o.peel_to_commit())
-            .map_err(GitError::from)
-    };
-    let ours = commit_of(&base_ref)?;
-    let theirs = commit_of(&if branch.starts_with("refs/") {
-        branch.to_string()
-    } else {
-        format!("refs/heads/{branch}")
-    })?;
+    let branch = tip.label;
+    let ours = commit_of(repo, &base_ref)?;
+    let theirs = commit_of(repo, &tip.rev)?;
     let new = if g
         .graph_descendant_of(theirs.id(), ours.id())
         .map_err(GitError::from)?
     {
         theirs.id()
     } else {
-        let args = with_driver(driver, &["merge-tree", "--write-tree", base, branch]);
+        let args = with_driver(driver, &["merge-tree", "--write-tree", base, &tip.rev]);
         let out = repo.cli().run(&args, None)?;
         let tree_id = String::from_utf8_lossy(&out)
             .lines()
@@ -504,17 +489,99 @@ fn merge_ref(
 /// The files a merge of `theirs` (any commit, such as origin's base) into branch `ours` would
 /// conflict in; nothing is touched.
 pub(crate) fn conflicts_of(repo: &Repo, ours: &str, theirs: &str) -> Result<Vec<String>> {
-    let driver = driver(repo, ours, theirs, false)?;
-    conflicts(repo, ours, theirs, driver.as_ref())
+    let theirs = Theirs::named(theirs);
+    let driver = driver(repo, ours, &theirs, false)?;
+    conflicts(repo, ours, &theirs, driver.as_ref())
 }
 
 /// `theirs` (any commit, such as origin's base) merged into branch `base` as a loop's branch
 /// is: in the clean work tree that has `base` checked out, else by moving its ref. The commit
 /// `base` is at then. The caller checked it does not conflict.
 pub(crate) fn merge_commit(repo: &Repo, base: &str, theirs: &str, ui: Ui) -> Result<String> {
-    let driver = driver(repo, base, theirs, false)?;
+    let theirs = Theirs::named(theirs);
+    let driver = driver(repo, base, &theirs, false)?;
     match checked_out_at(repo, base)? {
-        Some((tree, _)) => merge_in(&opened(&tree, false)?, theirs, driver.as_ref(), ui),
-        None => merge_ref(repo, base, theirs, driver.as_ref(), ui),
+        Some((tree, _)) => merge_in(&opened(&tree, false)?, base, &theirs, driver.as_ref(), ui),
+        None => merge_ref(repo, base, &theirs, driver.as_ref(), ui),
     }
+}
+
+/// What a merge brings in: a commit (`rev`: a branch's name, any ref's full name, or a commit's
+/// id), and the name messages give it.
+struct Theirs<'a> {
+    label: &'a str,
+    rev: String,
+}
+
+impl<'a> Theirs<'a> {
+    /// A ref by its name, merged as it is now.
+    fn named(name: &'a str) -> Theirs<'a> {
+        Theirs {
+            label: name,
+            rev: name.to_string(),
+        }
+    }
+}
+
+/// The commit `rev` names: a branch by its name, any ref by its full name (origin's base:
+/// `refs/remotes/…`), or a commit by its full id.
+fn commit_of<'r>(repo: &'r Repo, rev: &str) -> Result<git2::Commit<'r>, GitError> {
+    let full =
+        if rev.starts_with("refs/") || git2::Oid::from_str(rev).is_ok_and(|_| rev.len() == 40) {
+            rev.to_string()
+        } else {
+            format!("refs/heads/{rev}")
+        };
+    Ok(repo.git2().revparse_single(&full)?.peel_to_commit()?)
+}
+
+/// What `ralph merge` merges of loop `wt` (issue 29): the commit its run recorded last, never
+/// another its branch was moved to since — a descendant ralph did not make is left out (said),
+/// anything else refused. A run that recorded none (an older ralph's; a queue's loop that
+/// ended at once on a finished branch) merges the branch as it is.
+fn recorded_tip<'a>(
+    repo: &Repo,
+    wt: &'a Worktree,
+    tip: Option<&str>,
+    ui: Ui,
+) -> Result<Theirs<'a>> {
+    let now = commit_of(repo, &wt.branch)?.id();
+    let Some(tip) = tip else {
+        return Ok(Theirs {
+            label: &wt.branch,
+            rev: now.to_string(),
+        });
+    };
+    let recorded = git2::Oid::from_str(tip).map_err(GitError::from)?;
+    let contains = now == recorded
+        || repo
+            .git2()
+            .graph_descendant_of(now, recorded)
+            .map_err(GitError::from)?;
+    if !contains {
+        return Err(Error::user(format!(
+            "not merged: `{}` is at {}, which does not hold {}, the commit loop `{}` recorded last: the branch was moved since, and ralph merges only its loop's own work",
+            wt.branch,
+            &now.to_string()[..7],
+            &tip[..tip.len().min(7)],
+            wt.name
+        ))
+        .with_hint(format!(
+            "look at `git log {}`; merge by hand what should be merged",
+            wt.branch
+        )));
+    }
+    if now != recorded {
+        ui.warn(&format!(
+            "`{}` moved on to {} since loop `{}` recorded {}: only the recorded commit is merged",
+            wt.branch,
+            &now.to_string()[..7],
+            wt.name,
+            &tip[..tip.len().min(7)]
+        ));
+    }
+    Ok(Theirs {
+        label: &wt.branch,
+        rev: recorded.to_string(),
+    })
 }

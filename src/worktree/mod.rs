@@ -284,7 +284,13 @@ fn replace(repo: &Repo, records: &Records, wt: &Worktree, loop_repo: &Repo, ui: 
     )))
 }
 
-/// The branch checked out in `repo`'s work tree.
+/// The branch (`refs/heads/ralph/NAME`) of the loop whose worktree `repo` is, if it is one.
+pub(crate) fn own_branch_of(repo: &Repo) -> Option<String> {
+    let name = repo.root().file_name()?.to_str()?;
+    let path = existing(repo, name).ok()??;
+    same_path(&path, repo.root()).then(|| format!("refs/heads/ralph/{name}"))
+}
+
 /// The branch checked out in `repo`'s work tree (`None`: a detached HEAD).
 pub(crate) fn current_branch(repo: &Repo) -> Option<String> {
     let head = repo.git2().head().ok()?;

@@ -20,6 +20,7 @@ mod git_budget;
 mod git_exact;
 mod git_links;
 mod git_props;
+mod git_rules;
 mod github_faults;
 mod help;
 mod hooks;

@@ -297,10 +297,11 @@ fn a_base_branch_checked_out_nowhere_gets_its_ref_moved() {
     );
 }
 
-/// A loop's agent that switches its worktree to another branch leaves its commits there, not
-/// on `ralph/NAME`: the merge is refused (exit 11, naming the branch), main is unchanged, and
-/// the worktree stays. Bug caught: ralph merged the untouched `ralph/NAME`, said "merged",
-/// exit 0, and removed the worktree, the work on no branch anyone would look at.
+/// A loop's agent that switches its worktree to another branch: ralph commits nothing there
+/// (issue 29: only onto `ralph/NAME`), the iteration ends in an error naming the branch (exit
+/// 1), nothing is merged, main is unchanged, and the worktree stays. Bug caught: ralph merged
+/// the untouched `ralph/NAME`, said "merged", exit 0, and removed the worktree, the work on no
+/// branch anyone would look at.
 #[test]
 fn a_loop_whose_agent_switched_branches_is_not_merged() {
     let env = TestEnv::new();
@@ -313,9 +314,9 @@ fn a_loop_whose_agent_switched_branches_is_not_merged() {
         "git checkout -q -b elsewhere\necho work > w.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"",
     );
     let (code, out, err) = start_loop(&env, "sw", "A.md", &script).wait(Duration::from_secs(60));
-    assert_eq!(code, Some(11), "{out}\n{err}");
+    assert_eq!(code, Some(1), "{out}\n{err}");
     let said = format!("{out}{err}");
-    assert!(said.contains("elsewhere"), "{said}");
+    assert!(said.contains("branch `elsewhere`"), "{said}");
     assert_eq!(env.git(&["rev-parse", "main"]), main_before);
     assert!(!env.repo.join("w.txt").exists());
     let wts = env.git(&["worktree", "list"]);

@@ -138,6 +138,10 @@ impl Begin<'_> {
         p.exit_code = None;
         p.max_iterations = self.settings.max_iterations;
         p.task = self.plan.name();
+        // An older ralph's run recorded no branch: the one it goes on with from now on.
+        p.branch = p
+            .branch
+            .or_else(|| self.repo.own_branch().map(str::to_string));
         p.save(&self.rd.state_file())?;
         let (done, total) = self.plan.counts();
         self.log(&format!(
@@ -297,6 +301,8 @@ impl Begin<'_> {
             agent: None,
             agents: Default::default(),
             pinned: Some(self.settings.pinned()),
+            branch: self.repo.own_branch().map(str::to_string),
+            tip: self.repo.own_tip(),
         }
     }
 

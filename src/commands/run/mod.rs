@@ -35,6 +35,7 @@ use crate::agent::Chain;
 use crate::cli::{ResumeArgs, RunArgs, RunOptions};
 use crate::error::{Error, Result};
 use crate::event::{Event, RunStarted};
+use crate::git::OwnHead;
 use crate::signals::Interrupts;
 use crate::state::{self, HaltReason, Lock, RunState};
 use crate::supervisor::decide::Counters;
@@ -238,6 +239,7 @@ async fn supervise(
         Continue(source) => source,
         Break(code) => return ended(code),
     };
+    run.own_head(resumed.as_ref())?;
     if let Some(p) = &resumed {
         info_span!("settle").in_scope(|| run.settle_the_recorded_run(&source, p))?;
     }
@@ -361,6 +363,20 @@ impl Startup<'_> {
             Some(code) => Ok(Break(code)),
             None => Ok(Continue(source)),
         }
+    }
+
+    /// The loop's own branch, where every commit of the run goes (issue 29): a `--worktree`
+    /// loop's `ralph/NAME`, else the branch the recorded run started on, else the one HEAD is
+    /// on now (or a detached HEAD).
+    fn own_head(&mut self, resumed: Option<&RunState>) -> Result<()> {
+        let repo = &mut self.r.repo;
+        let recorded = resumed.and_then(|p| p.branch.clone());
+        let own = match crate::worktree::own_branch_of(repo).or(recorded) {
+            Some(branch) => OwnHead::Branch(branch),
+            None => repo.head_now()?,
+        };
+        repo.set_own_head(own);
+        Ok(())
     }
 
     /// Settle the recorded run: its iteration cap, and what its last iteration left (its work
