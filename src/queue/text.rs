@@ -148,12 +148,13 @@ fn shows_a_box(text: &str) -> bool {
 /// `text` (its lines ended by `\n` alone) as a block quote whose blocks are the text's own:
 /// tabs are spaces to the same tab stops, which the `> ` would move (a tab that made a code
 /// block would no longer); leading blank lines go, a first line's indentation stays (it may
-/// make a code block).
+/// make a code block). Blank is spaces and tabs only, as Markdown has it: a line of another
+/// white space (a vertical tab) is text, and kept, else what follows it would change blocks.
 fn quote(text: &str) -> String {
-    let text = text.trim_end();
+    let text = text.trim_end_matches([' ', '\t', '\n']);
     let start = text
         .char_indices()
-        .take_while(|(_, c)| c.is_whitespace())
+        .take_while(|(_, c)| matches!(c, ' ' | '\t' | '\n'))
         .filter(|(_, c)| *c == '\n')
         .last()
         .map_or(0, |(i, _)| i + 1);
@@ -163,7 +164,7 @@ fn quote(text: &str) -> String {
     }
     let mut out = String::with_capacity(text.len() + text.len() / 4 + 2);
     for line in text.lines() {
-        out.push_str(format!("> {}", expand_tabs(line)).trim_end());
+        out.push_str(format!("> {}", expand_tabs(line)).trim_end_matches([' ', '\t']));
         out.push('\n');
     }
     out.push('\n');
