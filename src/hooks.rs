@@ -6,6 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::proc::Invocation;
+use crate::signals::Stop;
 
 /// How long a hook may run before it is killed (and counts as failed).
 const HOOK_TIMEOUT: Duration = Duration::from_secs(600);
@@ -44,17 +45,18 @@ pub(crate) fn any(hooks: &Path) -> bool {
 /// Returns the message as the hook left it, or what the failing hook said.
 ///
 /// Each runs as `confine` makes it (under `--sandbox`, in the sandbox: the agent can have
-/// written them).
+/// written them). An interrupt (`stop`) while one runs kills it at once: the commit is refused.
 pub(crate) fn run(
     root: &Path,
     hooks: &Path,
     git_dir: &Path,
     message: &str,
     confine: &dyn Fn(Invocation) -> Invocation,
+    stop: Option<&Stop>,
 ) -> Result<String, String> {
     let pre = hooks.join("pre-commit");
     if executable(&pre) {
-        run_hook(root, &pre, &[], confine)?;
+        run_hook(root, &pre, &[], confine, stop)?;
     }
     let msg_hook = hooks.join("commit-msg");
     if !executable(&msg_hook) {
@@ -63,7 +65,7 @@ pub(crate) fn run(
     let file = git_dir.join("COMMIT_EDITMSG");
     crate::files::write_own(&file, message.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    run_hook(root, &msg_hook, &[file.as_os_str()], confine)?;
+    run_hook(root, &msg_hook, &[file.as_os_str()], confine, stop)?;
     // The hook ran on the repository's say (in the sandbox under --sandbox): what it left is
     // read as any file the agent can touch, never through a link out of the repository.
     let edited = crate::files::read_text(&file).map_err(|e| format!("cannot read {e}"))?;
@@ -84,6 +86,7 @@ fn run_hook(
     hook: &Path,
     args: &[&std::ffi::OsStr],
     confine: &dyn Fn(Invocation) -> Invocation,
+    stop: Option<&Stop>,
 ) -> Result<(), String> {
     let name = hook
         .file_name()
@@ -97,8 +100,13 @@ fn run_hook(
     });
     let mut cmd = Command::new(inv.program);
     cmd.args(inv.args);
-    let brief = crate::proc::brief::run_guarded(cmd.current_dir(root), HOOK_TIMEOUT)
+    let brief = crate::proc::brief::run_guarded(cmd.current_dir(root), HOOK_TIMEOUT, stop)
         .map_err(|e| format!("cannot run the {name} hook: {e}"))?;
+    if brief.stopped {
+        return Err(format!(
+            "the {name} hook was stopped: ralph was interrupted"
+        ));
+    }
     let (status, output) = (brief.status, brief.output);
     let tail: String = output
         .lines()

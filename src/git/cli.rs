@@ -61,6 +61,11 @@ pub(crate) struct GitCli {
     /// monitor's hook. A git confined by [`Self::beneath`] cannot execute `/proc/PID/exe` of
     /// an unconfined ralph (Landlock refuses it the access a ptrace would need).
     pub(crate) hook_program: Option<PathBuf>,
+    /// ralph's runtime files, which its staging leaves out whatever the ignore rules say
+    /// (`Repo::keep_out`).
+    pub(crate) own: Vec<String>,
+    /// The run's interrupts: a command running when one comes is killed at once.
+    pub(crate) stop: Option<crate::signals::Stop>,
     /// The index file as ralph's own git commands last left it (shared by the clones).
     index: Arc<IndexTrust>,
 }
@@ -94,6 +99,19 @@ struct Run {
     foreign: bool,
 }
 
+impl super::Repo {
+    /// Hear the run's interrupts: a git command running when one comes is killed at once, and
+    /// fails as `GitError::Stopped`.
+    pub(crate) fn set_stop(&mut self, stop: crate::signals::Stop) {
+        self.git.stop = Some(stop);
+    }
+
+    /// The interrupts this repository's commands hear, for what runs beside them (git hooks).
+    pub(crate) fn stop(&self) -> Option<crate::signals::Stop> {
+        self.git.stop.clone()
+    }
+}
+
 impl GitCli {
     pub(crate) fn new(git_dir: &Path, work_tree: &Path) -> GitCli {
         GitCli {
@@ -109,6 +127,8 @@ impl GitCli {
             }),
             beneath: None,
             hook_program: None,
+            own: Vec::new(),
+            stop: None,
         }
     }
 
@@ -294,7 +314,10 @@ impl GitCli {
                 monitored: false,
                 foreign: false,
             };
-            return Ok((output_of(self.command(args, plain), args, stdin)?, None));
+            return Ok((
+                output_of(self.command(args, plain), args, stdin, self.stop.as_ref())?,
+                None,
+            ));
         }
         let foreign = self.index_foreign() && !self.settle_index(args);
         let handed = self.monitor.as_ref().and_then(|m| {
@@ -315,15 +338,17 @@ impl GitCli {
         let before = self.index.now();
         let lock = self.git_dir.join("index.lock");
         let locked_before = lock.exists();
-        let out = output_of(self.command(args, run), args, stdin).inspect_err(|e| {
-            // ralph killed its own git at the deadline, with the lock that git took: no one
-            // else writes the index then (the agent's processes are gone), so the lock is
-            // removed as git would have on its way out. A lock that was there before is not
-            // ralph's to remove.
-            if matches!(e, GitError::Hung(..)) && !locked_before {
-                let _ = std::fs::remove_file(&lock);
-            }
-        })?;
+        let out = output_of(self.command(args, run), args, stdin, self.stop.as_ref()).inspect_err(
+            |e| {
+                // ralph killed its own git at the deadline, with the lock that git took: no one
+                // else writes the index then (the agent's processes are gone), so the lock is
+                // removed as git would have on its way out. A lock that was there before is not
+                // ralph's to remove.
+                if matches!(e, GitError::Hung(..) | GitError::Stopped(..)) && !locked_before {
+                    let _ = std::fs::remove_file(&lock);
+                }
+            },
+        )?;
         // An index ralph's command left is ralph's; a foreign one once a command rewrote it
         // (without the untracked cache, which `core.untrackedCache=false` drops).
         let after = self.index.now();
@@ -350,7 +375,7 @@ impl GitCli {
             monitored: false,
             foreign: false,
         };
-        let dropped = output_of(self.command(&drop, plain), &drop, None)
+        let dropped = output_of(self.command(&drop, plain), &drop, None, self.stop.as_ref())
             .is_ok_and(|out| out.status.success());
         if dropped {
             *self.index.seen() = self.index.now();
@@ -374,12 +399,20 @@ fn subcommand<'a>(args: &[&'a str]) -> Option<&'a str> {
     None
 }
 
-/// Run `cmd` (git `args`, for errors) with `stdin` fed to it, and return whatever it did.
+/// Run `cmd` (git `args`, for errors) with `stdin` fed to it, and return whatever it did. An
+/// interrupt (`stop`) while it runs kills it at once; one started after an interrupt has
+/// [`AFTER_STOP`] at most; none is started after a second interrupt, or once one had to be
+/// killed for an interrupt (git hangs here: each would).
 fn output_of(
     mut cmd: Command,
     args: &[&str],
     stdin: Option<&[u8]>,
+    stop: Option<&crate::signals::Stop>,
 ) -> Result<std::process::Output, GitError> {
+    let stopped = stop.map_or(0, crate::signals::Stop::count);
+    if stopped >= 2 || stop.is_some_and(crate::signals::Stop::given_up) {
+        return Err(GitError::Stopped(args.join(" ")));
+    }
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()
     } else {
@@ -393,8 +426,12 @@ fn output_of(
     let mut child = cmd
         .spawn()
         .map_err(|e| GitError::Spawn(args.join(" "), e))?;
-    let deadline = git_deadline();
-    let watchdog = Watchdog::start(child.id(), deadline);
+    let deadline = match stopped {
+        0 => git_deadline(),
+        _ => git_deadline().min(AFTER_STOP),
+    };
+    let listen = stop.filter(|_| stopped == 0).cloned();
+    let watchdog = Watchdog::start(child.id(), deadline, listen);
     // stdin is fed from a thread while wait_with_output drains both pipes.
     let feeder = match (stdin, child.stdin.take()) {
         (Some(bytes), Some(mut pipe)) => {
@@ -411,11 +448,19 @@ fn output_of(
     if let Some(f) = feeder {
         let _ = f.join();
     }
-    if watchdog.is_some_and(Watchdog::fired) {
-        return Err(GitError::Hung(args.join(" "), deadline.as_secs()));
+    match watchdog.map_or(Fired::No, Watchdog::fired) {
+        Fired::No => Ok(out),
+        Fired::Deadline if stopped == 0 => Err(GitError::Hung(args.join(" "), deadline.as_secs())),
+        Fired::Deadline | Fired::Stop => {
+            stop.inspect(|s| s.give_up());
+            Err(GitError::Stopped(args.join(" ")))
+        }
     }
-    Ok(out)
 }
+
+/// How long a git command started after an interrupt may run: what the close of an
+/// interrupted iteration needs (a status, a commit) takes milliseconds.
+const AFTER_STOP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long one of ralph's git commands may run: `RALPH_GIT_TIMEOUT` (a duration such as `90s`),
 /// else 10 minutes, as for the hooks. git waits on nothing of ralph's; one that runs that long
@@ -428,15 +473,27 @@ fn git_deadline() -> std::time::Duration {
         .unwrap_or(std::time::Duration::from_secs(600))
 }
 
-/// Kills a git command's process group at its deadline. It waits on a pidfd (no polling):
-/// readable once git exits, when it returns at once.
+/// Why the watchdog killed a command, if it did.
+enum Fired {
+    No,
+    Deadline,
+    Stop,
+}
+
+/// Kills a git command's process group at its deadline, or at once when an interrupt comes. It
+/// waits on a pidfd and the stop's eventfd (no polling): the first readable once git exits,
+/// when it returns at once.
 struct Watchdog {
-    thread: std::thread::JoinHandle<bool>,
+    thread: std::thread::JoinHandle<Fired>,
 }
 
 impl Watchdog {
     /// `None` where there are no pidfds (before Linux 5.3, other systems): no deadline there.
-    fn start(pid: u32, deadline: std::time::Duration) -> Option<Watchdog> {
+    fn start(
+        pid: u32,
+        deadline: std::time::Duration,
+        stop: Option<crate::signals::Stop>,
+    ) -> Option<Watchdog> {
         #[cfg(target_os = "linux")]
         {
             use rustix::process::{Pid, PidfdFlags, pidfd_open};
@@ -446,34 +503,38 @@ impl Watchdog {
             let thread = std::thread::spawn(move || {
                 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
                 let ms = u32::try_from(deadline.as_millis()).unwrap_or(u32::MAX);
-                let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+                let mut fds = vec![PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+                if let Some(stop) = &stop {
+                    fds.push(PollFd::new(stop.fd(), PollFlags::POLLIN));
+                }
                 let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
-                let exited = loop {
+                let fired = loop {
                     match poll(&mut fds, timeout) {
                         Err(nix::errno::Errno::EINTR) => continue,
-                        Ok(0) => break false,
-                        _ => break true,
+                        Ok(0) => break Fired::Deadline,
+                        _ if fds[0].any().unwrap_or(true) => break Fired::No,
+                        _ => break Fired::Stop,
                     }
                 };
-                if !exited {
+                if !matches!(fired, Fired::No) {
                     // git is alive (not reaped: its pid and group id are still its own).
                     let group = nix::unistd::Pid::from_raw(pid as i32);
                     let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
                 }
-                !exited
+                fired
             });
             Some(Watchdog { thread })
         }
         #[cfg(not(target_os = "linux"))]
         {
-            let _ = (pid, deadline);
+            let _ = (pid, deadline, stop);
             None
         }
     }
 
-    /// Whether the deadline killed the command.
-    fn fired(self) -> bool {
-        self.thread.join().unwrap_or(false)
+    /// Whether, and why, the watchdog killed the command.
+    fn fired(self) -> Fired {
+        self.thread.join().unwrap_or(Fired::No)
     }
 }
 

@@ -90,6 +90,9 @@ pub enum GitError {
         "`git {0}` ran longer than {1} s and was killed (a FIFO where git reads a file, or a filter that never ends?)"
     )]
     Hung(String, u64),
+    /// A git command killed because ralph was interrupted (SIGINT, SIGTERM, SIGHUP).
+    #[error("`git {0}` was stopped: ralph was interrupted")]
+    Stopped(String),
     /// HEAD is not the loop's own: ralph commits onto nothing else.
     #[error(
         "HEAD is on {head}, not on this loop's {own}: ralph commits only onto its loop's own branch, so the work stays uncommitted (put HEAD back with {back})"

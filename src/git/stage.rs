@@ -105,6 +105,28 @@ fn refused(abs: &Path) -> Option<String> {
 }
 
 impl Repo {
+    /// ralph's runtime files (its logs, transcripts, state, barriers, temporary names), as paths
+    /// from the root: a name ending in `/` is a directory, one ending in `*` a prefix. Staging
+    /// leaves them out, untracked or tracked, whatever the ignore rules say — the agent can
+    /// write every ignore file — and without a word: they are ralph's own.
+    pub(crate) fn keep_out(&mut self, names: Vec<String>) {
+        self.git.own = names;
+    }
+
+    /// Whether `path` (as git names it) is one of ralph's runtime files, or under one.
+    fn is_own(&self, path: &[u8]) -> bool {
+        self.git.own.iter().any(|name| {
+            let name = name.as_bytes();
+            match (name.strip_suffix(b"/"), name.strip_suffix(b"*")) {
+                (Some(dir), _) => path
+                    .strip_prefix(dir)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/")),
+                (_, Some(prefix)) => path.starts_with(prefix),
+                _ => path == name,
+            }
+        })
+    }
+
     /// Stage as `git add -A` would, less the paths `exclude` names (the commit guard: only for
     /// paths not yet tracked) and the paths git refuses, writing the index.
     pub fn stage_all(
@@ -161,6 +183,10 @@ impl Repo {
             return Ok(());
         }
         let path = e.path.strip_suffix(b"/").unwrap_or(&e.path);
+        if self.is_own(path) {
+            plan.exclude.push(path.to_vec());
+            return Ok(());
+        }
         let abs = self.abs(path);
         if let Some(why) = refused(&abs) {
             plan.leave_out(path, why);
@@ -274,6 +300,10 @@ impl Repo {
         };
         for rec in out.split(|&b| b == 0).filter(|r| under(r)) {
             let rel = rec.strip_suffix(b"/").unwrap_or(rec);
+            if self.is_own(rel) {
+                plan.exclude.push(rel.to_vec());
+                continue;
+            }
             let abs = self.abs(rel);
             if rec.ends_with(b"/") && abs.join(".git").exists() {
                 self.plan_nested_repo(rel, plan)?;

@@ -857,3 +857,53 @@ fn index_tree_from_head_declines_what_it_cannot_make() {
     assert!(repo.tree_from_head().unwrap().is_none(), "an unmerged path");
     assert!(matches!(repo.index_tree(), Err(GitError::Conflicts)));
 }
+
+/// ralph's runtime files are left out of its staging by name, whatever the ignore rules say
+/// (none here): a new `.ralph/` directory, a file and a directory of ralph's in it, and a
+/// tracked one modified. The rest is staged as `git add -A` stages it.
+#[test]
+fn keep_out_leaves_ralphs_runtime_files_unstaged() {
+    let dir = repo_with_commit();
+    sh(
+        dir.path(),
+        "mkdir -p .ralph/runs/r1 && echo log > .ralph/activity.log && echo t > .ralph/runs/r1/t.log \
+         && echo x > .ralph/.tmp-0a && echo p > .ralph/progress.md && echo n > new.txt",
+    );
+    let mut repo = open(dir.path());
+    repo.keep_out(vec![
+        ".ralph/activity.log".into(),
+        ".ralph/runs/".into(),
+        ".ralph/.tmp-*".into(),
+    ]);
+    let staged = repo.stage_all(&|_, _| None).unwrap();
+    assert_eq!(staged.changed, [".ralph/progress.md", "new.txt"]);
+    assert!(
+        staged.left_out.is_empty(),
+        "said nothing: {:?}",
+        staged.left_out
+    );
+    // Tracked (the agent force-added it) and modified: still never staged by ralph.
+    sh(
+        dir.path(),
+        "git add -f .ralph/activity.log && git commit -qm agent && echo more >> .ralph/activity.log",
+    );
+    let staged = repo.stage_all(&|_, _| None).unwrap();
+    assert!(
+        !staged.changed.iter().any(|p| p.contains("activity")),
+        "{:?}",
+        staged.changed
+    );
+    // The control: without the names, the same tree stages them.
+    let mut plain = open(dir.path());
+    let staged = plain.stage_all(&|_, _| None).unwrap();
+    assert!(
+        staged.changed.contains(&".ralph/runs/r1/t.log".to_string()),
+        "{:?}",
+        staged.changed
+    );
+    assert!(
+        staged.changed.contains(&".ralph/activity.log".to_string()),
+        "{:?}",
+        staged.changed
+    );
+}

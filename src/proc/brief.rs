@@ -14,6 +14,8 @@ pub(crate) struct Brief {
     pub(crate) status: Option<ExitStatus>,
     /// stdout, then stderr.
     pub(crate) output: String,
+    /// An interrupt stopped it (`run_guarded`).
+    pub(crate) stopped: bool,
 }
 
 /// Run `cmd` with stdin closed, collecting its output, killing it after `deadline`.
@@ -38,7 +40,11 @@ pub(crate) fn run(cmd: &mut Command, deadline: Duration) -> std::io::Result<Brie
     let status = wait_until(&mut child, deadline)?;
     let mut output = collect(out);
     output.push_str(&collect(err));
-    Ok(Brief { status, output })
+    Ok(Brief {
+        status,
+        output,
+        stopped: false,
+    })
 }
 
 /// How a brief command ended, its streams apart (a tool that prints JSON on stdout).
@@ -119,8 +125,13 @@ fn collect(rx: mpsc::Receiver<String>) -> String {
 
 /// As [`run`], for a command the repository gave (a git hook, which the agent could have
 /// written): under ralph's guard, so nothing it starts outlives it (see `guarded.rs`); at
-/// the deadline its whole tree is killed.
-pub(crate) fn run_guarded(cmd: &Command, deadline: Duration) -> std::io::Result<Brief> {
+/// the deadline its whole tree is killed, and so it is at once when an interrupt comes while
+/// it runs (`stop`: one that came before it started leaves it its time, a second one not).
+pub(crate) fn run_guarded(
+    cmd: &Command,
+    deadline: Duration,
+    stop: Option<&crate::signals::Stop>,
+) -> std::io::Result<Brief> {
     use super::guarded::BlockingGuarded;
     let args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
     let cwd = cmd
@@ -137,16 +148,36 @@ pub(crate) fn run_guarded(cmd: &Command, deadline: Duration) -> std::io::Result<
     })?;
     let out = drain(guarded.guard.stdout.take().map(|p| Box::new(p) as _));
     let err = drain(guarded.guard.stderr.take().map(|p| Box::new(p) as _));
-    let status = guarded.ended_by(Instant::now() + deadline);
+    let end = Instant::now() + deadline;
+    let seen = stop.map_or(0, crate::signals::Stop::count);
+    let heard = || stop.is_some_and(|s| s.count() > seen);
+    let (status, stopped) = loop {
+        // In slices, to hear an interrupt: the guard's reports are what it waits on.
+        let slice = (Instant::now() + STOP_SLICE).min(end);
+        match guarded.ended_by(slice) {
+            Some(status) => break (Some(status), false),
+            None if heard() => break (None, true),
+            None if Instant::now() >= end => break (None, false),
+            None => {}
+        }
+    };
     if status.is_none() {
-        // Past its deadline: its whole tree goes (the guard finishes without a grace).
+        // Past its deadline, or interrupted: its whole tree goes (the guard finishes without
+        // a grace).
         guarded.orders.kill();
     }
     guarded.finish();
     let mut output = collect(out);
     output.push_str(&collect(err));
-    Ok(Brief { status, output })
+    Ok(Brief {
+        status,
+        output,
+        stopped,
+    })
 }
+
+/// How often a guarded command's wait looks at the interrupts.
+const STOP_SLICE: Duration = Duration::from_millis(50);
 
 /// What a guarded command's leftovers get between SIGTERM and SIGKILL when it ends.
 const GRACE: Duration = Duration::from_secs(1);

@@ -337,7 +337,9 @@ impl BlockingGuarded {
             if left.is_zero() {
                 return None;
             }
-            match next_report(&mut self.reports, Some(left)) {
+            // A millisecond more: the wait may end up to a millisecond early (whole
+            // milliseconds), which is no end of file.
+            match next_report(&mut self.reports, Some(left + Duration::from_millis(1))) {
                 Some(Report::Exit(status)) => return Some(status),
                 Some(_) => {}
                 None if std::time::Instant::now() >= deadline => return None,
@@ -374,8 +376,11 @@ fn next_report(
             let mut fds = [PollFd::new(reports.get_ref(), PollFlags::IN)];
             // At least a millisecond, as a deadline just reached is not waited on in a loop.
             let t = Timespec::try_from(t.max(Duration::from_millis(1))).ok()?;
-            if rustix::event::poll(&mut fds, Some(&t)).unwrap_or(0) == 0 {
-                return None;
+            match rustix::event::poll(&mut fds, Some(&t)) {
+                // A signal ralph counts came to this thread: no end of file (waited again).
+                Err(rustix::io::Errno::INTR) => continue,
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
             }
         }
         let mut line = String::new();

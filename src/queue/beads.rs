@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{Claim, Item, Tracker, criteria_of};
+use super::{Claim, Item, Text, Tracker};
 use crate::error::{Error, Result};
 use crate::proc::brief;
 
@@ -22,6 +22,8 @@ const OUTPUT_LIMIT: u64 = 16 * 1024 * 1024;
 pub(crate) struct Beads {
     program: PathBuf,
     root: PathBuf,
+    /// Each open item's text as the last [`Tracker::states`] read it.
+    texts: Option<BTreeMap<String, Text>>,
 }
 
 /// An issue as `ready --json` and `show --json` print it (other fields ignored).
@@ -36,6 +38,17 @@ struct Issue {
     acceptance_criteria: Option<String>,
     #[serde(default)]
     status: Option<String>,
+}
+
+impl Issue {
+    /// Its text: the title, the description, the acceptance criteria as written.
+    fn text(&self) -> Text {
+        Text {
+            title: self.title.clone(),
+            body: self.description.clone().unwrap_or_default(),
+            criteria: Some(self.acceptance_criteria.clone().unwrap_or_default()),
+        }
+    }
 }
 
 impl Beads {
@@ -53,6 +66,7 @@ impl Beads {
         Ok(Beads {
             program,
             root: root.to_path_buf(),
+            texts: None,
         })
     }
 
@@ -132,12 +146,7 @@ impl Tracker for Beads {
             .into_iter()
             // `ready` also lists issues in progress; only an open one is free to take.
             .filter(|i| i.status.as_deref().is_none_or(|s| s == "open"))
-            .map(|i| Item {
-                criteria: criteria_of(i.acceptance_criteria.as_deref().unwrap_or("")),
-                id: i.id,
-                title: i.title,
-                body: i.description.unwrap_or_default(),
-            })
+            .map(|i| i.text().item(&i.id))
             .collect())
     }
 
@@ -182,8 +191,16 @@ impl Tracker for Beads {
             ))
         })?;
         if listed.has_more {
+            self.texts = None;
             return Ok(None);
         }
+        let texts = listed
+            .issues
+            .iter()
+            .filter(|i| i.status.as_deref().is_none_or(|s| s != "closed"))
+            .map(|i| (i.id.clone(), i.text()))
+            .collect();
+        self.texts = Some(texts);
         Ok(Some(
             listed
                 .issues
@@ -191,6 +208,36 @@ impl Tracker for Beads {
                 .map(|i| (i.id, i.status.unwrap_or_default()))
                 .collect(),
         ))
+    }
+
+    fn texts(&mut self) -> Option<BTreeMap<String, Text>> {
+        self.texts.take()
+    }
+
+    /// `update` with the fields that differ, as `--field=value` (a value may start with `-`);
+    /// with `--force` when br refuses it without (it guards a text from being shortened).
+    fn restore_text(&mut self, id: &str, is: &Text, was: &Text, why: &str) -> Result<()> {
+        let mut args = vec!["update".to_string(), id.to_string()];
+        let fields = [
+            ("title", Some(&is.title), Some(&was.title)),
+            ("description", Some(&is.body), Some(&was.body)),
+            (
+                "acceptance-criteria",
+                is.criteria.as_ref(),
+                was.criteria.as_ref(),
+            ),
+        ];
+        for (field, is, was) in fields {
+            if let Some(was) = was.filter(|w| Some(*w) != is) {
+                args.push(format!("--{field}={was}"));
+            }
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        if self.ok(&args, &[]).is_err() {
+            let forced = [&args[..], &["--force"]].concat();
+            self.ok(&forced, &[])?;
+        }
+        self.ok(&["comments", "add", id, why], &[]).map(|_| ())
     }
 
     fn restore(&mut self, id: &str, is: &str, was: &str, why: &str) -> Result<()> {

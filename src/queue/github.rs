@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Claim, Item, Now, Tracker, task_items};
+use super::{Claim, Item, Now, Text, Tracker};
 use crate::error::{Error, Result};
 
 /// How long a fault is tried again once the queue is stopping.
@@ -53,6 +53,8 @@ pub(crate) struct GitHub {
     clock: crate::queue::lease::Clock,
     /// The queue's interrupts: once one is counted, requests tried again give up soon.
     stop: Option<crate::signals::Background>,
+    /// Each open issue's text as the last [`Tracker::states`] read it.
+    texts: Option<BTreeMap<String, Text>>,
 }
 
 /// An issue as the API gives it (other fields ignored).
@@ -137,6 +139,7 @@ impl GitHub {
             waited: Default::default(),
             clock: Default::default(),
             stop: None,
+            texts: None,
         }
     }
 
@@ -260,43 +263,52 @@ impl Tracker for GitHub {
         Ok(issues
             .into_iter()
             .filter(|i| ready(i, &login))
-            .map(|i| {
-                let body = i.body.unwrap_or_default();
-                Item {
-                    id: i.number.to_string(),
-                    title: i.title,
-                    criteria: task_items(&body),
-                    body,
-                }
-            })
+            .map(|i| text(&i).item(&i.number.to_string()))
             .collect())
     }
 
     /// Each issue's state, assignees and labels (`open|alice|ralph,ralph:in-progress`): the
     /// labelled ones, and every one seen before that lost the label since.
+    /// The open ones' texts are kept for [`Tracker::texts`].
     fn states(&mut self) -> Result<Option<BTreeMap<String, String>>> {
-        let mut states: BTreeMap<String, String> = self
-            .labelled("all")?
-            .iter()
-            .filter(|i| i.pull_request.is_none())
-            .map(|i| (i.number.to_string(), standing(i)))
-            .collect();
+        let mut issues: Vec<Issue> = self.labelled("all")?;
+        issues.retain(|i| i.pull_request.is_none());
+        let listed: std::collections::BTreeSet<String> =
+            issues.iter().map(|i| i.number.to_string()).collect();
         for id in self.known.clone() {
-            if states.contains_key(&id) {
+            if listed.contains(&id) {
                 continue;
             }
             // An issue deleted since (404, 410) is gone from the standing, not an error.
             match self.issue_if_any(&id)? {
-                Some(i) => {
-                    states.insert(id.clone(), standing(&i));
-                }
+                Some(i) => issues.push(i),
                 None => {
                     self.known.remove(&id);
                 }
             }
         }
+        let texts = issues
+            .iter()
+            .filter(|i| i.state == "open")
+            .map(|i| (i.number.to_string(), text(i)))
+            .collect();
+        self.texts = Some(texts);
+        let states: BTreeMap<String, String> = issues
+            .iter()
+            .map(|i| (i.number.to_string(), standing(i)))
+            .collect();
         self.known.extend(states.keys().cloned());
         Ok(Some(states))
+    }
+
+    fn texts(&mut self) -> Option<BTreeMap<String, Text>> {
+        self.texts.take()
+    }
+
+    fn restore_text(&mut self, id: &str, _is: &Text, was: &Text, why: &str) -> Result<()> {
+        let sent = json!({ "title": was.title, "body": was.body });
+        self.call("PATCH", &self.issue_url(id), Some(&sent))?;
+        self.comment(id, why)
     }
 
     fn shared(&self) -> bool {
@@ -459,6 +471,15 @@ fn standing(i: &Issue) -> String {
     )
 }
 
+/// An issue's text: its title and body (whose task items are its criteria).
+fn text(i: &Issue) -> Text {
+    Text {
+        title: i.title.clone(),
+        body: i.body.clone().unwrap_or_default(),
+        criteria: None,
+    }
+}
+
 /// Whether an open labelled issue is free to take: no pull request, nobody else assigned, no
 /// open blocker.
 fn ready(i: &Issue, login: &str) -> bool {
@@ -527,6 +548,7 @@ pub(crate) fn repo_of_url(url: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::text::task_items;
 
     #[test]
     fn remote_urls_name_their_repository() {

@@ -12,7 +12,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-pub(crate) use text::{criteria_of, refusal, task_file, task_items};
+pub(crate) use text::{Text, refusal, task_file, text_hash};
+#[cfg(test)]
+use text::{criteria_of, task_items};
 
 /// One item of a tracker, as ralph needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +88,15 @@ pub(crate) trait Tracker {
     }
     /// Put item `id` back from state `is` to state `was`, saying why.
     fn restore(&mut self, _id: &str, _is: &str, _was: &str, _why: &str) -> Result<()> {
+        Ok(())
+    }
+    /// Each open item's text as the last [`Tracker::states`] read it (taken: the next call
+    /// gives the next read's); `None` when the tracker cannot list them.
+    fn texts(&mut self) -> Option<BTreeMap<String, Text>> {
+        None
+    }
+    /// Put item `id`'s text back from `is` to `was` (the fields that differ), saying why.
+    fn restore_text(&mut self, _id: &str, _is: &Text, _was: &Text, _why: &str) -> Result<()> {
         Ok(())
     }
     /// Files the tracker keeps in the repository and rewrites on every change (beads'

@@ -403,3 +403,22 @@ proptest! {
         let _ = criteria_of(&body);
     }
 }
+
+/// A line of a vertical tab is no blank line to Markdown: quoted as a blank one, it let an
+/// ordered list after it start (it could not interrupt the paragraph) and a box show in the
+/// quote (the proptest below found it).
+#[test]
+fn a_line_of_other_white_space_keeps_the_quotes_blocks() {
+    let body = ["- ", "===\n", "\u{b}", "\n", "  ", "2) ", "- [ ] ", "## "].concat();
+    let it = Item {
+        id: "7".into(),
+        title: "T".into(),
+        body: body.clone(),
+        criteria: task_items(&body),
+    };
+    let text = task_file("github", &it);
+    assert_eq!(quoted_boxes(&text), 0, "{text}");
+    if refusal("github", &it).is_none() {
+        assert!(asks_only_its_criteria("github", &it, &text));
+    }
+}

@@ -9,11 +9,48 @@ use super::Item;
 use crate::markdown::{self, Markdown};
 use crate::task::checklist;
 
+/// An item's text as its tracker holds it — what its task file is written from (SPEC §14):
+/// pinned when a queue first reads it, and put back when it changes while the queue runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Text {
+    pub(crate) title: String,
+    /// The body (GitHub) or description (beads).
+    pub(crate) body: String,
+    /// Acceptance criteria of their own, as written (beads'); `None`: the body's task items are
+    /// the criteria (GitHub).
+    pub(crate) criteria: Option<String>,
+}
+
+impl Text {
+    /// Item `id` as this text makes it: its criteria read by the one Markdown reader.
+    pub(crate) fn item(&self, id: &str) -> Item {
+        let criteria = match &self.criteria {
+            Some(c) => criteria_of(c),
+            None => task_items(&self.body),
+        };
+        Item {
+            id: id.to_string(),
+            title: self.title.clone(),
+            body: self.body.clone(),
+            criteria,
+        }
+    }
+}
+
 /// The most bytes an item's title may hold: a GitHub title holds 256 characters at most.
 const TITLE_LIMIT: usize = 2 * 1024;
 /// The most bytes an item's body, and its criteria, may each hold: every GitHub body fits
 /// (65,536 characters at most, 4 bytes each at most).
 const TEXT_LIMIT: usize = 256 * 1024;
+
+/// The hash of what `item` asks — its title, body and criteria — as a lease names it (SPEC §15:
+/// a worker taking an item over works on the text its holder took it with): a git blob hash
+/// of them as one JSON array.
+pub(crate) fn text_hash(item: &Item) -> String {
+    let doc = serde_json::json!([item.title, item.body, item.criteria]).to_string();
+    git2::Oid::hash_object(git2::ObjectType::Blob, doc.as_bytes())
+        .map_or_else(|_| String::new(), |o| o.to_string())
+}
 
 /// Why the item must not be taken, checked before any claim; `None` when it may be. Its title
 /// or text past the bounds; a task file past the bound of every Markdown file ralph reads; a
@@ -111,12 +148,13 @@ fn shows_a_box(text: &str) -> bool {
 /// `text` (its lines ended by `\n` alone) as a block quote whose blocks are the text's own:
 /// tabs are spaces to the same tab stops, which the `> ` would move (a tab that made a code
 /// block would no longer); leading blank lines go, a first line's indentation stays (it may
-/// make a code block).
+/// make a code block). Blank is spaces and tabs only, as Markdown has it: a line of another
+/// white space (a vertical tab) is text, and kept, else what follows it would change blocks.
 fn quote(text: &str) -> String {
-    let text = text.trim_end();
+    let text = text.trim_end_matches([' ', '\t', '\n']);
     let start = text
         .char_indices()
-        .take_while(|(_, c)| c.is_whitespace())
+        .take_while(|(_, c)| matches!(c, ' ' | '\t' | '\n'))
         .filter(|(_, c)| *c == '\n')
         .last()
         .map_or(0, |(i, _)| i + 1);
@@ -126,7 +164,7 @@ fn quote(text: &str) -> String {
     }
     let mut out = String::with_capacity(text.len() + text.len() / 4 + 2);
     for line in text.lines() {
-        out.push_str(format!("> {}", expand_tabs(line)).trim_end());
+        out.push_str(format!("> {}", expand_tabs(line)).trim_end_matches([' ', '\t']));
         out.push('\n');
     }
     out.push('\n');

@@ -37,6 +37,17 @@ lock
 .tmp-*
 ";
 
+/// ralph's runtime files as paths from the work tree's root, for `Repo::keep_out`: the
+/// patterns of [`GITIGNORE`] under `.ralph/` (`runs/` a directory, `state.json.tmp*` a
+/// prefix).
+pub(crate) fn runtime_paths() -> Vec<String> {
+    GITIGNORE
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| format!("{DIR}/{l}"))
+        .collect()
+}
+
 pub(crate) const GUARDRAILS: &str = "\
 # RALPH Guardrails
 
@@ -93,6 +104,30 @@ impl RalphDir {
                 .map_err(|e| Error::file("write", &ignore, e))?;
         }
         Ok(())
+    }
+
+    /// `.ralph/.gitignore` with ralph's lines last, so that `git status` as the user sees it
+    /// leaves the runtime files out again after an agent emptied the file or negated them (`!*`)
+    /// — the lines before ralph's are kept, ralph's block is moved last. ralph's own staging
+    /// never relies on it (`Repo::keep_out`). `true` when the file was written.
+    pub(crate) fn keep_ignoring(&self) -> Result<bool> {
+        let path = self.path.join(".gitignore");
+        // Anything odd there (a link, a FIFO, too big) is no rule of ralph's: replaced.
+        let now = crate::files::read_text_if_exists(&path)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if now.ends_with(GITIGNORE) {
+            return Ok(false);
+        }
+        let mut kept = now.replace(GITIGNORE, "");
+        if !kept.is_empty() && !kept.ends_with('\n') {
+            kept.push('\n');
+        }
+        kept.push_str(GITIGNORE);
+        crate::files::write_own(&path, kept.as_bytes())
+            .map_err(|e| Error::file("write", &path, e))?;
+        Ok(true)
     }
 
     /// Create `.ralph/` (mode 0700) and every file that is missing; existing files are kept.

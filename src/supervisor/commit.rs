@@ -37,18 +37,84 @@ pub(crate) fn guarded_commit(
     rd: &RalphDir,
     message: &str,
 ) -> Result<Guarded> {
-    let report = repo.commit_with(message, &guard(settings), hooks(repo, settings).as_deref())?;
+    let hooks = hooks(repo, settings);
+    let report = repo.commit_with(message, &guard(settings), hooks.as_deref())?;
     tell(ui, rd, &report.left_out, report.hook_failure.as_deref());
-    if let Some(out) = &report.outcome
-        && out.used_fallback_identity
-        && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
-    {
-        ui.warn(FALLBACK_IDENTITY_WARNING);
+    if let Some(out) = &report.outcome {
+        warn_fallback(ui, out);
+        if hooks.is_some() {
+            commit_what_hooks_left(repo, settings, ui, rd, message);
+        }
     }
     Ok(Guarded {
         outcome: report.outcome,
         refused: report.hook_failure,
     })
+}
+
+/// The fallback identity's warning, once per run.
+fn warn_fallback(ui: Ui, out: &CommitOutcome) {
+    if out.used_fallback_identity && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        ui.warn(FALLBACK_IDENTITY_WARNING);
+    }
+}
+
+/// After a commit whose hooks ran: a `pre-commit` hook may edit the tree as it runs (a
+/// formatter), and the commit holds the index as it was staged, so the tree is dirty right
+/// after it. What the hooks left is staged and committed once more, as the same message with
+/// `(what its hooks left)` after its subject, through the guard and the hooks again; what those
+/// leave stays in the tree, and the status taken after it (the fingerprint) holds it, as it
+/// does when this commit cannot be made (said and logged).
+fn commit_what_hooks_left(
+    repo: &mut Repo,
+    settings: &Settings,
+    ui: Ui,
+    rd: &RalphDir,
+    message: &str,
+) {
+    let (subject, rest) = message.split_once('\n').unwrap_or((message, ""));
+    let message = format!("{subject} (what its hooks left)\n{rest}");
+    let line = match commit_left_by_hooks(repo, settings, ui, rd, &message) {
+        Ok(None) => return,
+        Ok(Some(line)) => line,
+        Err(e) => {
+            let line = format!(
+                "what the commit's hooks left in the tree is not committed: {}",
+                super::faults::chain(&e)
+            );
+            ui.warn(&line);
+            line
+        }
+    };
+    super::log_activity(ui, rd, &line);
+}
+
+/// Stage and commit what the hooks left; the activity line saying so, `None` when they left
+/// nothing.
+fn commit_left_by_hooks(
+    repo: &mut Repo,
+    settings: &Settings,
+    ui: Ui,
+    rd: &RalphDir,
+    message: &str,
+) -> Result<Option<String>> {
+    let staged = repo.stage_all(&guard(settings))?;
+    if staged.changed.is_empty() {
+        return Ok(None);
+    }
+    let report = repo.commit_staged(message, hooks(repo, settings).as_deref())?;
+    tell(ui, rd, &[], report.hook_failure.as_deref());
+    let paths = super::final_walk::shown(&staged.changed);
+    Ok(Some(match report.outcome {
+        Some(out) => {
+            warn_fallback(ui, &out);
+            format!(
+                "The commit's hooks left {paths} changed: committed as {} ({})",
+                out.commit.short, out.commit.summary
+            )
+        }
+        None => format!("The commit's hooks left {paths} changed: not committed"),
+    }))
 }
 
 /// The commit guard as the git layer takes it.
@@ -77,8 +143,9 @@ fn hooks(repo: &Repo, settings: &Settings) -> Option<Box<crate::git::HookRunner>
     // The repository's hooks run on its say: in the sandbox under `--sandbox`.
     let settings = settings.clone();
     let confine = move |inv| settings.confine(inv, true);
+    let stop = repo.stop();
     Some(Box::new(move |root: &std::path::Path, msg: &str| {
-        crate::hooks::run(root, &hooks_dir, &git_dir, msg, &confine)
+        crate::hooks::run(root, &hooks_dir, &git_dir, msg, &confine, stop.as_ref())
     }))
 }
 
@@ -148,6 +215,7 @@ impl Committer<'_> {
         let n = prep.n;
         // Written first, so one `git add` stages it with the agent's work and git sees no
         // change of the work tree between the commit and the fingerprint.
+        self.keep_ignoring(n);
         let block = self.write_status_block(n, status);
         faults.or(
             block,
@@ -240,14 +308,16 @@ impl Committer<'_> {
             left_out,
             report.hook_failure.as_deref(),
         );
-        if let Some(c) = report.outcome {
-            if c.used_fallback_identity && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
-            {
-                self.ui.warn(FALLBACK_IDENTITY_WARNING);
-            }
-            out.subject = Some(c.commit.summary);
-        }
         out.refused = report.hook_failure;
+        let Some(c) = report.outcome else {
+            return Ok(());
+        };
+        warn_fallback(self.ui, &c);
+        out.subject = Some(c.commit.summary);
+        if hooks(&self.tree.repo, self.settings).is_some() {
+            let rd = &self.tree.rd;
+            commit_what_hooks_left(&mut self.tree.repo, self.settings, self.ui, rd, &message);
+        }
         Ok(())
     }
 
@@ -283,6 +353,23 @@ impl Committer<'_> {
                 && now(&self.tree.rd.guardrails()) == state::GUARDRAILS;
         }
         false
+    }
+
+    /// `.ralph/.gitignore` with ralph's lines last again (`RalphDir::keep_ignoring`), said in
+    /// the activity log; a failure to write it is said too, and changes nothing else: ralph's
+    /// staging leaves its runtime files out by itself.
+    fn keep_ignoring(&self, n: u32) {
+        let line = match self.tree.rd.keep_ignoring() {
+            Ok(false) => return,
+            Ok(true) => format!(
+                "Iteration {n}: .ralph/.gitignore no longer ended with ralph's lines: they are put back last, so git ignores ralph's runtime files again"
+            ),
+            Err(e) => format!(
+                "Iteration {n}: .ralph/.gitignore cannot be put back ({}): ralph's runtime files may show as untracked",
+                super::faults::chain(&e)
+            ),
+        };
+        super::log_activity(self.ui, &self.tree.rd, &line);
     }
 
     /// Ralph's Current Status block in `.ralph/progress.md` (bookkeeping: never committed alone).

@@ -57,11 +57,14 @@ impl Loop {
     }
 
     /// The outcome `decide` reads. A close that failed forces its error, over what the
-    /// iteration did.
+    /// iteration did; an interrupt that came once the agent was judged (during the checks'
+    /// aftermath or the close: a git hook or git command it stopped) forces the interrupt.
     pub(super) fn outcome(&self, ending: &Ending, recorded: &Recorded) -> Outcome {
         let mut outcome = self.judged_outcome(ending, recorded);
         if let Some(failure) = &recorded.failure {
             outcome.forced = Some(failure.clone());
+        } else if outcome.forced.is_none() && self.interrupts.count() > 0 {
+            outcome.forced = Some(Halt::Interrupted);
         }
         outcome
     }

@@ -49,6 +49,51 @@ impl Loop {
         }
     }
 
+    /// [`Self::run_hooks`] after an iteration was recorded or the run halted, then a walk of
+    /// the tree: what the commands left (they run in the repository, and may write there) is
+    /// committed as `ralph: iteration N — what the [hooks] commands left`, through the guard
+    /// and the repository's hooks, and named in the activity log — the ITER record is written
+    /// by then, as at an interrupt between iterations — so no run ends with a tree its records
+    /// do not account for (SPEC §5.1 step 7). Nothing is committed under `--no-commit`.
+    pub(super) async fn run_hooks_then_walk(&mut self) {
+        let ran = !self.pending_events.is_empty();
+        self.run_hooks().await;
+        if !ran || self.setup.settings.no_commit {
+            return;
+        }
+        let n = self.counters.iteration;
+        let subject = match n {
+            0 => "ralph: what the [hooks] commands left".to_string(),
+            n => format!("ralph: iteration {n} — what the [hooks] commands left"),
+        };
+        let message = super::commit_message(&subject, n, &self.state.run_id);
+        let ui = self.setup.ui;
+        let settings = &self.setup.settings;
+        let line =
+            match super::guarded_commit(&mut self.tree.repo, settings, ui, &self.tree.rd, &message)
+            {
+                Ok(g) => match (g.outcome, g.refused) {
+                    (Some(out), _) => format!(
+                        "the [hooks] commands changed the tree: committed as {} ({})",
+                        out.commit.short, out.commit.summary
+                    ),
+                    (None, Some(_)) => {
+                        "the [hooks] commands changed the tree: the commit was refused".to_string()
+                    }
+                    (None, None) => return,
+                },
+                Err(e) => {
+                    let line = format!(
+                        "what the [hooks] commands left in the tree is not committed: {}",
+                        super::faults::chain(&e)
+                    );
+                    ui.warn(&line);
+                    line
+                }
+            };
+        self.log(&format!("Iteration {n}: {line}"));
+    }
+
     /// One hook run; `Err` says how it failed.
     async fn run_hook(&mut self, pending: &Pending) -> Result<(), String> {
         let Pending { name, hook, line } = pending;

@@ -35,9 +35,15 @@ pub(super) fn failed(what: impl Display, e: &Error) -> Halt {
     }
 }
 
-/// The steps of a close that failed, in order.
+/// Whether `e` is a git command killed because ralph was interrupted: what it was for did not
+/// happen, and the iteration is interrupted, not in error.
+pub(super) fn stopped(e: &Error) -> bool {
+    matches!(e, Error::Git(crate::git::GitError::Stopped(_)))
+}
+
+/// The steps of a close that failed, in order; and whether one was cut short by an interrupt.
 #[derive(Debug, Default)]
-pub(super) struct Faults(Vec<String>);
+pub(super) struct Faults(Vec<String>, bool);
 
 impl Faults {
     /// `r`'s value; or, noting its error under `what`, `fallback`.
@@ -49,14 +55,24 @@ impl Faults {
     }
 
     /// Note that `what` did not happen, because of `e`.
+    /// A git command killed for an interrupt is no error: the iteration is interrupted.
     pub(crate) fn note(&mut self, what: impl Display, e: &Error) {
+        if stopped(e) {
+            self.1 = true;
+            return;
+        }
         self.0.push(format!("{what}: {}", chain(e)));
     }
 
     /// The error the iteration ends with when its close failed: the ending's own error first
-    /// (when it is one), then what the close could not do. `None`: the ending stands.
+    /// (when it is one), then what the close could not do; `Halt::Interrupted` when only an
+    /// interrupt cut it short (an error ending stands). `None`: the ending stands.
     pub(crate) fn into_halt(self, ending: Option<&Halt>) -> Option<Halt> {
-        (!self.0.is_empty()).then(|| self.halt_with(ending))
+        if self.0.is_empty() {
+            let error = matches!(ending, Some(Halt::Error { .. }));
+            return (self.1 && !error).then_some(Halt::Interrupted);
+        }
+        Some(self.halt_with(ending))
     }
 
     /// [`Faults::into_halt`], whether or not anything failed.

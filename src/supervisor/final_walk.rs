@@ -53,6 +53,15 @@ impl Loop {
         let found = match self.walk_in_full(prep.n, &why) {
             Ok(Some(found)) => found,
             Ok(None) => return first,
+            // Interrupted while git hangs: the interrupt stands (its record says the rest).
+            Err(e) if super::faults::stopped(&e) => {
+                self.log(&format!(
+                    "Iteration {}: the full check of the tree was cut short: {}",
+                    prep.n,
+                    super::faults::chain(&e)
+                ));
+                return first;
+            }
             Err(e) => {
                 let halt = failed(
                     format_args!("iteration {}: the full check of the tree failed", prep.n),
@@ -158,7 +167,7 @@ impl Loop {
 }
 
 /// At most ten paths, then how many more.
-fn shown(paths: &[String]) -> String {
+pub(super) fn shown(paths: &[String]) -> String {
     let mut s = paths
         .iter()
         .take(10)

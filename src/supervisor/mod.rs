@@ -139,7 +139,7 @@ impl Loop {
     /// run's close.
     pub(crate) async fn run(mut self) -> (i32, Option<state::HaltReason>) {
         let code = self.iterate().await;
-        self.run_hooks().await;
+        self.run_hooks_then_walk().await;
         (code, self.state.halt_reason)
     }
 
@@ -171,7 +171,7 @@ impl Loop {
                 .iteration(&prev)
                 .instrument(info_span!("iteration", n))
                 .await;
-            self.run_hooks().await;
+            self.run_hooks_then_walk().await;
             if let Some(tell) = &self.recorded {
                 // A caller that stopped listening changes nothing here.
                 let _ = tell.send(n);

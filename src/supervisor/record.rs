@@ -108,7 +108,7 @@ impl Committer<'_> {
         );
         let failure = faults.into_halt(ending.as_ref().err());
         let exit = match ending {
-            _ if failure.is_some() => IterExit::Error,
+            _ if matches!(failure, Some(Halt::Error { .. })) => IterExit::Error,
             Err(Halt::Error { .. }) => IterExit::Error,
             Ok(Verified {
                 verdict: Some(v), ..

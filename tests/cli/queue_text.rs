@@ -367,3 +367,123 @@ fn worktree_without_a_name_and_no_branch_to_take_is_a_clear_error() {
     );
     assert!(!env.agent_ran(1));
 }
+
+/// A person's token, not ralph's (nor the agent's: ralph withholds its own): any credential an
+/// agent finds, or a person who edits an item meanwhile.
+const MALLORY: &str = "ghp_mallory";
+
+/// The criteria lines of item `rel`'s task file.
+fn criteria_of_file(env: &TestEnv, rel: &str) -> Vec<String> {
+    let task = env.read(rel);
+    boxes(&task).0.into_iter().map(str::to_string).collect()
+}
+
+#[test]
+fn an_issue_rewritten_before_its_claim_is_put_back_and_worked_on_its_first_text() {
+    let env = fresh();
+    let three = "Three things.\n\n- [ ] alpha\n- [ ] beta\n- [ ] gamma\n";
+    let api = Api::start_with(
+        &env,
+        json!([
+            issue(1, "Schema", &["ralph"], json!({})),
+            issue(2, "Docs", &["ralph"], json!({ "body": three })),
+        ]),
+        100,
+        json!({ "tokens": { TOKEN: "ralph-bot", MALLORY: "mallory" } }),
+    );
+    // Item 1's agent rewrites still-queued #2 down to one trivial box, with a token of its own.
+    let edit = agent_sh(
+        &env,
+        "rewrite-two",
+        &format!(
+            "if grep -q 'Task: Schema' \"$RALPH_TASK_FILE\"; then curl -sf -o /dev/null -X PATCH -H 'Authorization: Bearer {MALLORY}' -d '{{\"title\":\"Docs (easy)\",\"body\":\"- [ ] trivial\"}}' '{}/repos/o/r/issues/2'; fi",
+            api.url()
+        ),
+    );
+    let out = run_github(&env, &api, &format!("{edit}+check"), &[]);
+    // Control: the rewrite reached the API and was made.
+    let made = api.calls().into_iter().any(|c| {
+        c["user"] == "mallory"
+            && c["method"] == "PATCH"
+            && c["target"] == "/repos/o/r/issues/2"
+            && c["status"] == 200
+    });
+    assert!(made, "{:#?}\n{}", api.calls(), stderr(&out));
+    assert_exit(&out, 0);
+    // #2 was worked on the text the queue first read, and that text is #2's again.
+    assert_eq!(
+        criteria_of_file(&env, ".ralph/tasks/github-2.md"),
+        ["- [x] alpha", "- [x] beta", "- [x] gamma"],
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        env.read(".ralph/tasks/github-2.md")
+            .contains("# Task: Docs\n")
+    );
+    let two = api.issue(2);
+    assert_eq!(
+        (&two["title"], &two["body"]),
+        (&json!("Docs"), &json!(three))
+    );
+    assert_eq!(two["state"], "closed");
+    assert!(
+        api.comments(2)
+            .iter()
+            .any(|c| c.starts_with("ralph: put back its text as the queue first read it")),
+        "{:?}",
+        api.comments(2)
+    );
+    assert!(
+        stderr(&out).contains("github 2: put back its text as the queue first read it"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn beads_criteria_rewritten_before_their_claim_are_put_back_and_worked_as_first_read() {
+    let Some(b) = Beads::new() else { return };
+    b.create_with("First", "first", "- [ ] first done", 1);
+    let criteria = "- [ ] alpha\n- [ ] beta\n- [ ] gamma";
+    let second = b.create_with("Second", "Three things.", criteria, 2);
+    b.env.commit_all("items");
+    // Item 1's agent rewrites still-queued item 2's criteria down to one trivial box, as br
+    // lets anyone on the machine (`--force`: br guards a text from being shortened).
+    let rewrote = b.env.home.join("rewrote");
+    let step = agent_sh(
+        &b.env,
+        "rewrite-second",
+        &format!(
+            "if grep -q 'Task: First' \"$RALPH_TASK_FILE\"; then '{}' update {second} --title 'Second (easy)' --acceptance-criteria '- [ ] trivial' --force >/dev/null 2>&1 && touch '{}'; fi",
+            b.br.display(),
+            rewrote.display()
+        ),
+    );
+    let out = b.run_queue(&format!("{step}+check"), &[]);
+    // Control: the rewrite was made.
+    assert!(rewrote.exists(), "{}", stderr(&out));
+    assert_exit(&out, 0);
+    let rel = format!(".ralph/tasks/beads-{second}.md");
+    assert_eq!(
+        criteria_of_file(&b.env, &rel),
+        ["- [x] alpha", "- [x] beta", "- [x] gamma"],
+        "{}",
+        stdout(&out)
+    );
+    assert!(b.env.read(&rel).contains("# Task: Second\n"));
+    let now = b.show(&second);
+    assert_eq!(
+        (&now["title"], &now["acceptance_criteria"]),
+        (&json!("Second"), &json!(criteria)),
+        "{now}"
+    );
+    assert_eq!(now["status"], "closed");
+    assert!(
+        stderr(&out).contains(&format!(
+            "beads {second}: put back its text as the queue first read it"
+        )),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -410,13 +410,15 @@ fn a_bind_mount_over_a_tracked_directory() {
     assert_lost_and_rewatched(&env, "mounted or unmounted");
 }
 
-/// ralph's runtime names and transcripts directory, un-ignored by the agent, are files like
-/// any other: created, then changed, they are committed in the iteration that made them.
+/// ralph's runtime names and transcripts directory, committed by the agent itself (`git add
+/// -f`) and then changed: ralph never stages them (they are its own names, SPEC §7), and every
+/// ITER fingerprint still shows them changed, as git's does — the watcher drops no event by
+/// name.
 ///
 /// Before: the watcher dropped `.ralph/lock`, `.barrier-*`, `.tmp-*` by name and never
-/// watched `.ralph/runs`: none of them was ever committed.
+/// watched `.ralph/runs`: their changes were missing from the fingerprints.
 #[test]
-fn ralph_runtime_names_unignored_by_the_agent_are_committed() {
+fn ralph_runtime_names_tracked_by_the_agent_are_seen_and_never_staged() {
     let env = repo("");
     let paths = [
         ".ralph/lock",
@@ -431,10 +433,11 @@ fn ralph_runtime_names_unignored_by_the_agent_are_committed() {
             .collect()
     };
     let steps = vec![
-        Step::same(
-            "printf 'activity.log\\nactivity.now\\niterations.log\\nruns/*\\n!runs/x\\n\
-             state.json\\nstate.json.tmp*\\n' > .ralph/.gitignore && echo 1 > one",
-        ),
+        Step::same(&format!(
+            "{}git add -f {} && git commit -qm 'agent: runtime names'",
+            write("1"),
+            paths.join(" ")
+        )),
         Step::same(&write("2")),
         Step::same(&write("3")),
     ];
@@ -443,24 +446,21 @@ fn ralph_runtime_names_unignored_by_the_agent_are_committed() {
         &["--max-iterations", "3", "--stuck-threshold", "99"],
     );
     assert_exit(&out, 3);
-    for (k, want) in [(2, "2\n"), (3, "2\n3\n")] {
+    for k in [2, 3] {
         let c = commit_of(&env, k).unwrap_or_else(|| panic!("no commit {k}"));
         for p in paths {
             let shown = git_output_in(&env, &env.repo, &["show", &format!("{c}:{p}")]);
             assert_eq!(
                 String::from_utf8_lossy(&shown.stdout),
-                want,
-                "{p} in iteration {k}'s commit\n{}",
+                "1\n",
+                "{p} in iteration {k}'s commit: ralph staged its runtime name\n{}",
                 env.activity()
             );
         }
     }
-    // The transcripts stay ignored, as the agent's rules say.
-    assert!(
-        !env.git(&["ls-files", ".ralph/runs"])
-            .lines()
-            .any(|l| l != ".ralph/runs/x")
-    );
+    for p in paths {
+        assert_eq!(env.read(p), "1\n2\n3\n", "{p}");
+    }
     let records = env.iter_records();
     let oracle = std::fs::read_to_string(oracle_file(&env)).unwrap();
     let mut seen: Vec<&str> = oracle.lines().collect();

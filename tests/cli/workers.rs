@@ -533,3 +533,66 @@ fn two_workers_without_pr_publish_every_item_to_main() {
         );
     }
 }
+
+/// A killed worker's item whose text someone rewrote before the next worker started (so that
+/// worker first read the new text): the lease names the text its holder worked on, and the
+/// item is never taken over on another — not taken, said; once the text is put back, taken
+/// over on it and finished from where the killed worker left it.
+#[test]
+fn an_item_is_taken_over_only_on_the_text_its_lease_was_taken_with() {
+    let mallory = "ghp_mallory";
+    let team = Team::new_with(
+        json!([issue(1, &["alpha", "beta", "gamma"])]),
+        json!({ "tokens": { TOKEN: "ralph-bot", mallory: "mallory" } }),
+    );
+    let first = team.api.issue(1)["body"].clone();
+    let (a, b, c) = (team.machine(), team.machine(), team.machine());
+    let w1 = team.start(&a, "w1", "check,hang", &["--pr", "--lease", "3s"]);
+    wait_for(&a.log.join("pids-2.txt"), Duration::from_secs(60));
+    assert!(wait_until(Duration::from_secs(20), || {
+        let log = team.origin_git(&["log", "--format=%s", "ralph/github-1"]);
+        String::from_utf8_lossy(&log.stdout).contains("ralph: iteration 1")
+    }));
+    w1.signal(libc::SIGKILL);
+    let killed = Instant::now();
+    let _ = w1.wait(Duration::from_secs(10));
+    let trivial = json!({ "body": "- [ ] trivial\n" });
+    let (status, _) = team
+        .api
+        .as_user(mallory, "PATCH", "/repos/o/r/issues/1", Some(trivial));
+    assert_eq!(status, 200);
+    std::thread::sleep(Duration::from_millis(4500).saturating_sub(killed.elapsed()));
+    let (code, out, err) = team
+        .start(&b, "w2", "check", &["--pr", "--lease", "3s"])
+        .wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        err.contains("github 1: its lease says it was being worked on another text"),
+        "{out}\n{err}"
+    );
+    let runs = team.runs();
+    assert!(runs.iter().all(|(w, _)| w == "w1"), "{runs:#?}");
+    assert!(team.pulls().is_empty(), "{:#?}", team.pulls());
+    // Control: the text put back, the next worker takes it over on it, from where w1 left it.
+    let (status, _) = team.api.as_user(
+        mallory,
+        "PATCH",
+        "/repos/o/r/issues/1",
+        Some(json!({ "body": first })),
+    );
+    assert_eq!(status, 200);
+    let (code, out, err) = team
+        .start(&c, "w3", "check", &["--pr", "--lease", "3s"])
+        .wait(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let by_w3 = team.runs().iter().filter(|(w, _)| w == "w3").count();
+    assert_eq!(by_w3, 2, "{:#?}", team.runs());
+    let head = team.origin_git(&["show", "ralph/github-1:.ralph/tasks/github-1.md"]);
+    let task = String::from_utf8_lossy(&head.stdout);
+    assert!(
+        ["alpha", "beta", "gamma"]
+            .iter()
+            .all(|c| task.contains(&format!("- [x] {c}"))),
+        "{task}"
+    );
+}

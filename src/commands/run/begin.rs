@@ -120,8 +120,9 @@ impl Begin<'_> {
             };
             self.commit_first(&subject, p.iteration, &p.run_id)?;
         }
-        if crashed && p.iteration > 0 {
-            self.record_killed_iteration(p)?;
+        // An iteration that ended in an error may have lost its record with it (a full disk).
+        if p.iteration > 0 && (crashed || p.halt_reason == Some(HaltReason::Error)) {
+            self.record_unrecorded_iteration(p)?;
         }
         Ok(())
     }
@@ -174,9 +175,11 @@ impl Begin<'_> {
         Ok(())
     }
 
-    /// ralph was killed during iteration `p.iteration`: no ITER record was written for it.
-    /// Write it now (exit 137, the tree as it is), so no iteration number goes unrecorded.
-    fn record_killed_iteration(&self, p: &RunState) -> Result<()> {
+    /// ralph was killed during iteration `p.iteration`, or the run ended in an error there: the
+    /// last ITER record may not be that iteration's. Write it now (the tree as it is; exit 137
+    /// for a ralph killed, `exit error` for an iteration whose record was lost with its error —
+    /// a full disk), so no iteration number goes unrecorded.
+    fn record_unrecorded_iteration(&self, p: &RunState) -> Result<()> {
         let root = self.repo.root();
         let log = p
             .iterations_log
@@ -202,12 +205,20 @@ impl Begin<'_> {
             crate::files::create_dir_all(dir)
                 .map_err(|e| Error::file("create directory", dir, e))?;
         }
-        state::append_line(
-            &log,
-            &key.record(p.iteration, iter_record::IterExit::Code(137)),
-        )?;
+        let (exit, why) = if p.running {
+            (
+                iter_record::IterExit::Code(137),
+                "ralph was killed while it ran",
+            )
+        } else {
+            (
+                iter_record::IterExit::Error,
+                "its record was lost with the error the run ended in",
+            )
+        };
+        state::append_line(&log, &key.record(p.iteration, exit))?;
         self.log(&format!(
-            "Iteration {}: ralph was killed while it ran; recorded on resume",
+            "Iteration {}: {why}; recorded on resume",
             p.iteration
         ));
         Ok(())

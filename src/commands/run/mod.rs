@@ -245,6 +245,8 @@ async fn supervise(
     }
     let mut interrupts = Interrupts::install_with(run.link.cancel.as_ref())
         .map_err(|e| Error::io("failed to install signal handlers", e))?;
+    // From here on, an interrupt kills the git command or git hook running at once.
+    run.r.repo.set_stop(interrupts.stop());
     let run_id = resumed
         .as_ref()
         .map_or_else(begin::new_run_id, |p| p.run_id.clone());

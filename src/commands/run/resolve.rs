@@ -103,7 +103,8 @@ pub(super) fn resolve(
     options: &RunOptions,
     how: Continuation,
 ) -> Result<Resolved> {
-    let repo = Repo::discover(&ctx.cwd)?;
+    let mut repo = Repo::discover(&ctx.cwd)?;
+    repo.keep_out(crate::state::runtime_paths());
     let root = repo.root().to_path_buf();
     let rd = RalphDir::new(&root);
     // ralph's own record of the run, not a state.json the agent may have written (SPEC §11).

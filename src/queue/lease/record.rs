@@ -98,6 +98,9 @@ pub(crate) struct Lease {
     /// The item's branch on origin as the lease's holder pushed it (or started from): a
     /// branch origin has otherwise was pushed by someone not holding the lease.
     pub(crate) branch: Option<String>,
+    /// The hash of the item's text its holder took it with (`queue::text_hash`): the goal a
+    /// worker taking it over works on.
+    pub(crate) text: Option<String>,
 }
 
 impl Lease {
@@ -117,6 +120,8 @@ pub(crate) struct Next {
     pub(crate) note: Option<String>,
     /// The item's branch on origin as this worker left it.
     pub(crate) branch: Option<String>,
+    /// The hash of the item's text this worker works on.
+    pub(crate) text: Option<String>,
 }
 
 impl Next {
@@ -127,6 +132,7 @@ impl Next {
             commit: None,
             note: None,
             branch: None,
+            text: None,
         }
     }
 
@@ -134,6 +140,14 @@ impl Next {
     pub(crate) fn on_branch(mut self, tip: Option<&str>) -> Next {
         if self.branch.is_none() {
             self.branch = tip.map(str::to_string);
+        }
+        self
+    }
+
+    /// With the hash of the item's text the worker works on (unless it says one already).
+    pub(crate) fn on_text(mut self, text: Option<&str>) -> Next {
+        if self.text.is_none() {
+            self.text = text.map(str::to_string);
         }
         self
     }
@@ -188,6 +202,9 @@ pub(super) fn render(
     if let Some(b) = &next.branch {
         m.push_str(&format!("Branch: {}\n", one_line(b)));
     }
+    if let Some(t) = &next.text {
+        m.push_str(&format!("Text: {}\n", one_line(t)));
+    }
     m.push_str(&format!("Nonce: {nonce}\n"));
     m
 }
@@ -216,6 +233,7 @@ pub(super) fn parse(oid: &str, message: &str) -> Option<Lease> {
         note: fields.get("Note").map(|n| n.to_string()),
         tracker: fields.get("Tracker").map(|t| t.to_string()),
         branch: fields.get("Branch").map(|b| b.to_string()),
+        text: fields.get("Text").map(|t| t.to_string()),
     })
 }
 

@@ -54,6 +54,8 @@ pub(super) struct Mine {
     /// When the lease was written (this machine's monotonic clock): it is held for the
     /// lease's duration from then, however long its push took.
     pub(super) written: Option<std::time::Instant>,
+    /// The hash of the item's text this worker works on (`queue::text_hash`).
+    pub(super) text: Option<String>,
 }
 
 impl Desk {
@@ -132,6 +134,32 @@ impl Desk {
         self.tracker.source()
     }
 
+    /// Listed `item` as this worker works it: on its text as the queue first read it, never a
+    /// later one — but an item whose lease says its holder was working it (now lapsed) on
+    /// another text is worked on that one, the team's goal (SPEC §15), when the tracker lists
+    /// it now (its holder put it back; this queue first read it changed), and pinned to it;
+    /// else `Err(why)`, not taken.
+    pub(super) fn goal(&mut self, item: Item, name: &str) -> std::result::Result<Item, String> {
+        let pinned = self.ledger.pinned(item.clone());
+        let named = self
+            .lease(name)
+            .filter(|l| l.stage == Stage::Working)
+            .and_then(|l| l.text.clone());
+        let Some(named) = named else {
+            return Ok(pinned);
+        };
+        if queue::text_hash(&pinned) == named {
+            return Ok(pinned);
+        }
+        if queue::text_hash(&item) == named {
+            self.ledger.repin(&item);
+            return Ok(item);
+        }
+        Err(format!(
+            "its lease says it was being worked on another text (hash {named}) than the one this queue first read and the tracker lists now; not taken — release its lease to work it on this text: git push origin :refs/ralph/leases/{name}"
+        ))
+    }
+
     /// Whether the ledger may let the queue take item `id` (it was there at the start).
     pub(super) fn known(&self, id: &str) -> bool {
         self.ledger.known(id)
@@ -174,8 +202,12 @@ impl Desk {
             let (was, is) = (before.get(&name), after.get(&name));
             was != is.map(|l| &l.oid) || is.is_some_and(|l| l.held(at) && l.worker != me)
         };
+        let worked_on = |id: &str| {
+            let lease = team?.get(&queue::loop_name(source, id))?;
+            lease.held(at).then(|| lease.text.clone()).flatten()
+        };
         self.ledger
-            .hold(self.ui, &mut *self.tracker, now, &by_team)?;
+            .hold(self.ui, &mut *self.tracker, now, &by_team, &worked_on)?;
         self.commit_tracker_files("changes made outside the queue")
     }
 
@@ -241,7 +273,13 @@ impl Desk {
 
     /// Take item `name`'s lease at `stage` (a compare-and-swap from the lease the last look
     /// saw): `false` when another worker holds it or took it first. Without a team: `true`.
-    pub(super) fn take_lease(&mut self, name: &str, stage: Stage) -> Result<bool> {
+    /// The lease names `text` (the hash of the item's text worked on), else the one it named.
+    pub(super) fn take_lease(
+        &mut self,
+        name: &str,
+        stage: Stage,
+        text: Option<&str>,
+    ) -> Result<bool> {
         if self.held_by_another(name) {
             return Ok(false);
         }
@@ -249,8 +287,14 @@ impl Desk {
         let Some(team) = &mut self.team else {
             return Ok(true);
         };
-        let seen = team.seen.leases.get(name).map(|l| l.oid.clone());
-        let next = Next::held(stage).on_branch(start.as_deref());
+        let seen = team.seen.leases.get(name);
+        let text = text
+            .map(str::to_string)
+            .or(seen.and_then(|l| l.text.clone()));
+        let seen = seen.map(|l| l.oid.clone());
+        let next = Next::held(stage)
+            .on_branch(start.as_deref())
+            .on_text(text.as_deref());
         let written = Some(std::time::Instant::now());
         match team.leases.swap(name, seen.as_deref(), &next, None)? {
             Swap::Won(oid) => {
@@ -261,6 +305,7 @@ impl Desk {
                     stage,
                     branch,
                     written,
+                    text,
                 };
                 team.mine.insert(name.to_string(), mine);
                 Ok(true)
@@ -278,7 +323,10 @@ impl Desk {
         let Some(mine) = team.mine.get(name).cloned() else {
             return Ok(());
         };
-        let next = next.clone().on_branch(mine.branch.as_deref());
+        let next = next
+            .clone()
+            .on_branch(mine.branch.as_deref())
+            .on_text(mine.text.as_deref());
         let written = Some(std::time::Instant::now());
         match team.leases.swap(name, Some(&mine.oid), &next, None)? {
             Swap::Won(oid) => {
@@ -320,7 +368,8 @@ impl Desk {
     /// Claim `item`: its lease first (which decides), then the tracker's claim for people to
     /// see. Whatever fails after the lease was taken leaves the item released.
     pub(super) fn claim(&mut self, item: &Item, name: &str) -> Result<Claim> {
-        if !self.take_lease(name, Stage::Working)? {
+        let text = queue::text_hash(item);
+        if !self.take_lease(name, Stage::Working, Some(&text))? {
             return Ok(Claim::Taken);
         }
         let claimed = self.tracker.claim(item).and_then(|c| {

@@ -56,6 +56,16 @@ pub(super) fn take_next(q: &mut Queue<'_>) -> Result<Took> {
             ));
             continue;
         }
+        // Its text as the queue first read it (or the team's): a change since never moves
+        // the goal.
+        let id = item.id.clone();
+        let item = match q.desk.goal(item, &name) {
+            Ok(item) => item,
+            Err(why) => {
+                q.ctx.ui.warn(&format!("{source} {id}: {why}"));
+                continue;
+            }
+        };
         // An item whose text is too large or would change its task file's criteria is never
         // claimed: skipped, said, the queue goes on (one hostile issue does not stop the others).
         if let Some(why) = queue::refusal(source, &item) {
@@ -96,7 +106,7 @@ pub(super) fn take_next(q: &mut Queue<'_>) -> Result<Took> {
 fn already_done(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<Option<Option<Taken>>> {
     let lease = q.desk.lease(name).map(|l| (l.stage, l.commit.clone()));
     if let Some((Stage::Merged, Some(commit))) = lease {
-        if !q.desk.take_lease(name, Stage::Merged)? {
+        if !q.desk.take_lease(name, Stage::Merged, None)? {
             return Ok(Some(None));
         }
         q.ctx.ui.note(&format!(
@@ -113,7 +123,7 @@ fn already_done(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<Option<Opt
         _ if q.limits.pr => q.desk.tracker.find_pr(&format!("ralph/{name}"))?.is_some(),
         _ => false,
     };
-    if pr_open && q.desk.take_lease(name, Stage::PrOpen)? {
+    if pr_open && q.desk.take_lease(name, Stage::PrOpen, None)? {
         // The label a lost answer left off is put right; the pull request closes the item.
         q.desk.mark_pr_open(item)?;
         q.desk.set_lease(name, &Next::free(Stage::PrOpen))?;

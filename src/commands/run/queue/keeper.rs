@@ -171,7 +171,9 @@ impl Keeping {
     /// One renewal, the branch with it when it moved; `Ok(false)` when the lease was lost.
     fn renew(&mut self) -> Result<bool> {
         let branch = push_of(&self.git, &self.name, &self.mine)?;
-        let next = Next::held(Stage::Working).on_branch(self.mine.branch.as_deref());
+        let next = Next::held(Stage::Working)
+            .on_branch(self.mine.branch.as_deref())
+            .on_text(self.mine.text.as_deref());
         match self
             .leases
             .swap(&self.name, Some(&self.mine.oid), &next, branch.as_ref())?
@@ -194,7 +196,7 @@ impl Keeping {
                         self.name, self.name
                     ));
                 }
-                let next = Next::held(Stage::Working);
+                let next = Next::held(Stage::Working).on_text(self.mine.text.as_deref());
                 match self
                     .leases
                     .swap(&self.name, Some(&self.mine.oid), &next, None)?

@@ -56,7 +56,8 @@ pub(super) fn merged(desk: &mut Desk, name: &str, before: &str) -> Result<Publis
             .or(mine.branch.clone());
         let next = Next::held(Stage::Merged)
             .with_commit(&at)
-            .on_branch(tip.as_deref());
+            .on_branch(tip.as_deref())
+            .on_text(mine.text.as_deref());
         let written = Some(std::time::Instant::now());
         let (lease, oid) = team.leases.lease_update(name, Some(&mine.oid), &next)?;
         let mut updates = vec![lease];
@@ -75,6 +76,7 @@ pub(super) fn merged(desk: &mut Desk, name: &str, before: &str) -> Result<Publis
                 stage,
                 branch,
                 written,
+                text: mine.text.clone(),
             };
             team.mine.insert(name.to_string(), mine);
             return Ok(Published::Done(at));
@@ -140,7 +142,9 @@ pub(super) fn branch(desk: &mut Desk, name: &str) -> Result<Published> {
     };
     let mine = team.mine.get(name).cloned().unwrap_or_default();
     let branch = push_of(desk.repo.cli(), name, &mine)?;
-    let next = Next::held(Stage::Working).on_branch(mine.branch.as_deref());
+    let next = Next::held(Stage::Working)
+        .on_branch(mine.branch.as_deref())
+        .on_text(mine.text.as_deref());
     let written = Some(std::time::Instant::now());
     match team
         .leases
@@ -155,6 +159,7 @@ pub(super) fn branch(desk: &mut Desk, name: &str) -> Result<Published> {
                     stage: Some(Stage::Working),
                     branch: tip.clone(),
                     written,
+                    text: mine.text.clone(),
                 },
             );
             Ok(Published::Done(tip.unwrap_or_default()))
