@@ -374,3 +374,43 @@ fn control_a_plain_checkout_of_an_lfs_pointer_contacts_its_lfs_url() {
         stderr(&out)
     );
 }
+
+/// The agent commits, then declares its git directory shallow at ralph's tip (its `shallow`
+/// file naming the commit its own descends from): what ralph fetches never makes the user's
+/// repository shallow, and the agent's commit is taken with all the history below it.
+const SHALLOW_PLANT: &str = "echo agent > agent.txt && git add -A && \
+     git -c user.name=a -c user.email=a@e commit -qm 'the agent: work' && \
+     git rev-parse HEAD~1 > \"$(git rev-parse --absolute-git-dir)/shallow\"";
+
+#[test]
+fn an_agents_shallow_file_never_makes_the_users_repository_shallow() {
+    for kind in [Loop::Worktree, Loop::MainTree] {
+        if !bwrap_works() {
+            return;
+        }
+        let env = TestEnv::outside_tmp();
+        env.write("one.txt", "1\n");
+        env.commit_all("one");
+        let out = attacked(&env, kind, SHALLOW_PLANT, &[]);
+        assert_exit(&out, 0);
+        assert!(!env.repo.join(".git/shallow").exists(), "{kind:?}");
+        let log = env.git(&["log", "--format=%s", "main"]);
+        assert!(log.contains("the agent: work"), "{kind:?}: {log}");
+        assert!(log.trim_end().ends_with("one"), "{kind:?}: {log}");
+    }
+}
+
+/// Control: a plain clone of a repository so planted is shallow.
+#[test]
+fn control_a_clone_of_a_planted_shallow_repository_is_shallow() {
+    let env = TestEnv::outside_tmp();
+    env.write("one.txt", "1\n");
+    env.commit_all("one");
+    let out = plain_sh(
+        &env,
+        &env.repo,
+        &format!("{SHALLOW_PLANT} && git clone -q \"file://$PWD\" ../clone"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(env.dir().join("clone/.git/shallow").exists());
+}
