@@ -41,7 +41,16 @@ pub(crate) fn any(hooks: &Path) -> bool {
         .any(|h| executable(&hooks.join(h)))
 }
 
-/// Run `pre-commit`, then `commit-msg` on the message (through `$GIT_DIR/COMMIT_EDITMSG`).
+/// Where the message for `commit-msg` is written: `COMMIT_EDITMSG` in the git directory the hook
+/// sees — `shown`, its path as the hook is given it, and `dir`, where ralph writes and reads it
+/// (the same directory without `--sandbox`; under it, the agent's own git directory, which the
+/// sandbox shows at the repository's).
+pub(crate) struct MessageDir {
+    pub(crate) dir: std::path::PathBuf,
+    pub(crate) shown: std::path::PathBuf,
+}
+
+/// Run `pre-commit`, then `commit-msg` on the message (through `COMMIT_EDITMSG`, [`MessageDir`]).
 /// Returns the message as the hook left it, or what the failing hook said.
 ///
 /// Each runs as `confine` makes it (under `--sandbox`, in the sandbox: the agent can have
@@ -49,7 +58,7 @@ pub(crate) fn any(hooks: &Path) -> bool {
 pub(crate) fn run(
     root: &Path,
     hooks: &Path,
-    git_dir: &Path,
+    at: &MessageDir,
     message: &str,
     confine: &dyn Fn(Invocation) -> Invocation,
     stop: Option<&Stop>,
@@ -62,13 +71,15 @@ pub(crate) fn run(
     if !executable(&msg_hook) {
         return Ok(message.to_string());
     }
-    let file = git_dir.join("COMMIT_EDITMSG");
+    let file = at.dir.join("COMMIT_EDITMSG");
     crate::files::write_own(&file, message.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    run_hook(root, &msg_hook, &[file.as_os_str()], confine, stop)?;
+    let shown = at.shown.join("COMMIT_EDITMSG");
+    run_hook(root, &msg_hook, &[shown.as_os_str()], confine, stop)?;
     // The hook ran on the repository's say (in the sandbox under --sandbox): what it left is
-    // read as any file the agent can touch, never through a link out of the repository.
-    let edited = crate::files::read_text(&file).map_err(|e| format!("cannot read {e}"))?;
+    // read following no link at all — the hook may have put one there, to a secret.
+    let edited =
+        crate::files::read_text_unlinked(&at.dir, &file).map_err(|e| format!("cannot read {e}"))?;
     let cleaned: String = edited
         .lines()
         .filter(|l| !l.starts_with('#'))

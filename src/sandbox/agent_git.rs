@@ -83,6 +83,15 @@ impl AgentGit {
         self.home.path().join("git")
     }
 
+    /// Where a file for a hook run in the sandbox is written (`COMMIT_EDITMSG`): this directory,
+    /// and where the hook sees it.
+    pub(crate) fn message_dir(&self) -> crate::hooks::MessageDir {
+        crate::hooks::MessageDir {
+            dir: self.dir(),
+            shown: self.at.clone(),
+        }
+    }
+
     /// Make the agent's git directory afresh from ralph's repository as it stands: `HEAD` as
     /// ralph's (its branch at its tip), ralph's index, the repository's configuration, its
     /// objects borrowed. What the agent left in the last one (its commits are fetched before)

@@ -140,12 +140,19 @@ fn hooks(repo: &Repo, settings: &Settings) -> Option<Box<crate::git::HookRunner>
         return None;
     }
     let git_dir = repo.git2().path().to_path_buf();
+    let at = match agent_git(settings) {
+        Some(a) => a.message_dir(),
+        None => crate::hooks::MessageDir {
+            dir: git_dir.clone(),
+            shown: git_dir,
+        },
+    };
     // The repository's hooks run on its say: in the sandbox under `--sandbox`.
     let settings = settings.clone();
     let confine = move |inv| settings.confine(inv, true);
     let stop = repo.stop();
     Some(Box::new(move |root: &std::path::Path, msg: &str| {
-        crate::hooks::run(root, &hooks_dir, &git_dir, msg, &confine, stop.as_ref())
+        crate::hooks::run(root, &hooks_dir, &at, msg, &confine, stop.as_ref())
     }))
 }
 

@@ -216,12 +216,11 @@ fn commit_msg_hook(env: &TestEnv) {
 /// The `commit-msg` hook ralph runs for its commit in a main-tree loop edits the message —
 /// under `--sandbox` as without it (the control, the first case).
 ///
-/// The hole (a regression of the boundary): `hooks::run` writes `COMMIT_EDITMSG` in the
-/// repository's real git directory and hands the hook that path, but inside the sandbox the
-/// path is the agent's own git directory, where no such file is: every commit is refused
+/// It failed before (a regression of the boundary): `hooks::run` wrote `COMMIT_EDITMSG` in the
+/// repository's real git directory and handed the hook that path, but inside the sandbox the
+/// path is the agent's own git directory, where no such file was: every commit was refused
 /// ("no message at …/.git/COMMIT_EDITMSG"), the work left staged, the run never completing.
 #[test]
-#[ignore = "hole: under --sandbox the commit-msg hook is handed .git/COMMIT_EDITMSG, which inside is the agent's git directory: no message, every commit refused"]
 fn the_commit_msg_hook_edits_the_message_in_the_sandbox_too() {
     if !bwrap_works() {
         return;
@@ -249,6 +248,62 @@ fn the_commit_msg_hook_edits_the_message_in_the_sandbox_too() {
         assert!(
             msg.contains("Hooked: yes"),
             "sandboxed {sandboxed}: {msg}\n{}",
+            stderr(&out)
+        );
+    }
+}
+
+/// A `commit-msg` hook (the repository's: the agent can write it) that puts a link to a file
+/// outside the repository in place of the message: ralph reads the message back following no
+/// link, so the secret never becomes the commit's message — sandboxed or not. The control: the
+/// hook really made the link (it says so in a marker file).
+#[test]
+fn a_message_the_commit_msg_hook_linked_elsewhere_is_never_read() {
+    if !bwrap_works() {
+        return;
+    }
+    for sandboxed in [false, true] {
+        let env = TestEnv::outside_tmp();
+        let secret = env.dir().join("secret.txt");
+        std::fs::write(&secret, "SECRET-LINKED-MESSAGE\n").unwrap();
+        let marker = env.repo.join("linked.txt");
+        env.write("A.md", &task(&["a1"]));
+        env.write(".gitignore", "linked.txt\n");
+        env.commit_all("task");
+        let hook = env.repo.join(".git/hooks/commit-msg");
+        std::fs::write(
+            &hook,
+            format!(
+                "#!/bin/sh\nrm -f \"$1\" && ln -s '{}' \"$1\" && echo made > '{}'\n",
+                secret.display(),
+                marker.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let script = env.dir().join("agent.sh");
+        std::fs::write(
+            &script,
+            "echo work > work.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n",
+        )
+        .unwrap();
+        let agent = format!("sh '{}'", script.display());
+        let mut args = vec!["run", "A.md", "--agent-cmd", &agent, "--yes"];
+        args.extend(["--max-iterations", "1"]);
+        if sandboxed {
+            args.push("--sandbox");
+        }
+        let out = ralph_with_memory_limit(&env, MEMORY_KIB, &args, &[], Duration::from_secs(60));
+        assert!(
+            marker.exists(),
+            "sandboxed {sandboxed}: the hook made no link\n{}",
+            stderr(&out)
+        );
+        let log = env.git(&["log", "--format=%B"]);
+        assert!(
+            !log.contains("SECRET-LINKED-MESSAGE"),
+            "sandboxed {sandboxed}: {log}\n{}",
             stderr(&out)
         );
     }
