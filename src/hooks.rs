@@ -17,7 +17,8 @@ pub(crate) fn hooks_dir(repo: &crate::git::Repo) -> PathBuf {
     match configured {
         Some(p) if p.is_absolute() => p,
         Some(p) => repo.root().join(p),
-        None => repo.git2().path().join("hooks"),
+        // A linked worktree's hooks are the repository's: in the common git directory.
+        None => repo.git2().commondir().join("hooks"),
     }
 }
 

@@ -147,6 +147,54 @@ fn commit_msg_hook_under_core_hooks_path_edits_the_message() {
     assert!(body.contains("Ralph-Iteration: 2"), "{body}");
 }
 
+/// A `--worktree` loop runs the repository's hooks as git runs them in a linked worktree: from
+/// the common git directory's `hooks`, not the worktree's own git directory (which has none).
+/// The control: a plain `git commit` in a linked worktree runs the same hook. Before, a
+/// worktree loop ran no hook at all.
+#[test]
+fn a_worktree_loop_runs_the_repositorys_commit_msg_hook() {
+    let env = setup();
+    hook(
+        &env,
+        ".git/hooks",
+        "commit-msg",
+        "printf '\\nHooked-In: worktree\\n' >> \"$1\"",
+    );
+    // The control: git itself runs it for a commit in a linked worktree.
+    let plain = env.home.join("plain-worktree");
+    env.git(&[
+        "worktree",
+        "add",
+        "-q",
+        "-b",
+        "plain",
+        plain.to_str().unwrap(),
+    ]);
+    let out = std::process::Command::new("git")
+        .args(["commit", "-q", "--allow-empty", "-m", "by hand"])
+        .current_dir(&plain)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let body = env.git(&["log", "-1", "--format=%B", "plain"]);
+    assert!(body.contains("Hooked-In: worktree"), "{body}");
+    env.git(&["worktree", "remove", "--force", plain.to_str().unwrap()]);
+
+    let out = env.run_fake("check", &["--worktree", "w"]);
+    assert_exit(&out, 0);
+    let body = env.git(&["log", "-1", "--format=%B", "ralph/w"]);
+    assert!(
+        body.contains("Hooked-In: worktree"),
+        "{body}\n{}",
+        stderr(&out)
+    );
+    assert!(body.contains("Ralph-Iteration:"), "{body}");
+}
+
 /// A tracked file (and a tracked symlink) replaced by a directory: what the directory holds is
 /// new to git, so the guard applies to it as to any new directory — the likely secret and the
 /// file over `max_file_size` stay out, with a warning, and the rest is committed.
