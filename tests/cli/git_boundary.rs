@@ -17,17 +17,17 @@ use std::time::Duration;
 use crate::common::*;
 
 /// The address space every ralph run (and the git it starts) gets, in KiB.
-const MEMORY_KIB: u64 = 1_500_000;
+pub(super) const MEMORY_KIB: u64 = 1_500_000;
 
 /// The markers directory, outside the repository (read-only to a sandboxed agent): a marker
 /// there was made by something that ran outside the sandbox.
-fn marks_dir(env: &TestEnv) -> PathBuf {
+pub(super) fn marks_dir(env: &TestEnv) -> PathBuf {
     let m = env.dir().join("marks");
     std::fs::create_dir_all(&m).unwrap();
     m
 }
 
-fn marks(env: &TestEnv) -> Vec<String> {
+pub(super) fn marks(env: &TestEnv) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(marks_dir(env))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -58,7 +58,7 @@ fn ralph(env: &TestEnv, args: &[&str]) -> Output {
 
 /// The two loops an attack is run against.
 #[derive(Clone, Copy, Debug)]
-enum Loop {
+pub(super) enum Loop {
     Worktree,
     MainTree,
 }
@@ -264,7 +264,7 @@ fn an_agents_replace_refs_never_reach_the_users_repository() {
 // --- Controls: the plain mechanism, run by the user's own git on a repository. ---
 
 /// `git` in `dir`, isolated, under `ulimit -v` (the output whatever its status).
-fn plain_git(env: &TestEnv, dir: &Path, script: &str) -> Output {
+pub(super) fn plain_git(env: &TestEnv, dir: &Path, script: &str) -> Output {
     let mut cmd = env.command("sh");
     cmd.arg("-c")
         .arg(format!("ulimit -v {MEMORY_KIB}; {script}"))

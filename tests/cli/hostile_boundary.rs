@@ -6,38 +6,13 @@
 //! plain mechanism, run by the user's own git, does what the attack says). An attack that gets
 //! through is kept here `#[ignore]`d, naming the hole.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
 use crate::common::*;
 
-/// The address space every ralph run (and the git it starts) gets, in KiB.
-const MEMORY_KIB: u64 = 1_500_000;
-
-/// The markers directory, outside the repository: a marker there was made by something that
-/// ran outside the sandbox.
-fn marks_dir(env: &TestEnv) -> PathBuf {
-    let m = env.dir().join("marks");
-    std::fs::create_dir_all(&m).unwrap();
-    m
-}
-
-fn marks(env: &TestEnv) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(marks_dir(env))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
-/// The two loops an attack is run against.
-#[derive(Clone, Copy, Debug)]
-enum Loop {
-    Worktree,
-    MainTree,
-}
+use super::git_boundary::{Loop, MEMORY_KIB, marks, marks_dir, plain_git};
 
 /// A sandboxed loop of `kind` on `A.md` (one box) whose agent runs `plant` (in the work tree,
 /// once), writes `work.txt` and checks the box; a worktree loop is merged. `vars` are added to
@@ -74,15 +49,6 @@ fn attacked_with(
     args.extend(["--sandbox", "--max-iterations", "2"]);
     args.extend(extra);
     ralph_with_memory_limit(env, MEMORY_KIB, &args, vars, Duration::from_secs(90))
-}
-
-/// `sh -c script` in `dir`, isolated, under `ulimit -v` (the output whatever its status).
-fn plain_sh(env: &TestEnv, dir: &Path, script: &str) -> Output {
-    let mut cmd = env.command("sh");
-    cmd.arg("-c")
-        .arg(format!("ulimit -v {MEMORY_KIB}; {script}"))
-        .current_dir(dir);
-    run_with_limit(cmd, Duration::from_secs(60))
 }
 
 /// A nested repository `sub` with a commit, its own git directory configured by the agent to
@@ -140,7 +106,7 @@ fn a_nested_repositorys_configuration_never_runs_outside() {
 fn control_a_plain_status_runs_a_nested_repositorys_configuration() {
     let env = TestEnv::outside_tmp();
     let plant = nested_repo_plant(&env);
-    let out = plain_sh(
+    let out = plain_git(
         &env,
         &env.repo,
         &format!("{plant}\ngit add -A && git status --short"),
@@ -191,7 +157,7 @@ fn a_nested_repositorys_git_directory_is_never_opened_outside() {
 #[test]
 fn control_a_nested_commondir_to_dev_zero_kills_a_plain_git_add() {
     let env = TestEnv::outside_tmp();
-    let out = plain_sh(
+    let out = plain_git(
         &env,
         &env.repo,
         &format!("{NESTED_COMMONDIR_ZERO}\ncd .. && git add -A"),
@@ -461,7 +427,7 @@ fn control_a_clone_of_a_planted_shallow_repository_is_shallow() {
     let env = TestEnv::outside_tmp();
     env.write("one.txt", "1\n");
     env.commit_all("one");
-    let out = plain_sh(
+    let out = plain_git(
         &env,
         &env.repo,
         &format!("{SHALLOW_PLANT} && git clone -q \"file://$PWD\" ../clone"),

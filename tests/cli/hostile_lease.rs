@@ -3,6 +3,7 @@
 //! Each test shows first that the attack reaches what it aims at (a control), then that ralph
 //! keeps its promise. Real `ralph` processes in clones of a bare origin (`workers::Team`).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
@@ -108,6 +109,36 @@ fn until(team: &Team, name: &str) -> Option<chrono::DateTime<chrono::Utc>> {
         .map(|t| t.with_timezone(&chrono::Utc))
 }
 
+/// Worker `w1` on `a` with a lease of `lease`, its agent waiting for the scenario's word (the
+/// file `go`) before it does the work: the worker, its agent's pid, and `go`.
+fn waiting_worker(team: &Team, a: &TestEnv, lease: &str) -> (Background, i32, PathBuf) {
+    let go = a.dir().join("go");
+    let wait = format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display());
+    let w1 = team.start(
+        a,
+        "w1",
+        &format!("{}+check", agent_sh(a, "wait", &wait)),
+        &["--pr", "--lease", lease],
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || !a.agent_pids(1).is_empty()),
+        "w1's agent never started"
+    );
+    let agent = a.agent_pids(1)[0];
+    (w1, agent, go)
+}
+
+/// The partition: origin's URL leads nowhere from `a`'s clone.
+fn cut_off(team: &Team, a: &TestEnv) {
+    let key = format!("url.{}.insteadOf", team.origin.display());
+    a.git(&["config", "--unset", &key]);
+    a.git(&[
+        "config",
+        &format!("url.{}.insteadOf", a.dir().join("nowhere.git").display()),
+        "https://github.com/o/r.git",
+    ]);
+}
+
 /// Attack: origin goes out of a worker's reach while its agent works (a network partition:
 /// here its clone's URL is pointed nowhere), so its lease runs out, and a second worker takes
 /// the item over. Promise: two workers never work one item at once — the cut-off worker stops
@@ -118,28 +149,10 @@ fn until(team: &Team, name: &str) -> Option<chrono::DateTime<chrono::Utc>> {
 fn a_worker_cut_off_from_origin_stops_before_its_lease_runs_out() {
     let team = Team::new(json!([issue(1, &["one"])]));
     let (a, b) = (team.machine(), team.machine());
-    let go = a.dir().join("go");
-    // Each agent waits for the scenario's word, then does the work.
+    let (w1, agent, go) = waiting_worker(&team, &a, "3s");
+    cut_off(&team, &a);
+    // The worker that takes over waits for the same word.
     let wait = format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display());
-    let w1 = team.start(
-        &a,
-        "w1",
-        &format!("{}+check", agent_sh(&a, "wait", &wait)),
-        &["--pr", "--lease", "3s"],
-    );
-    assert!(
-        wait_until(Duration::from_secs(60), || !a.agent_pids(1).is_empty()),
-        "w1's agent never started"
-    );
-    let agent = a.agent_pids(1)[0];
-    // The partition: origin's URL leads nowhere from w1's clone.
-    let key = format!("url.{}.insteadOf", team.origin.display());
-    a.git(&["config", "--unset", &key]);
-    a.git(&[
-        "config",
-        &format!("url.{}.insteadOf", a.dir().join("nowhere.git").display()),
-        "https://github.com/o/r.git",
-    ]);
     // The scenario's own wait: w1's last renewal runs out.
     assert!(
         wait_until(Duration::from_secs(20), || until(&team, "github-1")
@@ -707,26 +720,8 @@ fn a_lease_is_counted_from_when_it_was_written() {
     )
     .unwrap();
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let go = a.dir().join("go");
-    let wait = format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display());
-    let w1 = team.start(
-        &a,
-        "w1",
-        &format!("{}+check", agent_sh(&a, "wait", &wait)),
-        &["--pr", "--lease", "6s"],
-    );
-    assert!(
-        wait_until(Duration::from_secs(60), || !a.agent_pids(1).is_empty()),
-        "w1's agent never started"
-    );
-    let agent = a.agent_pids(1)[0];
-    let key = format!("url.{}.insteadOf", team.origin.display());
-    a.git(&["config", "--unset", &key]);
-    a.git(&[
-        "config",
-        &format!("url.{}.insteadOf", a.dir().join("nowhere.git").display()),
-        "https://github.com/o/r.git",
-    ]);
+    let (w1, agent, go) = waiting_worker(&team, &a, "6s");
+    cut_off(&team, &a);
     let lease = team.lease("github-1");
     assert!(
         lease.contains("Branch: "),
