@@ -52,7 +52,7 @@
 #          under the table (it would also slow the shell iteration timed in the meantime).
 # Figures are means over the trials; the ratio is ralph / shell of those means, followed, with
 # more than one trial, by the range of the per-trial ratios. Per-trial figures go to stderr, the
-# Markdown table for the README to stdout. ralph's exit 3 (max iterations) is expected; each
+# Markdown table for docs/benchmarks.md to stdout. ralph's exit 3 (max iterations) is expected; each
 # case ends by checking that ralph committed the same tree as the shell loop and left none of it
 # uncommitted.
 #

@@ -48,7 +48,7 @@
 #                                 as left: polling went on 2 s after the baseline exited).
 # In the ignored case the figures are latency − G (written "G + x"). Medians and maxima over the
 # trials; per-trial figures go to stderr (with each supervisor's exit code and the moment it
-# exited), the Markdown table for the README to stdout. The target is 100 ms (G + 100 ms).
+# exited), the Markdown table for docs/benchmarks.md to stdout. The target is 100 ms (G + 100 ms).
 #
 #   bash benches/stopping.sh [TRIALS] [GRACE]      (defaults: 5 trials, 300ms)
 #   TIMEOUT=500ms sets T; RALPH_BIN=PATH measures that binary instead; KEEP=1 keeps the

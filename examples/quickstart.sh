@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quickstart: build ralph and run a complete loop with the bundled demo agent in a temporary git
 # repository. No agent CLI, no network. Usage: bash examples/quickstart.sh
-# (RALPH_BIN=/path/to/ralph: use that binary instead of building one)
+# (RALPH_BIN=/path/to/ralph: use that binary instead of building one; without cargo, the ralph
+# on PATH)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
@@ -18,7 +19,15 @@ if [ -n "${RALPH_BIN:-}" ]; then
         exit 1
     fi
     echo "==> ralph: $ralph"
+elif ! command -v cargo >/dev/null && command -v ralph >/dev/null; then
+    # No Rust toolchain here, but a ralph installed (the image, a release binary): use it.
+    ralph=$(command -v ralph)
+    echo "==> ralph: $ralph (no cargo to build one)"
 else
+    if ! command -v cargo >/dev/null; then
+        echo "quickstart: neither cargo (to build ralph) nor ralph is on PATH; install Rust from https://rustup.rs, or set RALPH_BIN=/path/to/ralph" >&2
+        exit 1
+    fi
     echo "==> building ralph (release)"
     # Ask cargo where the binary went: CARGO_TARGET_DIR, a config's build.target-dir and the
     # default target/ all end up in its "executable" record.

@@ -18,7 +18,7 @@
 #   --usage-limit SECS     claude: the first model request gets a subscription usage limit that
 #                          resets in SECS (Claude then prints a rate_limit_event and exits); the
 #                          script waits for the reset and runs the session again, which passes.
-#                          Uses CLAUDE_CODE_OAUTH_TOKEN instead of ANTHROPIC_API_KEY (see README).
+#                          Uses CLAUDE_CODE_OAUTH_TOKEN instead of ANTHROPIC_API_KEY (see docs/agents.md).
 #                          codex: a 429 {"type":"usage_limit_reached","resets_at":...} answer;
 #                          copilot: 6 answers 429 "You've hit your session rate limit." (Copilot
 #                          retries a 429 five times, then gives up with exit 1).

@@ -338,7 +338,7 @@ fn real_cargo() -> std::path::PathBuf {
         .expect("cargo on PATH")
 }
 
-/// Promise (README "Set up"): `bash examples/quickstart.sh` works on a fresh machine, also with
+/// Promise (README "Set up for development"): `bash examples/quickstart.sh` works on a fresh machine, also with
 /// `CARGO_TARGET_DIR` set (a shared target directory, outside the repository). Kept cheap: a
 /// stand-in `cargo` answers `build` by placing a wrapper of the already-built ralph where cargo
 /// would put it (honouring `CARGO_TARGET_DIR`, `--target-dir`, the profile, and printing the

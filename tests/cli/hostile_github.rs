@@ -1,6 +1,6 @@
 //! Hostile tests of `ralph run --from github` (SPEC §14): a hostile agent holding the token
 //! (given to it on purpose with `pass_env`: by default it has none), a hostile issue author, and a hostile or failing API (a fault-injecting proxy in front
-//! of the stand-in `testing/github_standin.rs`). Each test asserts a promise of the README's
+//! of the stand-in `testing/github_standin.rs`). Each test asserts a promise of docs/queues.md's
 //! "Work from a queue" and fails when the attack works.
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -194,7 +194,7 @@ fn a_worker_cut_off_from_origin_stops_before_its_lease_runs_out() {
     assert!(team.lease("github-1").contains("Stage: pr-open"));
 }
 
-/// README: "`git log refs/ralph/leases/github-N` on origin is the item's history across
+/// docs/queues.md: "`git log refs/ralph/leases/github-N` on origin is the item's history across
 /// workers". Promise: each lease commit has the one it replaced as its parent, so the log shows
 /// who took the item, each renewal, and how it ended — across a takeover too. (Before, each
 /// lease was a commit of its own: the log showed only the last.)

@@ -47,6 +47,7 @@ mod queue;
 mod queue_github;
 mod queue_text;
 mod readable;
+mod readme;
 mod real_agents;
 mod real_droid;
 mod real_opencode;
