@@ -12,8 +12,33 @@ pub(crate) struct TestEnv {
     pub(crate) log: PathBuf,
 }
 
-/// The path of the fake agent built from `testing/fake_agent.rs` (an example target).
+/// Whether `--sandbox` would hide `p` behind one of its private mounts (`/tmp`, `/run`,
+/// `/var/run`, `/dev/shm`): a `CARGO_TARGET_DIR` or a clone under `/tmp`, as many CI systems
+/// have them, puts the tests' agents and repositories there.
+pub(crate) fn hidden_in_sandbox(p: &std::path::Path) -> bool {
+    let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    ["/tmp", "/run", "/var/run", "/dev/shm"]
+        .iter()
+        .any(|m| p.starts_with(m))
+}
+
+/// A directory a sandboxed agent sees: the target's scratch directory, unless the sandbox
+/// hides it, then `/var/tmp/ralph-tests`.
+pub(crate) fn visible_dir() -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    if !hidden_in_sandbox(&target) {
+        return target;
+    }
+    let dir = PathBuf::from("/var/tmp/ralph-tests");
+    std::fs::create_dir_all(&dir).expect("/var/tmp/ralph-tests");
+    dir
+}
+
+/// The path of the fake agent built from `testing/fake_agent.rs` (an example target); when the
+/// target directory is where the sandbox hides it, a copy (made once, by rename) in
+/// [`visible_dir`].
 pub(crate) fn fake_agent() -> PathBuf {
+    static VISIBLE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_ralph"));
     let p = bin
         .parent()
@@ -25,7 +50,27 @@ pub(crate) fn fake_agent() -> PathBuf {
         "the fake agent is not built at {}: run the whole suite with `cargo test` (it builds examples)",
         p.display()
     );
-    p
+    if !hidden_in_sandbox(&p) {
+        return p;
+    }
+    VISIBLE
+        .get_or_init(|| {
+            let meta = std::fs::metadata(&p).unwrap();
+            let stamp = meta
+                .modified()
+                .unwrap()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
+            let to = visible_dir().join(format!("fake-agent-{}-{stamp}", meta.len()));
+            if !to.exists() {
+                let tmp = tempfile::NamedTempFile::new_in(visible_dir()).unwrap();
+                std::fs::copy(&p, tmp.path()).unwrap();
+                tmp.persist(&to).unwrap();
+            }
+            to
+        })
+        .clone()
 }
 
 impl TestEnv {
@@ -33,10 +78,10 @@ impl TestEnv {
         Self::in_dir(tempfile::tempdir().expect("tempdir"))
     }
 
-    /// A test environment outside `/tmp` (under the target directory): for tests of
+    /// A test environment where the sandbox sees it ([`visible_dir`]): for tests of
     /// `--sandbox`, whose private `/tmp` would hide a HOME or repository there anyway.
     pub(crate) fn outside_tmp() -> TestEnv {
-        Self::in_dir(tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir"))
+        Self::in_dir(tempfile::tempdir_in(visible_dir()).expect("tempdir"))
     }
 
     /// The directory holding `home`, `repo` and the agent log.

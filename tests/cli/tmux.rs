@@ -11,6 +11,9 @@ pub(crate) struct Tmux {
     socket: PathBuf,
     /// Background `ralph run`s to kill if the test fails half-way.
     pub(crate) runs: Vec<i32>,
+    /// Every line typed into the pane (`type_line`): a wait that its own typing would satisfy
+    /// is a test bug (it would pass before the shell answered), refused at once.
+    typed: std::cell::RefCell<Vec<String>>,
 }
 
 impl Tmux {
@@ -20,6 +23,7 @@ impl Tmux {
         let tmux = Tmux {
             socket: env.home.join("tmux.sock"),
             runs: Vec::new(),
+            typed: Default::default(),
         };
         let repo = env.repo.to_str().unwrap();
         let args = ["new-session", "-d", "-s", "w", "-x", "120", "-y", "30"];
@@ -62,13 +66,27 @@ impl Tmux {
             .into_owned()
     }
 
-    /// Wait until the pane shows what `cond` wants; the pane as last seen.
+    /// Type `line` into the pane and press Enter (remembered: see `wait_for`).
+    pub(crate) fn type_line(&self, env: &TestEnv, line: &str) {
+        self.typed.borrow_mut().push(line.to_string());
+        let out = self.cmd(env, &["send-keys", "-t", "w", line, "Enter"]);
+        assert!(out.status.success(), "tmux send-keys: {out:?}");
+    }
+
+    /// Wait until the pane shows what `cond` wants; the pane as last seen. A `cond` that the
+    /// lines typed so far would satisfy on their own fails at once: it would be met by the
+    /// echo of the typing, before the program answered.
     pub(crate) fn wait_for(
         &self,
         env: &TestEnv,
         what: &str,
         cond: impl Fn(&str) -> bool,
     ) -> String {
+        let typed = self.typed.borrow().join("\n");
+        assert!(
+            typed.is_empty() || !cond(&typed),
+            "waiting for {what} would be satisfied by the text typed itself: {typed:?}"
+        );
         let mut seen = String::new();
         let ok = wait_until(Duration::from_secs(30), || {
             seen = self.pane(env);

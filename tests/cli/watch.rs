@@ -72,6 +72,12 @@ fn run_in(env: &TestEnv, dir: &Path) -> Background {
     env.spawn(cmd)
 }
 
+/// What the shell prints after `ralph watch` ends: `watch exited N`, typed so that the typing
+/// itself never shows those words (`wait_for` refuses a wait its typing would satisfy: before,
+/// the wait for "watch exited" matched the command line as typed, and the exit code was read
+/// before the shell printed it — 5 failures in 6 runs on a fresh machine).
+const EXITED: &str = "; echo \"watch $(echo exited) $?\"";
+
 #[test]
 fn in_tmux_both_loops_show_live_and_q_quits() {
     let env = TestEnv::new();
@@ -85,11 +91,8 @@ fn in_tmux_both_loops_show_live_and_q_quits() {
     let runs = [run_in(&env, &alpha), run_in(&env, &beta)];
     tmux.runs = runs.iter().map(Background::pid).collect();
 
-    let line = format!(
-        "'{}' watch; echo \"watch exited $?\"",
-        env!("CARGO_BIN_EXE_ralph")
-    );
-    tmux.cmd(&env, &["send-keys", "-t", "w", &line, "Enter"]);
+    let line = format!("'{}' watch{EXITED}", env!("CARGO_BIN_EXE_ralph"));
+    tmux.type_line(&env, &line);
 
     // Both loops, running, one criterion of three done, the agent's latest line.
     let row = |pane: &str, name: &str| -> bool {
@@ -139,7 +142,7 @@ fn in_tmux_both_loops_show_live_and_q_quits() {
 
     // `q` quits and gives the terminal back to the shell.
     tmux.cmd(&env, &["send-keys", "-t", "w", "q"]);
-    let pane = tmux.wait_for(&env, "the watch exiting", |p| p.contains("watch exited"));
+    let pane = tmux.wait_for(&env, "the watch exiting", |p| p.contains("watch exited "));
     assert!(pane.contains("watch exited 0"), "{pane}");
     assert!(
         !pane.contains("PROGRESS"),
@@ -154,14 +157,14 @@ fn in_tmux_both_loops_show_live_and_q_quits() {
 
 /// `kill` (SIGTERM) ends a dashboard with exit 130, the terminal out of raw mode again.
 fn a_signal_ends_it_with_the_terminal_restored(env: &TestEnv, tmux: &Tmux) {
-    tmux.cmd(env, &["send-keys", "-t", "w", "clear", "Enter"]);
+    tmux.type_line(env, "clear");
     let pid_file = env.home.join("watch.pid");
     let line = format!(
-        "sh -c 'echo $$ > {}; exec \"$0\" watch' '{}'; echo \"watch exited $?\"",
+        "sh -c 'echo $$ > {}; exec \"$0\" watch' '{}'{EXITED}",
         pid_file.display(),
         env!("CARGO_BIN_EXE_ralph")
     );
-    tmux.cmd(env, &["send-keys", "-t", "w", &line, "Enter"]);
+    tmux.type_line(env, &line);
     tmux.wait_for(env, "the dashboard again", |p| p.contains("q quit"));
     let pid: i32 = std::fs::read_to_string(&pid_file)
         .unwrap()
@@ -176,7 +179,7 @@ fn a_signal_ends_it_with_the_terminal_restored(env: &TestEnv, tmux: &Tmux) {
         p.contains("watch exited 130")
     });
     let stty = "stty -a | tr ' ;' '\\n\\n' | grep -x -- '-*icanon' | sed 's/^/mode: /'";
-    tmux.cmd(env, &["send-keys", "-t", "w", stty, "Enter"]);
+    tmux.type_line(env, stty);
     let pane = tmux.wait_for(env, "the terminal mode", |p| {
         p.contains("mode: icanon") || p.contains("mode: -icanon")
     });
