@@ -115,6 +115,11 @@ pub(crate) struct Halted {
     /// The run it ends; absent when the run ended before it had an id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) run_id: Option<String>,
+    /// The task it worked on and its file (as `run_started` named them): absent with `run_id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) task: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) task_file: Option<String>,
     pub(crate) reason: HaltReason,
     pub(crate) exit_code: i32,
     /// Where the run stood; absent when it ended before its task was read (an error).
@@ -276,6 +281,8 @@ mod tests {
             }),
             Event::Halted(Halted {
                 run_id: Some(run_id),
+                task: Some("Add OAuth login".into()),
+                task_file: Some("RALPH_TASK.md".into()),
                 reason: HaltReason::Complete,
                 exit_code: 0,
                 at: Some(At {
@@ -288,6 +295,8 @@ mod tests {
             // An error before the task was read: no run id, no figures.
             Event::Halted(Halted {
                 run_id: None,
+                task: None,
+                task_file: None,
                 reason: HaltReason::Error,
                 exit_code: 1,
                 at: None,
@@ -324,7 +333,7 @@ mod tests {
         {"event":"iteration_finished","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","iteration":1,"agent":"qwen","done":2,"total":3,"figures":"2/3 criteria","exit_code":0,"error":false,"verdict_exit_code":null,"timed_out":false,"commit":"abc1234","committed":true,"commit_refused":false,"fingerprint":"4294967295 0","duration_s":1.5,"cost_usd":0.25,"total_cost_usd":0.5,"input_tokens":1000,"output_tokens":50,"turns":3}
         {"event":"stuck","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","iteration":3,"no_progress_iterations":3}
         {"event":"waiting","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","iteration":2,"agent":"claude","kind":"five_hour","message":"You've hit your limit","reset_at":"2025-01-01T17:00:00+00:00","wait_s":60.0}
-        {"event":"halted","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","reason":"complete","exit_code":0,"iteration":2,"done":3,"total":3}
+        {"event":"halted","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","task":"Add OAuth login","task_file":"RALPH_TASK.md","reason":"complete","exit_code":0,"iteration":2,"done":3,"total":3}
         {"event":"halted","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","reason":"error","exit_code":1,"message":"Git required. Run git init first."}
         {"event":"queue_item","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","source":"beads","id":"bd-12","title":"Add login","outcome":"released","branch":"ralph/beads-bd-12","why":"halted: stalled (exit 4)"}
         {"event":"queue_finished","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","source":"github","taken":0,"completed":0,"released":0,"nothing_ready":true,"exit_code":0}

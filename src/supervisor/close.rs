@@ -39,7 +39,7 @@ pub(crate) trait Ends {
 /// Close the run with `halt`: recorded, logged, announced once, summed up; its exit code.
 pub(crate) fn close(end: &mut impl Ends, halt: &Halt) -> i32 {
     let ui = end.ui();
-    let (halt, run_id) = match end.run() {
+    let (halt, run_id, named) = match end.run() {
         Some((rd, state)) => {
             let halt = record(rd, state, halt);
             let said = match &halt {
@@ -51,13 +51,17 @@ pub(crate) fn close(end: &mut impl Ends, halt: &Halt) -> i32 {
                 rd,
                 &format!("Halt: {} (exit {}){said}", halt.reason(), halt.exit_code()),
             );
-            (halt, Some(state.run_id.clone()))
+            let named = (state.task.clone(), state.task_file.clone());
+            (halt, Some(state.run_id.clone()), Some(named))
         }
-        None => (halt.clone(), None),
+        None => (halt.clone(), None, None),
     };
+    let (task, task_file) = named.unzip();
     let code = end.exit_code(&halt);
     end.announce(Event::Halted(Halted {
         run_id,
+        task,
+        task_file,
         reason: halt.reason(),
         exit_code: code,
         at: end.at(),

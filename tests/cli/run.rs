@@ -511,6 +511,11 @@ fn json_reports_stuck_and_errors_as_halted() {
     assert_eq!(last["event"], "halted");
     assert_eq!(last["reason"], "stuck");
     assert_eq!(last["exit_code"], 5);
+    // It names the task, as `run_started` did: a hook or a log reader of many loops needs it.
+    let started = &events_named(&out, "run_started")[0];
+    assert!(started["task"].is_string(), "{started}");
+    assert_eq!(last["task"], started["task"], "{last}");
+    assert_eq!(last["task_file"], "RALPH_TASK.md", "{last}");
 
     let env = TestEnv::new();
     let out = env.run_fake("check", &["--json"]);

@@ -185,7 +185,8 @@ impl TableSource {
             .unwrap_or_default();
         self.progress = after;
         let halt = (overall == Some(table::OverallStatus::Partial)).then(|| {
-            let mut lines = self.closing_lines();
+            // No promise: it says the work is done, and a PARTIAL run's is not.
+            let mut lines = table::summary(&self.progress);
             lines.insert(0, "## Status: PARTIAL — some tasks are BLOCKED".to_string());
             Halt::Partial(lines)
         });
@@ -198,7 +199,7 @@ impl TableSource {
         })
     }
 
-    /// The promise on its own line, then the summary.
+    /// The promise on its own line, then the summary: a completed table's.
     pub(crate) fn closing_lines(&self) -> Vec<String> {
         let mut lines = vec![format!("<promise>{}</promise>", self.prd.promise)];
         lines.extend(table::summary(&self.progress));
