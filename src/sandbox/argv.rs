@@ -23,7 +23,9 @@ impl Sandbox {
     /// (its sockets, ralph's environment) is looked at now, for this attempt.
     pub(crate) fn wrap(&self, inv: Invocation) -> Invocation {
         let layout = self.layout_now();
-        let host = Host::now(&Layout::from(&layout), &inv.env, &self.env_keep);
+        let mut host = Host::now(&Layout::from(&layout), &inv.env, &self.env_keep);
+        host.hidden_files = self.hidden_files.clone();
+        host.retain_present();
         self.wrap_on(&host, inv)
     }
 
@@ -44,8 +46,9 @@ impl Sandbox {
         self.push_private(&mut args, &confine_at);
         self.push_binds(&mut args, host, &confine_at);
         // Last: a kept socket may lie in a private or hidden directory.
+        // `-try`: a kept socket gone by the time bwrap starts has nothing to pass.
         for p in &host.passed {
-            args.extend(["--bind".into(), p.into(), p.into()]);
+            args.extend(["--bind-try".into(), p.into(), p.into()]);
         }
         for d in &self.hidden_dirs {
             args.extend(["--remount-ro".into(), d.into()]);
@@ -149,7 +152,7 @@ impl Sandbox {
             bind("--ro-bind", p, p);
         }
         let null = Path::new("/dev/null");
-        for p in host.sockets.iter().chain(&self.hidden_files) {
+        for p in host.sockets.iter().chain(&host.hidden_files) {
             bind("--ro-bind", null, p);
         }
         for p in &self.hidden_dirs {
@@ -298,6 +301,7 @@ mod tests {
             sockets: vec!["/r/agent.sock".into(), "/var/lib/docker.sock".into()],
             unset: vec!["DISPLAY".into()],
             passed: vec!["/run/user/1/ssh.sock".into()],
+            hidden_files: vec!["/h/.netrc".into()],
         }
     }
 
@@ -336,10 +340,10 @@ mod tests {
         assert!(at("--bind /r /r") < at("--ro-bind /dev/null /r/agent.sock"));
         assert!(at("--ro-bind /dev/null /var/lib/docker.sock") < at("--tmpfs /h/.ssh"));
         assert!(at("--ro-bind /dev/null /h/.netrc") > at("--bind /r /r"));
-        assert!(at("--tmpfs /h/.ssh") < at("--bind /run/user/1/ssh.sock /run/user/1/ssh.sock"));
+        assert!(at("--tmpfs /h/.ssh") < at("--bind-try /run/user/1/ssh.sock /run/user/1/ssh.sock"));
         // The secrets' empty directories read-only, after what may be bound inside them.
         assert!(
-            at("--bind /run/user/1/ssh.sock /run/user/1/ssh.sock") < at("--remount-ro /h/.ssh")
+            at("--bind-try /run/user/1/ssh.sock /run/user/1/ssh.sock") < at("--remount-ro /h/.ssh")
         );
         assert!(
             line.contains(" --remount-ro /h/.ssh --unsetenv DISPLAY -- "),
@@ -393,5 +397,75 @@ mod tests {
             .push(("/elsewhere".into(), "/run/ralph".into()));
         let w = s.wrap_on(&Host::default(), inv());
         assert!(!w.args.iter().any(|a| a == "/elsewhere"));
+    }
+
+    /// A sandbox of this machine's real paths, its confinement step a script that runs the
+    /// command (the test binary is no ralph); `None` where bwrap cannot run.
+    fn real_sandbox(dir: &Path, hidden_files: Vec<PathBuf>) -> Option<Sandbox> {
+        let bwrap = super::super::find_bwrap().ok()?;
+        let userns = super::super::probe(&bwrap).ok()?;
+        let confine = dir.join("confine.sh");
+        std::fs::write(
+            &confine,
+            "#!/bin/sh\nwhile [ \"$1\" != -- ]; do shift; done\nshift\nexec \"$@\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            &confine,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let mut s = sandbox(Net::Host);
+        s.bwrap = bwrap;
+        s.private = Private::of_host();
+        s.own = OwnBinary {
+            path: normal(&confine),
+            _copy: None,
+        };
+        (s.writable, s.pinned, s.sealed, s.read_only) = Default::default();
+        (s.hidden_dirs, s.hidden_files) = (Vec::new(), hidden_files);
+        (s.sizes, s.userns) = (None, userns);
+        // SAFETY: geteuid has no failure mode and touches no memory of ours.
+        s.root = unsafe { libc::geteuid() } == 0;
+        Some(s)
+    }
+
+    /// bwrap cannot mount `/dev/null` over a path that is no longer there in the read-only
+    /// root ("Can't create file at …", or "Can't mkdir parents for …" when its directory went
+    /// too): a secret or a host socket that vanished after ralph listed it is skipped, not a
+    /// sandbox that cannot start. The control: one that is there is covered (a device inside).
+    #[test]
+    fn a_covered_path_that_vanished_is_skipped_and_one_there_is_covered() {
+        // Outside /tmp, which is the sandbox's own (bwrap could make anything there).
+        let base = concat!(env!("CARGO_MANIFEST_DIR"), "/target");
+        let dir = tempfile::tempdir_in(base).unwrap();
+        let d = normal(dir.path());
+        let live = d.join("live.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
+        std::fs::create_dir(d.join("gone")).unwrap();
+        let gone = [d.join("secret"), d.join("gone/secret")];
+        for g in &gone {
+            std::fs::write(g, "x").unwrap();
+        }
+        std::fs::remove_file(&gone[0]).unwrap();
+        std::fs::remove_dir_all(d.join("gone")).unwrap();
+        for g in &gone {
+            let Some(s) = real_sandbox(&d, vec![g.clone()]) else {
+                return;
+            };
+            let w = s.wrap(Invocation {
+                program: "sh".into(),
+                args: vec!["-c".into(), format!("test -c '{}'", live.display()).into()],
+                stdin: None,
+                env: Vec::new(),
+            });
+            let out = std::process::Command::new(&w.program)
+                .args(&w.args)
+                .envs(w.env.iter().map(|(k, v)| (k, v)))
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{}: {said}", g.display());
+        }
     }
 }

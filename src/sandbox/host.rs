@@ -91,6 +91,8 @@ pub(super) struct Host {
     pub(crate) unset: Vec<OsString>,
     /// Sockets a variable kept on purpose (`sandbox_env_keep`) names: bound in, reachable.
     pub(crate) passed: Vec<PathBuf>,
+    /// The secrets' files (`sandbox_hidden`, `~/.netrc`…), to be covered with `/dev/null`.
+    pub(crate) hidden_files: Vec<PathBuf>,
 }
 
 /// Where the sandbox's mounts put things, for deciding what of the host stays visible.
@@ -137,8 +139,39 @@ impl Host {
             sockets,
             unset,
             passed,
+            hidden_files: Vec::new(),
         }
     }
+
+    /// Keep, of the paths to cover, those there now. bwrap mounts `/dev/null` over each, and
+    /// over one no longer there (a socket closed, a secret removed, since listed) it would
+    /// have to make the file in the read-only root and fails ("Can't create file at …", "Can't
+    /// mkdir parents for …"): the sandbox would not start. Nothing there is nothing to cover.
+    /// (bwrap has no `-try` for a missing destination; what vanishes after this is left to
+    /// [`vanished`].)
+    pub(crate) fn retain_present(&mut self) {
+        let there = |p: &PathBuf| p.symlink_metadata().is_ok();
+        self.sockets.retain(there);
+        self.hidden_files.retain(there);
+    }
+}
+
+/// Whether bwrap's error `said` is that it could not make the mount point for a path that is no
+/// longer there: a socket or secret listed to be covered that vanished as the sandbox started
+/// (then starting it again, listing afresh, is the answer, not a sandbox that cannot start).
+pub(crate) fn vanished(said: &str) -> bool {
+    said.lines().any(|line| {
+        [
+            "bwrap: Can't create file at ",
+            "bwrap: Can't mkdir parents for ",
+        ]
+        .iter()
+        .find_map(|p| line.trim().strip_prefix(p))
+        .and_then(|rest| rest.rsplit_once(": "))
+        .is_some_and(|(path, _)| {
+            path.starts_with('/') && Path::new(path).symlink_metadata().is_err()
+        })
+    })
 }
 
 /// Whether a host path is there inside: not under a hidden directory, and not in a private one
@@ -404,5 +437,26 @@ mod tests {
             out.into_iter().collect::<Vec<_>>(),
             vec![PathBuf::from("/run/a b.sock")]
         );
+    }
+
+    /// Only bwrap's word that it could not make a mount point for a path gone now is a
+    /// vanished one: a path still there (a real refusal) or another error is not.
+    #[test]
+    fn vanished_is_a_missing_mount_point_of_a_path_gone_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let ro = ": Read-only file system";
+        assert!(vanished(&format!(
+            "bwrap: Can't create file at {d}/gone.sock{ro}"
+        )));
+        assert!(vanished(&format!(
+            "bwrap: Can't mkdir parents for {d}/gone/s: Read-only file system\n"
+        )));
+        assert!(!vanished(&format!("bwrap: Can't create file at {d}{ro}")));
+        assert!(!vanished(&format!(
+            "bwrap: Can't find source path {d}/gone{ro}"
+        )));
+        assert!(!vanished("bwrap: Can't create file at gone: x"));
+        assert!(!vanished("agent: Can't create file at /nowhere: x"));
     }
 }

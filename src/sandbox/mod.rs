@@ -28,12 +28,17 @@ mod paths;
 mod reach;
 mod repo;
 
+pub(crate) use host::vanished;
 pub(crate) use paths::Make;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+
+/// How many times a sandbox is started when a path it was to cover vanished as it started
+/// ([`vanished`]).
+pub(crate) const START_TRIES: u32 = 3;
 
 /// The Debian/Ubuntu/Fedora/Arch package that ships `bwrap`.
 pub(crate) const PACKAGE: &str = "bubblewrap";
@@ -211,22 +216,30 @@ impl Sandbox {
     /// Start the sandbox once, running `true`: bwrap's own error (a mount it cannot make) is
     /// the run's, at once, never an attempt's.
     fn trial(&self) -> Result<()> {
-        let inv = self.wrap(crate::proc::Invocation {
-            program: "true".into(),
-            args: Vec::new(),
-            stdin: None,
-            env: Vec::new(),
-        });
-        let mut cmd = std::process::Command::new(&inv.program);
-        cmd.args(&inv.args).current_dir(&self.repo.work_tree);
-        for (k, v) in inv.env.iter().filter(|(k, _)| k != cgroup::JOIN_ENV) {
-            cmd.env(k, v);
-        }
-        let brief = crate::proc::brief::run(&mut cmd, std::time::Duration::from_secs(30))
-            .map_err(|e| Error::io(format!("failed to run `{}`", self.bwrap.display()), e))?;
-        if brief.status.is_some_and(|s| s.success()) {
-            return Ok(());
-        }
+        // A path listed to be covered that vanished as bwrap started: again, listed afresh.
+        let mut tries = 0;
+        let brief = loop {
+            let inv = self.wrap(crate::proc::Invocation {
+                program: "true".into(),
+                args: Vec::new(),
+                stdin: None,
+                env: Vec::new(),
+            });
+            let mut cmd = std::process::Command::new(&inv.program);
+            cmd.args(&inv.args).current_dir(&self.repo.work_tree);
+            for (k, v) in inv.env.iter().filter(|(k, _)| k != cgroup::JOIN_ENV) {
+                cmd.env(k, v);
+            }
+            let brief = crate::proc::brief::run(&mut cmd, std::time::Duration::from_secs(30))
+                .map_err(|e| Error::io(format!("failed to run `{}`", self.bwrap.display()), e))?;
+            if brief.status.is_some_and(|s| s.success()) {
+                return Ok(());
+            }
+            tries += 1;
+            if tries >= START_TRIES || !vanished(&brief.output) {
+                break brief;
+            }
+        };
         let said = brief.output.trim();
         Err(Error::user(format!(
             "--sandbox: the sandbox cannot start: {}",

@@ -37,6 +37,7 @@ pub(super) struct Attempted {
 impl Loop {
     pub(super) async fn attempt(&mut self, prep: &mut Prepared) -> Result<Attempted> {
         let mut usage = Usage::default();
+        let mut starts = 0;
         loop {
             let (finished, observer) = match self.run_agent(prep).await? {
                 Ok(ran) => ran,
@@ -65,6 +66,18 @@ impl Loop {
                 }
             } else if let Some(said) = observer.cannot_start() {
                 Some(self.cannot_start(said, finished.exit_code))
+            } else if let Some(said) = observer.sandbox_refused().filter(|said| {
+                starts += 1;
+                self.setup.settings.sandboxed.is_some()
+                    && starts < crate::sandbox::START_TRIES
+                    && crate::sandbox::vanished(said)
+            }) {
+                // A socket or secret listed to be covered vanished as bwrap started: again.
+                self.log(&format!(
+                    "Iteration {}: the sandbox did not start ({said}); starting it again",
+                    prep.n
+                ));
+                continue;
             } else if let Some(said) = observer
                 .sandbox_refused()
                 .filter(|_| self.setup.settings.sandboxed.is_some())

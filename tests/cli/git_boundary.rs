@@ -38,7 +38,7 @@ pub(super) fn marks(env: &TestEnv) -> Vec<String> {
 
 /// A `sh` agent that runs `plant` once for every git directory it can name (`$g`), failures
 /// ignored, then does its work (`work-NAME.txt`) and checks the first box.
-fn agent(env: &TestEnv, name: &str, plant: &str) -> String {
+pub(super) fn agent(env: &TestEnv, name: &str, plant: &str) -> String {
     let real = env.repo.join(".git");
     let script = env.dir().join(format!("{name}.sh"));
     std::fs::write(
@@ -52,7 +52,7 @@ fn agent(env: &TestEnv, name: &str, plant: &str) -> String {
     format!("sh '{}'", script.display())
 }
 
-fn ralph(env: &TestEnv, args: &[&str]) -> Output {
+pub(super) fn ralph(env: &TestEnv, args: &[&str]) -> Output {
     ralph_with_memory_limit(env, MEMORY_KIB, args, &[], Duration::from_secs(90))
 }
 
@@ -273,7 +273,7 @@ pub(super) fn plain_git(env: &TestEnv, dir: &Path, script: &str) -> Output {
 }
 
 /// A repository with one commit, where `plant` ran with `$g` its `.git`.
-fn planted_repo(env: &TestEnv, plant: &str) -> PathBuf {
+pub(super) fn planted_repo(env: &TestEnv, plant: &str) -> PathBuf {
     let dir = env.dir().join("control");
     std::fs::create_dir_all(&dir).unwrap();
     let out = plain_git(

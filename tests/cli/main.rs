@@ -17,6 +17,7 @@ mod fallback;
 mod files;
 mod git_bookkeeping;
 mod git_boundary;
+mod git_boundary_refs;
 mod git_budget;
 mod git_exact;
 mod git_links;
