@@ -69,10 +69,41 @@ pub(super) fn open(path: &Path, flags: OFlag, mode: Mode) -> std::io::Result<std
         None => nix::fcntl::open(path, flags, mode)?,
         Some((root, rel)) => {
             let dir = open_root(&root)?;
-            beneath(&dir, &rel, flags, mode)?
+            let fd = beneath(&dir, &rel, flags, mode)?;
+            not_led_into_a_nested_tree(&root, &rel, &fd)?;
+            fd
         }
     };
     Ok(std::fs::File::from(fd))
+}
+
+/// A link in a work tree never leads ralph into a tree registered inside it — its git
+/// directory — unless the path ralph asked for lies there itself: under `--sandbox` a main
+/// tree's real `.git` is hidden from the agent, and a `.ralph/progress.md` it linked to
+/// `../.git/…` would have ralph read that file for it. `EXDEV`, as for a link out of the tree.
+fn not_led_into_a_nested_tree(root: &Path, rel: &Path, fd: &OwnedFd) -> std::io::Result<()> {
+    let nested: Vec<PathBuf> = {
+        let trees = TREES
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        trees
+            .iter()
+            .filter(|(l, c)| l != root && c != root && (l.starts_with(root) || c.starts_with(root)))
+            .flat_map(|(l, c)| [l.clone(), c.clone()])
+            .collect()
+    };
+    let asked = root.join(rel);
+    if nested.is_empty() || nested.iter().any(|n| asked.starts_with(n)) {
+        return Ok(());
+    }
+    let real = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(fd)
+    ))?;
+    if nested.iter().any(|n| real.starts_with(n)) {
+        return Err(Errno::EXDEV.into());
+    }
+    Ok(())
 }
 
 /// Open `rel` beneath `root` following no symbolic link at all, on the way or at the end (a
@@ -403,6 +434,26 @@ mod tests {
         }
         // Outside every tree, a path opens as usual (the control: the secret is readable).
         assert!(read(&secret).unwrap().contains("hunter2"));
+    }
+
+    #[test]
+    fn a_link_in_the_work_tree_never_leads_into_its_git_directory() {
+        let (_d, root, _secret) = tree();
+        let git = root.join(".git");
+        std::fs::create_dir_all(&git).unwrap();
+        std::fs::write(git.join("SECRET"), "in the git dir\n").unwrap();
+        confine(&git);
+        std::fs::write(root.join("docs/real/a.md"), "inside\n").unwrap();
+        std::os::unix::fs::symlink("../.git/SECRET", root.join("docs/into-git.md")).unwrap();
+        std::os::unix::fs::symlink(".git", root.join("gitlink")).unwrap();
+        std::os::unix::fs::symlink("real/a.md", root.join("docs/in.md")).unwrap();
+        for p in ["docs/into-git.md", "gitlink/SECRET"] {
+            let e = read(&root.join(p)).unwrap_err();
+            assert!(is_outside(&e), "{p}: {e}");
+        }
+        // Control: the git directory's file by its own path, and a link within the work tree.
+        assert_eq!(read(&git.join("SECRET")).unwrap(), "in the git dir\n");
+        assert_eq!(read(&root.join("docs/in.md")).unwrap(), "inside\n");
     }
 
     #[test]

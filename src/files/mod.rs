@@ -200,6 +200,14 @@ fn utf8(path: &Path, bytes: Vec<u8>) -> Result<String, ReadError> {
     })
 }
 
+/// ralph's own text in a work tree, which the agent writes too (`.ralph/progress.md`,
+/// `guardrails.md`, `.gitignore`): read beneath `root` following no link, so that a link the
+/// agent planted there (to a file the sandbox hides from it) is never read for it. Anything but
+/// a regular file — a link, a FIFO, missing — is `None`, and ralph's next write replaces it.
+pub(crate) fn read_own_text(root: &Path, path: &Path) -> Option<String> {
+    read_text_unlinked(root, path).ok()
+}
+
 /// [`read_text`], with a missing file as `None`.
 pub(crate) fn read_text_if_exists(path: &Path) -> Result<Option<String>, ReadError> {
     match read_text(path) {

@@ -113,10 +113,8 @@ impl RalphDir {
     pub(crate) fn keep_ignoring(&self) -> Result<bool> {
         let path = self.path.join(".gitignore");
         // Anything odd there (a link, a FIFO, too big) is no rule of ralph's: replaced.
-        let now = crate::files::read_text_if_exists(&path)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        let root = self.path.parent().unwrap_or(&self.path);
+        let now = crate::files::read_own_text(root, &path).unwrap_or_default();
         if now.ends_with(GITIGNORE) {
             return Ok(false);
         }

@@ -337,10 +337,7 @@ impl Committer<'_> {
             return true;
         }
         let now = |p: &std::path::Path| {
-            crate::files::read_text_if_exists(p)
-                .ok()
-                .flatten()
-                .unwrap_or_default()
+            crate::files::read_own_text(self.tree.repo.root(), p).unwrap_or_default()
         };
         let head = |name: &str| {
             self.tree
@@ -383,10 +380,7 @@ impl Committer<'_> {
     fn write_status_block(&self, n: u32, status: (&str, usize, usize)) -> Result<()> {
         let (status_text, done, total) = status;
         let path = self.tree.rd.progress();
-        let current = crate::files::read_text_if_exists(&path)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        let current = crate::files::read_own_text(self.tree.repo.root(), &path).unwrap_or_default();
         let block = status_block::status_block(n, done, total, status_text);
         let updated = status_block::with_status_block(&current, &block);
         if updated != current {

@@ -435,3 +435,90 @@ fn control_a_clone_of_a_planted_shallow_repository_is_shallow() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(env.dir().join("clone/.git/shallow").exists());
 }
+
+/// A sandboxed main-tree loop whose agent, at its first attempt, replaces `.ralph/progress.md`
+/// with a link to `target` (relative to `.ralph/`) and stops; at its second it copies what
+/// `.ralph/progress.md` holds into `leak.txt` and checks the box. Every commit's text, joined.
+fn progress_link_run(env: &TestEnv, target: &str) -> (Output, String) {
+    env.write("A.md", &task(&["a1"]));
+    env.commit_all("task");
+    let script = env.dir().join("agent.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "if [ ! -e planted ]; then touch planted; rm -f .ralph/progress.md; \
+             ln -s '{target}' .ralph/progress.md; exit 0; fi\n\
+             cat .ralph/progress.md > leak.txt\n\
+             sed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n"
+        ),
+    )
+    .unwrap();
+    let agent = format!("sh '{}'", script.display());
+    let args = [
+        "run",
+        "A.md",
+        "--agent-cmd",
+        &agent,
+        "--yes",
+        "--sandbox",
+        "--max-iterations",
+        "3",
+    ];
+    let out = env.ralph_with_limit(&args, &[], Duration::from_secs(90));
+    let all = env.git(&["log", "--all", "-p", "--format=%H %s"]);
+    (out, all)
+}
+
+/// The agent cannot read the real `.git` of a main-tree loop (it is not in the sandbox); a
+/// `.ralph/progress.md` it links to `../.git/SECRET` never has ralph, outside, read that file
+/// for it. Before: ralph's status-block update read the secret through the link and wrote it
+/// back as a regular `progress.md`, which the agent's next attempt committed as `leak.txt`.
+#[test]
+fn a_link_at_ralphs_progress_file_never_reads_the_git_directory_for_the_agent() {
+    if !bwrap_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    std::fs::write(env.repo.join(".git/SECRET"), "TOP-SECRET-IN-THE-GIT-DIR\n").unwrap();
+    let (out, all) = progress_link_run(&env, "../.git/SECRET");
+    assert_exit(&out, 0);
+    assert!(!all.contains("TOP-SECRET"), "{all}");
+    assert!(
+        env.read("leak.txt").contains("## Current Status"),
+        "{}",
+        env.read("leak.txt")
+    );
+}
+
+/// The same with a file of the repository the user hides from the agent (`sandbox_hidden`).
+#[test]
+fn a_link_at_ralphs_progress_file_never_reads_a_hidden_file_for_the_agent() {
+    if !bwrap_works() {
+        return;
+    }
+    let env = TestEnv::outside_tmp();
+    env.write(".gitignore", ".env\n");
+    env.write(".env", "API_KEY=DOTENV-SECRET-123\n");
+    let config = env.home.join(".config/ralph/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    let hidden = env.repo.join(".env");
+    std::fs::write(
+        &config,
+        format!("sandbox_hidden = [\"{}\"]\n", hidden.display()),
+    )
+    .unwrap();
+    let (out, all) = progress_link_run(&env, "../.env");
+    assert_exit(&out, 0);
+    assert!(!all.contains("DOTENV-SECRET"), "{all}");
+    assert_eq!(env.read(".env"), "API_KEY=DOTENV-SECRET-123\n");
+}
+
+/// Control: a plain reader that follows links (as ralph did) gets the hidden file's text.
+#[test]
+fn control_a_link_at_the_progress_file_reads_its_target() {
+    let env = TestEnv::new();
+    std::fs::write(env.repo.join(".git/SECRET"), "TOP-SECRET\n").unwrap();
+    std::fs::create_dir_all(env.repo.join(".ralph")).unwrap();
+    std::os::unix::fs::symlink("../.git/SECRET", env.repo.join(".ralph/progress.md")).unwrap();
+    assert_eq!(env.read(".ralph/progress.md"), "TOP-SECRET\n");
+}
