@@ -48,7 +48,7 @@ impl std::fmt::Debug for Monitor {
 #[derive(Debug, Clone)]
 pub(crate) struct GitCli {
     git_dir: PathBuf,
-    work_tree: PathBuf,
+    pub(super) work_tree: PathBuf,
     pub(crate) monitor: Option<Monitor>,
     /// Under `--sandbox`: the common git directory, pinned. ralph's commands then also do not
     /// look inside submodules (whose configuration the agent can write), and ignore a
@@ -68,7 +68,14 @@ pub(crate) struct GitCli {
     pub(crate) stop: Option<crate::signals::Stop>,
     /// The index file as ralph's own git commands last left it (shared by the clones).
     index: Arc<IndexTrust>,
+    /// Under `--sandbox`: the nested repositories ralph's walk found last (`nested.rs`).
+    pub(super) nested: Arc<Mutex<Option<Nested>>>,
+    /// Leave the nested repositories alone without `--sandbox` too ([`Self::leaving_nested`]).
+    pub(super) leave_nested: bool,
 }
+
+/// The nested repositories one walk found (`nested.rs`), as git names them.
+pub(crate) type Nested = Arc<Vec<Vec<u8>>>;
 
 /// Which index ralph's git commands wrote last.
 #[derive(Debug)]
@@ -129,6 +136,8 @@ impl GitCli {
             hook_program: None,
             own: Vec::new(),
             stop: None,
+            nested: Arc::new(Mutex::new(None)),
+            leave_nested: false,
         }
     }
 
@@ -170,7 +179,7 @@ impl GitCli {
         }
     }
 
-    fn command(&self, args: &[&str], run: Run) -> Command {
+    fn command(&self, args: &[&str], run: Run, nested: &[Vec<u8>]) -> Command {
         let mut cmd = Command::new("git");
         cmd.arg("--git-dir")
             .arg(&self.git_dir)
@@ -197,6 +206,7 @@ impl GitCli {
             .position(|a| *a == "status")
             .filter(|_| self.sandboxed.is_some())
             .filter(|_| !args.iter().any(|a| a.starts_with("--ignore-submodules")));
+        let args = super::nested::excluded_args(args, nested);
         match sandboxed_status {
             // A `.gitmodules` entry (which the agent writes) saying `ignore = none` beats the
             // configuration above; only the command line beats it: ralph's status never looks
@@ -315,7 +325,12 @@ impl GitCli {
                 foreign: false,
             };
             return Ok((
-                output_of(self.command(args, plain), args, stdin, self.stop.as_ref())?,
+                output_of(
+                    self.command(args, plain, &[]),
+                    args,
+                    stdin,
+                    self.stop.as_ref(),
+                )?,
                 None,
             ));
         }
@@ -335,20 +350,21 @@ impl GitCli {
             monitored: handed.is_some(),
             foreign,
         };
+        let nested = self.nested_for(args, subcommand(args))?;
+        let stdin = super::nested::excluded_stdin(args, stdin, &nested);
         let before = self.index.now();
         let lock = self.git_dir.join("index.lock");
         let locked_before = lock.exists();
-        let out = output_of(self.command(args, run), args, stdin, self.stop.as_ref()).inspect_err(
-            |e| {
-                // ralph killed its own git at the deadline, with the lock that git took: no one
-                // else writes the index then (the agent's processes are gone), so the lock is
-                // removed as git would have on its way out. A lock that was there before is not
-                // ralph's to remove.
-                if matches!(e, GitError::Hung(..) | GitError::Stopped(..)) && !locked_before {
-                    let _ = std::fs::remove_file(&lock);
-                }
-            },
-        )?;
+        let cmd = self.command(args, run, &nested);
+        let out = output_of(cmd, args, stdin.as_deref(), self.stop.as_ref()).inspect_err(|e| {
+            // ralph killed its own git at the deadline, with the lock that git took: no one
+            // else writes the index then (the agent's processes are gone), so the lock is
+            // removed as git would have on its way out. A lock that was there before is not
+            // ralph's to remove.
+            if matches!(e, GitError::Hung(..) | GitError::Stopped(..)) && !locked_before {
+                let _ = std::fs::remove_file(&lock);
+            }
+        })?;
         // An index ralph's command left is ralph's; a foreign one once a command rewrote it
         // (without the untracked cache, which `core.untrackedCache=false` drops).
         let after = self.index.now();
@@ -375,8 +391,13 @@ impl GitCli {
             monitored: false,
             foreign: false,
         };
-        let dropped = output_of(self.command(&drop, plain), &drop, None, self.stop.as_ref())
-            .is_ok_and(|out| out.status.success());
+        let dropped = output_of(
+            self.command(&drop, plain, &[]),
+            &drop,
+            None,
+            self.stop.as_ref(),
+        )
+        .is_ok_and(|out| out.status.success());
         if dropped {
             *self.index.seen() = self.index.now();
         }

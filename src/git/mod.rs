@@ -22,6 +22,7 @@ mod full_walk;
 mod identity;
 mod index;
 pub(crate) mod memory;
+mod nested;
 mod own;
 mod stage;
 mod tree;

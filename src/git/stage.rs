@@ -26,6 +26,9 @@ const MAX_PATHSPECS: usize = 20_000;
 /// untracked file instead of taking them as arguments (a command line is bounded).
 const MAX_SPEC_BYTES: usize = 128 * 1024;
 
+/// Why a nested repository is left out under `--sandbox`.
+const SANDBOXED_NESTED: &str = "it is a nested repository, whose git directory ralph's git never opens under --sandbox (the agent could write it): neither it nor its files are committed";
+
 /// One line of `git status --porcelain=v1 -z --no-renames`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Entry {
@@ -159,6 +162,7 @@ impl Repo {
             self.plan_entry(&e, exclude, &mut plan)?;
         }
         self.plan_listed(exclude, &mut plan)?;
+        self.plan_left_alone(&mut plan)?;
         if plan.needs_add && !plan.include.is_empty() {
             self.add(&plan)?;
         } else if !plan.files.is_empty() {
@@ -317,9 +321,50 @@ impl Repo {
         Ok(())
     }
 
+    /// Under `--sandbox`: the nested repositories ralph's git left alone (`nested.rs`), each
+    /// named in a warning unless it is a gitlink the index holds (which keeps its commit), one of
+    /// ralph's own files, or ignored (`git check-ignore`, which reads no `.git`).
+    fn plan_left_alone(&self, plan: &mut AddPlan) -> Result<(), GitError> {
+        let nested = self.git.nested()?;
+        if nested.is_empty() {
+            return Ok(());
+        }
+        let tracked = self.gitlinks()?;
+        let untracked: Vec<&Vec<u8>> = nested
+            .iter()
+            .filter(|n| !tracked.contains(n) && !self.is_own(n))
+            .collect();
+        if untracked.is_empty() {
+            return Ok(());
+        }
+        let mut list = Vec::new();
+        for n in &untracked {
+            list.extend_from_slice(n);
+            list.push(0);
+        }
+        let out = self
+            .git
+            .unmonitored()
+            .output(&["check-ignore", "-z", "--stdin"], Some(&list))?;
+        let ignored: HashSet<&[u8]> = out.stdout.split(|&b| b == 0).collect();
+        for n in untracked
+            .into_iter()
+            .filter(|n| !ignored.contains(n.as_slice()))
+        {
+            plan.left_out
+                .push((super::nested::shown(n), SANDBOXED_NESTED.into()));
+        }
+        Ok(())
+    }
+
     /// An untracked nested repository: git records it as a gitlink when it has a commit, and
-    /// refuses it otherwise.
+    /// refuses it otherwise. Under `--sandbox` ralph's git never meets one (`nested.rs`); were
+    /// it to, it is left out unopened.
     fn plan_nested_repo(&self, dir: &[u8], plan: &mut AddPlan) -> Result<(), GitError> {
+        if self.git.sandboxed.is_some() {
+            plan.leave_out(dir, SANDBOXED_NESTED.into());
+            return Ok(());
+        }
         let has_commit = git2::Repository::open(self.abs(dir))
             .ok()
             .is_some_and(|r| r.head().and_then(|h| h.peel_to_commit()).is_ok());

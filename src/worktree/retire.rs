@@ -23,23 +23,37 @@ use crate::ui::Ui;
 const LOGS: [&str; 3] = ["activity.log", "iterations.log", "runs"];
 
 /// What the worktree holds besides the branch's commits and ralph's runtime files: changes,
-/// untracked and ignored files (as `git status` names them, without looking inside submodules).
+/// untracked and ignored files (as `git status` names them, without looking inside submodules),
+/// and nested repositories that are not the branch's gitlinks. ralph's git never opens a nested
+/// repository's git directory here — the loop's agent may have written it, sandboxed or not
+/// (`git/nested.rs`): they are found by ralph's own walk and left out of the status, whose
+/// ignored paths are those the rules match (`--ignored=matching`: git's walk enters no ignored
+/// directory, where it would look into a nested repository whatever the pathspecs say).
 pub(crate) fn foreign_files(loop_repo: &Repo) -> Result<Vec<String>> {
-    let out = loop_repo.cli().run(
+    let git = loop_repo.cli().leaving_nested();
+    let out = git.run(
         &[
             "status",
             "--porcelain=v1",
             "-z",
-            "--ignored",
+            "--ignored=matching",
             "--untracked-files=normal",
             "--ignore-submodules=dirty",
         ],
         None,
     )?;
+    let links = loop_repo.gitlinks()?;
+    let nested = git
+        .nested()?
+        .iter()
+        .filter(|n| !links.contains(n))
+        .map(|n| format!("{}/", String::from_utf8_lossy(n)))
+        .collect::<Vec<_>>();
     Ok(out
         .split(|&b| b == 0)
         .filter(|e| e.len() > 3)
         .map(|e| String::from_utf8_lossy(&e[3..]).into_owned())
+        .chain(nested)
         .filter(|p| !p.starts_with(".ralph/"))
         .collect())
 }

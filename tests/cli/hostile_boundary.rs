@@ -74,8 +74,9 @@ fn nested_repo_plant(env: &TestEnv) -> String {
     )
 }
 
-/// ralph's git (outside) records the agent's nested repository as a gitlink and runs nothing
-/// its git directory names — nor at the merge nor the main tree's next status.
+/// ralph's git (outside) leaves the agent's nested repository alone — not committed, named in a
+/// warning — and runs nothing its git directory names, nor at the merge nor the main tree's
+/// next status.
 #[test]
 fn a_nested_repositorys_configuration_never_runs_outside() {
     for kind in [Loop::Worktree, Loop::MainTree] {
@@ -91,13 +92,25 @@ fn a_nested_repositorys_configuration_never_runs_outside() {
             "{kind:?}: {}",
             stderr(&out)
         );
-        let tree = env.git(&["ls-tree", "main"]);
-        assert!(
-            tree.contains("160000 commit"),
-            "{kind:?}: sub not taken: {tree}"
-        );
+        assert_left_alone(&env, kind, &out);
         assert_eq!(env.read("work.txt"), "work\n", "{kind:?}");
     }
+}
+
+/// The nested repository `sub` is not in main's tree, and a warning names it.
+fn assert_left_alone(env: &TestEnv, kind: Loop, out: &Output) {
+    let tree = env.git(&["ls-tree", "-r", "main"]);
+    assert!(
+        !tree.contains("160000") && !tree.contains("\tsub"),
+        "{kind:?}: sub taken: {tree}"
+    );
+    assert!(
+        stderr(out)
+            .lines()
+            .any(|l| l.contains("warning") && l.contains("sub") && l.contains("nested repository")),
+        "{kind:?}: no warning names sub: {}",
+        stderr(out)
+    );
 }
 
 /// Control: the same nested repository, added as ralph adds it and then under a plain `git
@@ -125,16 +138,17 @@ const NESTED_COMMONDIR_ZERO: &str = "mkdir sub && cd sub && git init -q && echo 
 
 /// The agent's nested repository is a git directory the agent wrote: ralph's git outside never
 /// opens it (issue 29, "never by ralph's git opening a git dir the agent could write"). A
-/// `commondir` there leading to `/dev/zero` leaves the run going, the work committed.
+/// `commondir` there leading to `/dev/zero` leaves the run going, the work committed, the nested
+/// repository left out with a warning.
 ///
-/// The hole: `git add -A` of the nested repository (`git/stage.rs`, `plan_nested_repo` then
-/// `add`) and the status of a gitlink resolve the nested repository's `HEAD` through its git
-/// directory, reading its `commondir`, its configuration (following `include.path` to any
-/// file), its refs: the `/dev/zero` above has ralph's git die "Out of memory" (after
-/// `RALPH_GIT_MEMORY`, 4 GiB by default) and the run stop, exit 1; libgit2 in ralph's own
-/// process (no memory limit) opens it too (`git2::Repository::open` in `plan_nested_repo`).
+/// The hole it was: git's walk of the work tree (`git status`, `git ls-files --others`, `git
+/// add`) reads the `HEAD` and `commondir` of every directory holding a `.git` it meets, and the
+/// refresh of a gitlink resolves its `HEAD`: the `/dev/zero` above had ralph's git die "Out of
+/// memory" and the run stop, exit 1; libgit2 in ralph's own process (no memory limit) opened
+/// it too (`git2::Repository::open` in `plan_nested_repo`). Now ralph finds nested
+/// repositories by its own walk, which opens no `.git`, and excludes each from every such
+/// command (`git/nested.rs`).
 #[test]
-#[ignore = "hole: ralph's git outside opens a nested repository's git directory the agent wrote (git add/status of a gitlink): commondir -> /dev/zero stops the run"]
 fn a_nested_repositorys_git_directory_is_never_opened_outside() {
     for kind in [Loop::Worktree, Loop::MainTree] {
         if !bwrap_works() {
@@ -149,6 +163,7 @@ fn a_nested_repositorys_git_directory_is_never_opened_outside() {
             "{kind:?}: {}",
             stderr(&out)
         );
+        assert_left_alone(&env, kind, &out);
         assert_eq!(env.read("work.txt"), "work\n", "{kind:?}");
     }
 }
@@ -164,6 +179,60 @@ fn control_a_nested_commondir_to_dev_zero_kills_a_plain_git_add() {
     );
     assert!(!out.status.success(), "git survived");
     assert!(stderr(&out).contains("Out of memory"), "{}", stderr(&out));
+}
+
+/// Another of the user's repositories, outside the one ralph works on, with a commit; and
+/// the agent's `sub/.git`, a file leading there (`gitdir:`).
+fn other_repository(env: &TestEnv) -> (PathBuf, String) {
+    let other = env.dir().join("other");
+    let out = plain_git(
+        env,
+        env.dir(),
+        "git init -q other && cd other && echo secret > s && git add s && \
+         git -c user.name=o -c user.email=o@e commit -qm other",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plant = format!(
+        "mkdir sub && echo s > sub/f && echo 'gitdir: {}/.git' > sub/.git",
+        other.display()
+    );
+    (other, plant)
+}
+
+/// A nested repository that is only a `.git` file naming another of the user's repositories:
+/// ralph's git outside does not read that repository (nor record its commit as a gitlink).
+#[test]
+fn a_nested_git_file_never_leads_ralphs_git_into_another_repository() {
+    for kind in [Loop::Worktree, Loop::MainTree] {
+        if !bwrap_works() {
+            return;
+        }
+        let env = TestEnv::outside_tmp();
+        let (other, plant) = other_repository(&env);
+        let head = git_in(&env, &other, &["rev-parse", "HEAD"]);
+        let out = attacked(&env, kind, &plant, &[]);
+        assert_exit(&out, 0);
+        let tree = env.git(&["ls-tree", "-r", "main"]);
+        assert!(!tree.contains(head.trim()), "{kind:?}: {tree}");
+        assert_left_alone(&env, kind, &out);
+        assert_eq!(env.read("work.txt"), "work\n", "{kind:?}");
+    }
+}
+
+/// Control: a plain `git add -A` reads the other repository through that file, and records its
+/// commit as a gitlink.
+#[test]
+fn control_a_plain_git_add_follows_a_nested_git_file_into_another_repository() {
+    let env = TestEnv::outside_tmp();
+    let (other, plant) = other_repository(&env);
+    let head = git_in(&env, &other, &["rev-parse", "HEAD"]);
+    let out = plain_git(&env, &env.repo, &format!("{plant}\ngit add -A"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let staged = env.git(&["ls-files", "-s", "sub"]);
+    assert!(
+        staged.starts_with("160000") && staged.contains(head.trim()),
+        "{staged}"
+    );
 }
 
 /// A `commit-msg` hook that adds a trailer to the message file it is given, and refuses when
