@@ -234,3 +234,54 @@ fn a_forged_lfs_object_in_the_agents_store_is_refused() {
         );
     }
 }
+
+/// `RALPH_LFS_MAX` bounds the bytes ralph takes from the agent's store per fetch: at 1 MiB, one
+/// of the agent's two 1 MiB objects (neither left in the work tree) is taken, the other refused
+/// and said. The control, first: without it both are taken. A value that is not a size stops
+/// ralph at its start, naming the variable.
+#[test]
+fn ralph_lfs_max_bounds_what_is_taken_from_the_agent() {
+    if !bwrap_works() || !git_lfs_works() {
+        return;
+    }
+    let plant = format!("{}git rm -q big.bin\n{COMMIT}", commit_assets());
+    for max in [None, Some("1M")] {
+        let env = TestEnv::outside_tmp();
+        let global = lfs_global(&env);
+        let mut vars = vec![("GIT_CONFIG_GLOBAL", global.to_str().unwrap())];
+        vars.extend(max.map(|m| ("RALPH_LFS_MAX", m)));
+        let out = attacked_with(
+            &env,
+            Loop::MainTree,
+            &format!("{plant}\nexit 0"),
+            &vars,
+            &[],
+        );
+        assert_exit(&out, 0);
+        let held = [EARLY, LINE]
+            .into_iter()
+            .filter(|l| std::fs::read(users_object(&env, &oid(l))).is_ok_and(|b| b == asset(l)))
+            .count();
+        let said = stderr(&out).contains("RALPH_LFS_MAX");
+        match max {
+            None => assert!(held == 2 && !said, "{held}\n{}", stderr(&out)),
+            Some(_) => assert!(held == 1 && said, "{held}\n{}", stderr(&out)),
+        }
+    }
+    let env = TestEnv::new();
+    env.write("A.md", &task(&["a1"]));
+    env.commit_all("task");
+    let out = ralph_with_memory_limit(
+        &env,
+        super::git_boundary::MEMORY_KIB,
+        &["status"],
+        &[("RALPH_LFS_MAX", "lots")],
+        std::time::Duration::from_secs(30),
+    );
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("RALPH_LFS_MAX=`lots`"),
+        "{}",
+        stderr(&out)
+    );
+}
