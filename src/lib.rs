@@ -73,8 +73,10 @@ pub fn main() -> i32 {
 }
 
 fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
-    // A bad bound for ralph's git stops it here, before any git runs.
+    // A bad bound for ralph's git (its memory, the agent's LFS objects it takes) stops it
+    // here, before any git runs.
     git::memory::limit().map_err(Error::user)?;
+    git::lfs::max_bytes().map_err(Error::user)?;
     let dir = cli.dir.as_deref();
     let ctx = || Context::new(dir, ui);
     match &cli.command {

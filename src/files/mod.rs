@@ -171,6 +171,17 @@ fn read_opened(
     Ok(bytes)
 }
 
+/// A regular file at `rel` beneath `root` (a directory another may write: the agent's git
+/// directory), opened following no symbolic link on the way or at the end, never blocking; a
+/// link is refused, named, as a FIFO or a device is.
+pub(crate) fn open_unlinked(
+    root: &Path,
+    rel: &Path,
+) -> Result<(std::fs::File, std::fs::Metadata), ReadError> {
+    let opened = confine::open_unlinked(root, rel, OFlag::O_RDONLY | OFlag::O_NONBLOCK);
+    regular(&root.join(rel), opened, Kind::Link)
+}
+
 /// [`read_text`] of a file ralph obeys that the agent may have written (a config layer in the
 /// repository): `path`, which lies in `root`, opened beneath `root` following no symbolic
 /// link — on the way or at the end (SPEC §4). A link is refused, named, as a FIFO or a device is.

@@ -228,7 +228,11 @@ impl GitCli {
         cmd.env("LC_ALL", "C")
             .env_remove("LANGUAGE")
             .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_NO_REPLACE_OBJECTS", "1");
+            .env("GIT_NO_REPLACE_OBJECTS", "1")
+            // Nothing downloaded at the agent's say: a checkout leaves LFS files as their
+            // pointers (git-lfs's smudge reads `lfs.url` from the agent's `.lfsconfig`), and
+            // ralph fills them from the local store only (`lfs.rs`).
+            .env("GIT_LFS_SKIP_SMUDGE", "1");
         for var in ["GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX"] {
             cmd.env_remove(var);
         }

@@ -53,7 +53,7 @@ pub(crate) fn bound(cmd: &mut Command) {
 }
 
 /// `512M`, `4G`, `1048576`: bytes, at least a mebibyte (git needs that much to start).
-fn parse(text: &str) -> Option<u64> {
+pub(crate) fn parse(text: &str) -> Option<u64> {
     let t = text.trim();
     let (digits, shift) = match t.char_indices().last()? {
         (i, 'K' | 'k') => (&t[..i], 10),

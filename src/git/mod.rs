@@ -21,6 +21,7 @@ pub(crate) mod fsmonitor;
 mod full_walk;
 mod identity;
 mod index;
+pub(crate) mod lfs;
 pub(crate) mod memory;
 mod nested;
 mod own;

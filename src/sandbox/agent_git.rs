@@ -83,6 +83,12 @@ impl AgentGit {
         self.home.path().join("git")
     }
 
+    /// The agent's git directory as ralph made it (its path outside the sandbox), for ralph's
+    /// own reads that follow no link (`git/lfs.rs`): never opened with git.
+    pub(crate) fn outside(&self) -> PathBuf {
+        self.dir()
+    }
+
     /// Where a file for a hook run in the sandbox is written (`COMMIT_EDITMSG`): this directory,
     /// and where the hook sees it.
     pub(crate) fn message_dir(&self) -> crate::hooks::MessageDir {

@@ -234,10 +234,15 @@ impl Loop {
             .take_agents_commits(&s.upload_pack(), &s.repo.git_dir)
         {
             Ok(Taken::Nothing) => {}
-            Ok(Taken::Forwarded { to, .. }) => self.log(&format!(
-                "Iteration {n}: the agent's commits taken (fetched from its git directory): the branch is at {}",
-                &to[..to.len().min(7)]
-            )),
+            Ok(Taken::Forwarded { from, to }) => {
+                self.log(&format!(
+                    "Iteration {n}: the agent's commits taken (fetched from its git directory): the branch is at {}",
+                    &to[..to.len().min(7)]
+                ));
+                if let Some(agent) = s.agent_git() {
+                    self.take_agents_lfs(n, from.as_deref(), &to, &agent.outside());
+                }
+            }
             Ok(Taken::NotDescendant { commit }) => {
                 let said = format!(
                     "iteration {n}: the agent's HEAD ({}) does not descend from the loop's branch (it reset or rewrote ralph's commits): its commits are not taken; its work tree is committed as always",
@@ -254,6 +259,41 @@ impl Loop {
                 self.log(&format!("Iteration {n}: {said}"));
             }
         }
+    }
+
+    /// Under `--sandbox`: the LFS objects of the agent's commits (`from`, ralph's tip before,
+    /// to `to`), taken from its git directory through ralph's checked door (`git/lfs.rs`);
+    /// what is refused is said once, and never copied.
+    fn take_agents_lfs(&self, n: u32, from: Option<&str>, to: &str, agent_git: &std::path::Path) {
+        let max = crate::git::lfs::max_bytes().unwrap_or(u64::MAX);
+        let said = match self.tree.repo.take_agents_lfs(from, to, agent_git, max) {
+            Ok(taken) => {
+                if taken.copied > 0 {
+                    self.log(&format!(
+                        "Iteration {n}: {} LFS object(s) of the agent's taken ({} bytes)",
+                        taken.copied, taken.bytes
+                    ));
+                }
+                if taken.refused.is_empty() {
+                    return;
+                }
+                let more = taken.refused.len().saturating_sub(5);
+                format!(
+                    "iteration {n}: the agent's commits name LFS objects ralph does not take from its git directory (their files stay pointers): {}{}",
+                    taken.refused[..taken.refused.len() - more].join("; "),
+                    if more > 0 {
+                        format!("; and {more} more")
+                    } else {
+                        String::new()
+                    }
+                )
+            }
+            Err(e) => format!(
+                "iteration {n}: the LFS objects of the agent's commits cannot be taken ({e}): their files stay pointers"
+            ),
+        };
+        self.setup.ui.warn(&said);
+        self.log(&format!("Iteration {n}: {said}"));
     }
 
     /// Count an attempt's cost and tokens: the run's, and the current agent's.

@@ -351,6 +351,7 @@ fn merge_in(
         }
         .into());
     }
+    super::fill_lfs(base_tree, ui);
     let head = base_tree
         .head()?
         .map(|h| (h.id, h.short))

@@ -79,7 +79,7 @@ pub(crate) fn for_run(repo: &Repo, name: &str, ui: Ui) -> Result<Worktree> {
         replace(repo, &records, &wt, &loop_repo, ui)?;
     }
     retire::set_branch_aside(repo, &records, name, ui)?;
-    create(repo, &records, name)
+    create(repo, &records, name, ui)
 }
 
 /// The worktree of a queue's item (SPEC §14, §15): loop `name` on branch `ralph/NAME` from
@@ -151,6 +151,7 @@ pub(crate) fn for_item(
     };
     records.set_loop(name, &record)?;
     let opened = Repo::discover(&path)?;
+    fill_lfs(&opened, ui);
     Ok(Worktree {
         name: name.to_string(),
         path: opened.root().to_path_buf(),
@@ -242,7 +243,7 @@ fn same_path(a: &Path, b: &Path) -> bool {
 
 /// A new worktree for loop `name`, on a new branch `ralph/NAME` from the current HEAD, its base
 /// branch recorded.
-fn create(repo: &Repo, records: &Records, name: &str) -> Result<Worktree> {
+fn create(repo: &Repo, records: &Records, name: &str, ui: Ui) -> Result<Worktree> {
     let path = place::check(repo.git2().commondir(), name, true)?;
     let branch = format!("ralph/{name}");
     let base = current_branch(repo);
@@ -257,12 +258,32 @@ fn create(repo: &Repo, records: &Records, name: &str) -> Result<Worktree> {
     };
     records.set_loop(name, &record)?;
     let opened = Repo::discover(&path)?;
+    fill_lfs(&opened, ui);
     Ok(Worktree {
         name: name.to_string(),
         path: opened.root().to_path_buf(),
         branch,
         base,
     })
+}
+
+/// The LFS files a checkout of ralph's left as their pointers (its git downloads nothing,
+/// `git/lfs.rs`) filled from the repository's own store; those whose objects are not there are
+/// said once, for the user to `git lfs pull`.
+pub(crate) fn fill_lfs(tree: &Repo, ui: Ui) {
+    let at = tree.root().display();
+    match tree.lfs_fill() {
+        Ok(left) if left.is_empty() => {}
+        Ok(left) => ui.warn(&format!(
+            "{} LFS file(s) in {at} stay pointers, their objects not in this repository ({}{}): ralph's git downloads nothing; run `git lfs pull` there to fetch them",
+            left.len(),
+            left.iter().take(5).map(String::as_str).collect::<Vec<_>>().join(", "),
+            if left.len() > 5 { ", …" } else { "" }
+        )),
+        Err(e) => ui.warn(&format!(
+            "the LFS files in {at} cannot be filled from this repository's store ({e}): they stay pointers; run `git lfs checkout` (or `git lfs pull`) there"
+        )),
+    }
 }
 
 /// A finished loop whose name a new run takes: retired (logs kept, worktree removed). One that

@@ -22,7 +22,7 @@ fn attacked(env: &TestEnv, kind: Loop, plant: &str, vars: &[(&str, &str)]) -> Ou
 }
 
 /// [`attacked`], with `extra` arguments to `ralph run`.
-fn attacked_with(
+pub(super) fn attacked_with(
     env: &TestEnv,
     kind: Loop,
     plant: &str,
@@ -346,7 +346,7 @@ fn a_message_the_commit_msg_hook_linked_elsewhere_is_never_read() {
 
 /// A listener on a free local port that counts the connections made to it (each dropped at
 /// once): the address, and the count.
-fn listener() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+pub(super) fn listener() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -361,7 +361,7 @@ fn listener() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
 }
 
 /// Whether git-lfs is installed (says why the test skips otherwise).
-fn git_lfs_works() -> bool {
+pub(super) fn git_lfs_works() -> bool {
     let ok = std::process::Command::new("git-lfs")
         .arg("version")
         .output()
@@ -373,7 +373,7 @@ fn git_lfs_works() -> bool {
 }
 
 /// The user's global configuration as `git lfs install` writes it.
-fn lfs_global(env: &TestEnv) -> PathBuf {
+pub(super) fn lfs_global(env: &TestEnv) -> PathBuf {
     let p = env.dir().join("gitconfig");
     std::fs::write(
         &p,
@@ -400,16 +400,16 @@ fn lfs_plant(addr: &str) -> String {
 /// An agent without network (`--sandbox-net none`) never has ralph's git reach the network for
 /// it: the user's `git lfs install` configuration (the `lfs` filter in `~/.gitconfig`) is
 /// there, the agent's commit names that filter and a `.lfsconfig` pointing at its server, and
-/// the loop is merged.
+/// the loop is merged; then the user's next `--worktree` loop checks the same out. The pointer
+/// stays a pointer in the main tree, and ralph says so once, naming `git lfs pull`.
 ///
-/// The hole: the merge (`git merge`, outside, in the user's main tree) checks out the
-/// agent's `.gitattributes` and runs the user's smudge filter, git-lfs, which reads the
-/// agent's `.lfsconfig` and POSTs to its `lfs.url` (`…/exfil-SECRET/objects/batch`): a
-/// program ralph runs outside, at the agent's say, reaching the network the sandbox took
-/// away. The merge then fails, the main tree left half-merged (files changed, untracked).
-/// `git worktree add` of the next loop smudges the same way.
+/// It failed before: the merge (`git merge`, outside, in the user's main tree) checked out the
+/// agent's `.gitattributes` and ran the user's smudge filter, git-lfs, which read the agent's
+/// `.lfsconfig` and POSTed to its `lfs.url` (`…/exfil-SECRET/objects/batch`), 18 connections:
+/// a program ralph runs outside, at the agent's say, reaching the network the sandbox took
+/// away. The merge then failed, the main tree left half-merged. `git worktree add` of the next
+/// loop smudged the same way.
 #[test]
-#[ignore = "hole: the agent's .gitattributes + .lfsconfig make the user's git-lfs smudge, run by ralph's merge outside, contact the agent's lfs.url (--sandbox-net none bypassed)"]
 fn an_agent_without_network_never_has_ralphs_git_reach_it() {
     if !bwrap_works() || !git_lfs_works() {
         return;
@@ -434,6 +434,36 @@ fn an_agent_without_network_never_has_ralphs_git_reach_it() {
         stderr(&out)
     );
     assert_exit(&out, 0);
+    assert!(
+        env.read("big.bin").starts_with("version https://git-lfs"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        stderr(&out).matches("git lfs pull").count(),
+        1,
+        "{}",
+        stderr(&out)
+    );
+    // The next worktree loop: `git worktree add` checks the pointer out again.
+    env.write("B.md", &task(&["b1"]));
+    env.commit_all("next");
+    let agent = "sh -c \"sed -i '0,/- \\[ \\]/s//- [x]/' \\\"$RALPH_TASK_FILE\\\"\"";
+    let args = [
+        "run",
+        "--worktree",
+        "next",
+        "B.md",
+        "--agent-cmd",
+        agent,
+        "--yes",
+        "--sandbox",
+    ];
+    let next = ralph_with_memory_limit(&env, MEMORY_KIB, &args, &vars, Duration::from_secs(90));
+    assert_exit(&next, 0);
+    let n = seen.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(n, 0, "connections from the next loop: {}", stderr(&next));
+    assert!(stderr(&next).contains("git lfs pull"), "{}", stderr(&next));
 }
 
 /// Control: the user's own `git checkout` of such a commit runs git-lfs, which contacts the

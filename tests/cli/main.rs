@@ -36,6 +36,7 @@ mod hostile_queue_stories;
 mod hostile_team;
 mod init;
 mod integrity;
+mod lfs_boundary;
 mod limits;
 mod limits_wait;
 mod links;

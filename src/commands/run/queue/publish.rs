@@ -88,18 +88,18 @@ pub(super) fn merged(desk: &mut Desk, name: &str, before: &str) -> Result<Publis
             }
             Then::Merge => {}
             Then::End(end) => {
-                reset_base(&desk.repo, &base, before)?;
+                reset_base(&desk.repo, &base, before, desk.ui)?;
                 return end;
             }
         }
         team.seen = team.leases.look(&base)?;
         let upstream = format!("refs/remotes/{}/{base}", team.leases.remote());
         if let Err(conflicts) = merge_upstream(&desk.repo, &base, &upstream, desk.ui)? {
-            reset_base(&desk.repo, &base, before)?;
+            reset_base(&desk.repo, &base, before, desk.ui)?;
             return Ok(Published::Conflict(conflicts));
         }
     }
-    reset_base(&desk.repo, &base, before)?;
+    reset_base(&desk.repo, &base, before, desk.ui)?;
     Ok(Published::Busy)
 }
 
@@ -200,9 +200,10 @@ fn merge_upstream(
 
 /// Branch `base` back at `to` (the main work tree with it when it has it checked out: clean,
 /// as the queue keeps it).
-fn reset_base(repo: &Repo, base: &str, to: &str) -> Result<()> {
+fn reset_base(repo: &Repo, base: &str, to: &str, ui: crate::ui::Ui) -> Result<()> {
     if crate::worktree::current_branch(repo).as_deref() == Some(base) {
         repo.cli().run(&["reset", "--quiet", "--keep", to], None)?;
+        crate::worktree::fill_lfs(repo, ui);
     } else {
         repo.cli()
             .run(&["update-ref", &format!("refs/heads/{base}"), to], None)?;
