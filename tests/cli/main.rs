@@ -61,6 +61,7 @@ mod startup;
 mod status;
 mod stories;
 mod supervise;
+mod surface;
 mod table;
 mod task_files;
 mod tmux;
