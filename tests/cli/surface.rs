@@ -1,6 +1,6 @@
 //! What a newcomer meets around the commands: shell completions loaded into a real bash, the
-//! checked-in man pages (equal to what the code generates, rendered by `man`), and `--version`
-//! naming the commit.
+//! checked-in man pages (equal to what the code generates, rendered by `man`), `--version`
+//! naming the commit, and what `cargo package` would publish.
 
 use std::path::{Path, PathBuf};
 
@@ -224,4 +224,55 @@ fn version_names_the_commit() {
     }
     let shape = regex::Regex::new(r"^ralph \d+\.\d+\.\d+ \([0-9a-f]{7,40} \d{4}-\d\d-\d\d\)\n$");
     assert!(shape.unwrap().is_match(&want), "{want}");
+}
+
+/// What `cargo package` would publish: the sources, the README, the licences and the man
+/// pages, none of the tests' fixtures, stand-ins or benchmarks.
+#[test]
+fn the_package_holds_the_sources_and_no_test_fixtures() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Cargo's own environment (its home, its registry), not the test's isolated one.
+    let out = std::process::Command::new(cargo)
+        .current_dir(checkout())
+        .args([
+            "package",
+            "--locked",
+            "--no-verify",
+            "--list",
+            "--allow-dirty",
+        ])
+        .env("CARGO_NET_OFFLINE", "true")
+        .output()
+        .expect("run cargo package");
+    let list = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let files: Vec<&str> = list.lines().collect();
+    for want in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "build.rs",
+        "README.md",
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
+        "src/main.rs",
+        "src/lib.rs",
+        "src/cli.rs",
+        "docs/man/ralph.1",
+    ] {
+        assert!(files.contains(&want), "{want} missing:\n{list}");
+    }
+    for file in &files {
+        assert!(
+            ![
+                "tests/", "testing/", "benches/", "deploy/", ".ci/", "target/"
+            ]
+            .iter()
+            .any(|p| file.starts_with(p)),
+            "{file} would be published:\n{list}"
+        );
+    }
 }
