@@ -20,6 +20,7 @@ pub(crate) mod queue;
 pub(crate) mod sandbox;
 pub(crate) mod signals;
 pub(crate) mod state;
+pub(crate) mod suggest;
 pub(crate) mod supervisor;
 pub(crate) mod task;
 pub(crate) mod trace;

@@ -60,6 +60,7 @@ mod screen_halts;
 mod startup;
 mod status;
 mod stories;
+mod suggestions;
 mod supervise;
 mod surface;
 mod table;

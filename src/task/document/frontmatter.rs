@@ -208,7 +208,14 @@ pub(super) fn parse_frontmatter(
         .map(|k| Warning {
             path: path.to_path_buf(),
             line: Some(k.line),
-            message: format!("frontmatter key `{}` is not ralph's: ignored", k.name),
+            message: format!(
+                "frontmatter key `{}` is not ralph's: ignored{}",
+                k.name,
+                crate::suggest::did_you_mean(
+                    &k.name,
+                    TASK_KEYS.into_iter().chain(CONFIG_FILE_ONLY)
+                )
+            ),
         })
         .collect();
     Ok((fm, warnings))
@@ -269,9 +276,9 @@ fn yaml_error(path: &Path, yaml: &str, close_line: usize, err: &serde_saphyr::Er
     let yaml_line = loc
         .map(|l| usize::try_from(l.line()).unwrap_or(usize::MAX))
         .filter(|&l| l > 0);
-    let line = yaml_line.map_or(1, |l| l.saturating_add(1).clamp(2, close_line.max(2)));
     let mut message = short_yaml_message(&serde_saphyr::UserMessageFormatter.format_message(err));
     let column = loc.map_or(0, |l| usize::try_from(l.column()).unwrap_or(0));
+    let line = yaml_line.map_or(1, |l| l.saturating_add(1).clamp(2, close_line.max(2)));
     if let Some(key) = yaml_line.and_then(|l| key_before_column(yaml, l, column))
         && !message.contains(key)
     {
