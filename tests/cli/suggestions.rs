@@ -1,6 +1,7 @@
 //! Typos a newcomer makes, answered with the word they meant: an unknown frontmatter key, an
-//! unknown key in `.ralph/config.toml` or the user's config, `--agent claud`, a subcommand.
-//! Each with a control: a word that is no typo of ralph's gets no suggestion.
+//! unknown key in `.ralph/config.toml` or the user's config, `--agent claud`, a subcommand; and
+//! a YAML error told at the line it is on. Each with a control: a word that is no typo of
+//! ralph's gets no suggestion.
 
 use crate::common::*;
 
@@ -145,4 +146,58 @@ fn a_misspelt_subcommand_or_flag_gets_clap_s_tip() {
     let out = env.ralph(&["zzz"]);
     assert_exit(&out, 2);
     assert!(!stderr(&out).contains("tip:"), "{}", stderr(&out));
+}
+
+/// A quote left open is reported at the line where it opens (file line 2 here, the value of
+/// `task`), not where the parser noticed (line 3, the next key, or the closing fence); a quote
+/// closed on its line and one escaped inside it are no such error.
+#[test]
+fn an_unclosed_quote_is_reported_where_it_opens() {
+    let cases = [
+        (
+            "task: \"unclosed\nmax_iterations: 5\n",
+            "RALPH_TASK.md:2: invalid frontmatter: task: the quote opened on this line is never closed",
+        ),
+        (
+            "task: \"unclosed\n",
+            "RALPH_TASK.md:2: invalid frontmatter: task: the quote opened on this line is never closed",
+        ),
+        (
+            "task: t\nagent: 'it''s\ntimeout: 5m\n",
+            "RALPH_TASK.md:3: invalid frontmatter: agent: the quote opened on this line is never closed",
+        ),
+        (
+            "task: \"t\"\ntest_command: \"a \\\" b\nagent: claude\n",
+            "RALPH_TASK.md:3: invalid frontmatter: test_command: the quote opened on this line is never closed",
+        ),
+    ];
+    for (yaml, want) in cases {
+        let env = TestEnv::new();
+        env.write(
+            "RALPH_TASK.md",
+            &format!("---\n{yaml}---\n## Success Criteria\n- [ ] a\n"),
+        );
+        env.commit_all("initial");
+        let out = dry_run(&env, &[]);
+        assert_exit(&out, 1);
+        assert!(
+            stderr(&out).contains(want),
+            "{yaml}\n{want}\n{}",
+            stderr(&out)
+        );
+    }
+    // Control: closed quotes, an escaped quote and a doubled single quote inside them.
+    let env = TestEnv::new();
+    env.write(
+        "RALPH_TASK.md",
+        "---\ntask: \"say \\\"hi\\\"\"\ntest_command: 'it''s true'\n---\n## Success Criteria\n- [ ] a\n",
+    );
+    env.commit_all("initial");
+    let out = dry_run(&env, &[]);
+    assert_exit(&out, 0);
+    let said = stdout(&out);
+    assert!(
+        said.contains("it's true") && said.contains(r#"say "hi""#),
+        "{said}"
+    );
 }
