@@ -12,13 +12,32 @@ Examples:
   ralph run --agent-cmd 'my-agent --prompt-file {prompt_file}' --yes
   ralph status --json";
 
+/// `0.1.0 (abc1234 2026-12-07)`: the commit built from, when built from a git checkout (build.rs).
+pub(crate) const VERSION: &str = env!("RALPH_VERSION");
+
 /// The heading of the options every subcommand takes: apart, not interleaved with its own.
 const GLOBAL: &str = "Global Options";
+
+/// `run`'s (and `resume`'s) options by what they are about; the ones without a heading, such as
+/// `--dry-run`, `--reset` and `--yes`, come first.
+const AGENT: &str = "Agent";
+const LIMITS: &str = "Limits";
+const JUDGING: &str = "Judging and tests";
+const GIT: &str = "Git";
+const SANDBOX: &str = "Sandbox";
+const OUTPUT: &str = "Output";
+const CPM: &str = "CPM epics and specs";
+const QUEUE: &str = "Queue and workers";
 
 /// Supervise autonomous coding-agent loops: a fresh agent process per iteration, progress judged
 /// from the repository, every iteration committed and logged.
 #[derive(Debug, Parser)]
-#[command(name = "ralph", version, after_help = MAIN_EXAMPLES, propagate_version = true)]
+#[command(
+    name = "ralph",
+    version = VERSION,
+    after_help = MAIN_EXAMPLES,
+    propagate_version = true
+)]
 pub(crate) struct Cli {
     /// Work in DIR instead of the current directory.
     #[arg(short = 'C', global = true, value_name = "DIR", help_heading = GLOBAL)]
@@ -61,12 +80,29 @@ pub(crate) enum Command {
     /// Report the current or last run, without taking the lock.
     #[command(after_help = STATUS_EXAMPLES)]
     Status(StatusArgs),
-    /// Merge a completed worktree loop (`run --worktree NAME`) into the branch it started from.
+    /// Merge a completed worktree loop (`run --worktree NAME`) into its starting branch.
     #[command(after_help = MERGE_EXAMPLES)]
     Merge(MergeArgs),
     /// A live dashboard of every loop of the repository (q quits).
     #[command(after_help = WATCH_EXAMPLES)]
     Watch,
+    /// Print a shell completion script for ralph on stdout.
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions(CompletionsArgs),
+}
+
+const COMPLETIONS_EXAMPLES: &str = "\
+Examples:
+  source <(ralph completions bash)                  # in this bash session
+  ralph completions bash > ~/.local/share/bash-completion/completions/ralph
+  ralph completions zsh > \"${fpath[1]}/_ralph\"     # then start a new zsh
+  ralph completions fish > ~/.config/fish/completions/ralph.fish";
+
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell to complete in.
+    #[arg(value_enum)]
+    pub(crate) shell: clap_complete::Shell,
 }
 
 const MERGE_EXAMPLES: &str = "\
@@ -147,8 +183,7 @@ pub(crate) struct InitArgs {
     #[arg(long)]
     pub(crate) table: bool,
 
-    /// Run the agent once to write the criteria (or, with --table, the PRD) from the
-    /// description, then validate what it wrote.
+    /// Run the agent once to write the criteria (with --table, the PRD) from the description.
     #[arg(long, conflicts_with = "criteria")]
     pub(crate) plan: bool,
 
@@ -168,8 +203,10 @@ pub(crate) struct InitArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// RALPH_TASK.md (default) or another checklist file; CPM epic paths, a range like
-    /// `23..26`, or one spec under docs/specifications/.
+    /// RALPH_TASK.md (default) or another checklist file, prd.json, CPM epics or a spec.
+    ///
+    /// A checklist (`- [ ]` criteria), a task table (PRD.md), snarktank Ralph's prd.json, CPM
+    /// epic paths or a range like `23..26`, or one spec under docs/specifications/.
     #[arg(value_name = "TARGET")]
     pub(crate) targets: Vec<String>,
 
@@ -188,34 +225,40 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) reset: bool,
 
-    /// Work from a queue: take the tracker's ready items one by one, each in a worktree of its
-    /// own (`ralph/<source>-<id>`), merged and closed when ralph's run completes (`beads`,
-    /// `github` or `github:OWNER/REPO`).
-    #[arg(long, value_name = "SOURCE", conflicts_with_all = ["targets", "resume", "reset", "dry_run"])]
+    /// Work from a queue: `beads`, `github` or `github:OWNER/REPO`.
+    ///
+    /// Takes the tracker's ready items one by one, each in a worktree of its own
+    /// (`ralph/<source>-<id>`), merged and closed when ralph's run completes.
+    #[arg(long, value_name = "SOURCE", help_heading = QUEUE,
+          conflicts_with_all = ["targets", "resume", "reset", "dry_run"])]
     pub(crate) from: Option<String>,
 
     /// With --from: take at most N items.
-    #[arg(long, value_name = "N", requires = "from")]
+    #[arg(long, value_name = "N", requires = "from", help_heading = QUEUE)]
     pub(crate) max_tasks: Option<usize>,
 
-    /// With --from github: push each completed item's branch to origin and open a pull request
-    /// (`Closes #N`) instead of merging; the issue stays open, labelled `ralph:pr-open`.
-    #[arg(long, requires = "from")]
+    /// With --from github: open a pull request for each completed item instead of merging.
+    ///
+    /// Pushes the item's branch to origin and opens a pull request (`Closes #N`); the issue stays
+    /// open, labelled `ralph:pr-open`.
+    #[arg(long, requires = "from", help_heading = QUEUE)]
     pub(crate) pr: bool,
 
-    /// With --from github: this worker's name in the leases it takes on origin (default
-    /// `<hostname>-<pid>`); a worker restarted with the same name takes its leases back at once.
-    #[arg(long, value_name = "ID", env = "RALPH_WORKER_ID", requires = "from")]
+    /// With --from github: this worker's name in its leases (default `<hostname>-<pid>`).
+    ///
+    /// A worker restarted with the same name takes its leases on origin back at once.
+    #[arg(long, value_name = "ID", env = "RALPH_WORKER_ID", requires = "from", help_heading = QUEUE)]
     pub(crate) worker_id: Option<String>,
 
-    /// With --from github: how long an item's lease on origin holds without renewal (renewed
-    /// every third of it while the loop runs; default 10m, config `lease`); after a worker is
-    /// lost, another takes the item over once it ran out.
-    #[arg(long, value_name = "DUR", env = "RALPH_LEASE", requires = "from")]
+    /// With --from github: how long an item's lease on origin holds unrenewed (default 10m).
+    ///
+    /// Renewed every third of it while the loop runs (config `lease`); after a worker is lost,
+    /// another takes the item over once it ran out.
+    #[arg(long, value_name = "DUR", env = "RALPH_LEASE", requires = "from", help_heading = QUEUE)]
     pub(crate) lease: Option<humantime::Duration>,
 
     /// With --from: up to N items at once, each in its own worktree; merges one at a time.
-    #[arg(long, value_name = "N", default_value_t = 1, requires = "from",
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "from", help_heading = QUEUE,
           value_parser = clap::value_parser!(u16).range(1..=64))]
     pub(crate) parallel: u16,
 }
@@ -235,12 +278,13 @@ pub(crate) struct RunOptions {
         long,
         env = "RALPH_AGENT",
         value_name = "NAME",
-        conflicts_with = "agent_cmd"
+        conflicts_with = "agent_cmd",
+        help_heading = AGENT
     )]
     pub(crate) agent: Option<String>,
 
     /// Custom agent command; `{prompt}` or `{prompt_file}` mark where the prompt goes, else stdin.
-    #[arg(long, env = "RALPH_AGENT_CMD", value_name = "TEMPLATE")]
+    #[arg(long, env = "RALPH_AGENT_CMD", value_name = "TEMPLATE", help_heading = AGENT)]
     pub(crate) agent_cmd: Option<String>,
 
     /// A preset to run while the agent is usage-limited (repeatable: tried in order).
@@ -248,112 +292,122 @@ pub(crate) struct RunOptions {
         long = "fallback-agent",
         env = "RALPH_FALLBACK_AGENTS",
         value_name = "NAME",
-        value_delimiter = ','
+        value_delimiter = ',',
+        help_heading = AGENT
     )]
     pub(crate) fallback_agents: Vec<String>,
 
     /// Stop after N iterations (default 50).
-    #[arg(long, env = "RALPH_MAX_ITERATIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "RALPH_MAX_ITERATIONS", value_name = "N", help_heading = LIMITS,
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_iterations: Option<u32>,
 
     /// Wall-clock limit per iteration, e.g. `30m`.
-    #[arg(long, env = "RALPH_TIMEOUT", value_name = "DUR")]
+    #[arg(long, env = "RALPH_TIMEOUT", value_name = "DUR", help_heading = LIMITS)]
     pub(crate) timeout: Option<humantime::Duration>,
 
     /// Stop an iteration whose agent printed nothing for DUR.
-    #[arg(long, env = "RALPH_IDLE_TIMEOUT", value_name = "DUR")]
+    #[arg(long, env = "RALPH_IDLE_TIMEOUT", value_name = "DUR", help_heading = LIMITS)]
     pub(crate) idle_timeout: Option<humantime::Duration>,
 
     /// Time between SIGTERM and SIGKILL when stopping the agent (default 10s; 0 kills at once).
-    #[arg(long, env = "RALPH_GRACE", value_name = "DUR")]
+    #[arg(long, env = "RALPH_GRACE", value_name = "DUR", help_heading = LIMITS)]
     pub(crate) grace: Option<humantime::Duration>,
 
-    /// Shell command run after every iteration; completion needs it to pass.
-    #[arg(long, env = "RALPH_TEST_COMMAND", value_name = "CMD")]
-    pub(crate) test_command: Option<String>,
-
-    /// Shell command run after every iteration (after the tests) whose exit code decides:
-    /// 0 complete, 3 keep working, 5 target-only (exit 6), other twice in a row: exit 7.
-    #[arg(long, env = "RALPH_VERDICT_CMD", value_name = "CMD")]
-    pub(crate) verdict_cmd: Option<String>,
-
     /// Halt (exit 10) once the cost the agent reports (Claude's result events) reaches USD.
-    #[arg(long, env = "RALPH_MAX_COST", value_name = "USD")]
+    #[arg(long, env = "RALPH_MAX_COST", value_name = "USD", help_heading = LIMITS)]
     pub(crate) max_cost: Option<f64>,
 
     /// The most time to spend waiting for usage limits to lift, in all (default 6h; exit 10).
-    #[arg(long, env = "RALPH_MAX_WAIT", value_name = "DUR")]
+    #[arg(long, env = "RALPH_MAX_WAIT", value_name = "DUR", help_heading = LIMITS)]
     pub(crate) max_wait: Option<humantime::Duration>,
 
-    /// The first wait after a usage limit that gives no reset time (default 60s, at least 1s,
-    /// doubling).
-    #[arg(long, env = "RALPH_LIMIT_BACKOFF", value_name = "DUR")]
+    /// The first wait after a usage limit that gives no reset time (default 60s).
+    ///
+    /// At least 1s; each further wait doubles it.
+    #[arg(long, env = "RALPH_LIMIT_BACKOFF", value_name = "DUR", help_heading = LIMITS)]
     pub(crate) limit_backoff: Option<humantime::Duration>,
 
+    /// Shell command run after every iteration; completion needs it to pass.
+    #[arg(long, env = "RALPH_TEST_COMMAND", value_name = "CMD", help_heading = JUDGING)]
+    pub(crate) test_command: Option<String>,
+
+    /// Shell command run after every iteration (after the tests) whose exit code decides.
+    ///
+    /// 0 complete, 3 keep working, 5 target-only (exit 6), other twice in a row: exit 7.
+    #[arg(long, env = "RALPH_VERDICT_CMD", value_name = "CMD", help_heading = JUDGING)]
+    pub(crate) verdict_cmd: Option<String>,
+
     /// Wall-clock limit of each test and verdict command run (default 30m; no idle limit).
-    #[arg(long, env = "RALPH_CHECK_TIMEOUT", value_name = "DUR")]
+    #[arg(long, env = "RALPH_CHECK_TIMEOUT", value_name = "DUR", help_heading = JUDGING)]
     pub(crate) check_timeout: Option<humantime::Duration>,
 
-    /// Table mode: a second fresh agent run reviews every task marked DONE
-    /// (`REVIEW: PASS` / `REVIEW: FAIL <reason>`).
-    #[arg(long, env = "RALPH_REVIEW")]
-    pub(crate) review: bool,
-
-    /// CPM: the coverage roll-up script (default: $CLAUDE_PLUGIN_ROOT, then the plugin cache).
-    #[arg(long, value_name = "PATH")]
-    pub(crate) rollup: Option<PathBuf>,
-
-    /// CPM: which stories to work, passed to /cpm:do (e.g. `1-3`).
-    #[arg(long, value_name = "SPEC")]
-    pub(crate) story_filter: Option<String>,
-
     /// Also require `<promise>WORD</promise>` in the agent's final message to complete.
-    #[arg(long, env = "RALPH_COMPLETION_PROMISE", value_name = "WORD")]
+    #[arg(long, env = "RALPH_COMPLETION_PROMISE", value_name = "WORD", help_heading = JUDGING)]
     pub(crate) completion_promise: Option<String>,
 
     /// Iterations without progress before the STUCK ALERT (default 3; twice this halts).
-    #[arg(long, env = "RALPH_STUCK_THRESHOLD", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "RALPH_STUCK_THRESHOLD", value_name = "N", help_heading = JUDGING,
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) stuck_threshold: Option<u32>,
 
+    /// Table mode: a second fresh agent run reviews every task marked DONE.
+    ///
+    /// The reviewer answers `REVIEW: PASS` or `REVIEW: FAIL <reason>`.
+    #[arg(long, env = "RALPH_REVIEW", help_heading = JUDGING)]
+    pub(crate) review: bool,
+
     /// Do not commit; the fingerprint still reflects the tree.
-    #[arg(long, env = "RALPH_NO_COMMIT")]
+    #[arg(long, env = "RALPH_NO_COMMIT", help_heading = GIT)]
     pub(crate) no_commit: bool,
 
     /// Skip the repository's pre-commit and commit-msg hooks when committing.
-    #[arg(long, env = "RALPH_NO_VERIFY")]
+    #[arg(long, env = "RALPH_NO_VERIFY", help_heading = GIT)]
     pub(crate) no_verify: bool,
+
+    /// Run the loop in a git worktree of its own, on branch `ralph/NAME` from the current HEAD.
+    ///
+    /// Reused while its loop is unfinished; a finished loop's name starts a new branch. No NAME
+    /// with a prd.json target: its `branchName` (`ralph/NAME`), exactly as written.
+    #[arg(long, value_name = "NAME", num_args = 0..=1, help_heading = GIT)]
+    pub(crate) worktree: Option<Option<String>>,
+
+    /// With --worktree: once the loop completed, merge its branch where it started from.
+    ///
+    /// Into the branch the loop started from (config `merge = true`); exit 11 when it cannot.
+    #[arg(long, requires = "worktree", help_heading = GIT)]
+    pub(crate) merge: bool,
+
+    /// Run every agent attempt under bubblewrap: read-only but the repository; secrets hidden.
+    ///
+    /// The repository's own hooks and commands too. Writable: the repository, /tmp and the
+    /// agent's state; the rest of the file system read-only.
+    #[arg(long, env = "RALPH_SANDBOX", help_heading = SANDBOX)]
+    pub(crate) sandbox: bool,
+
+    /// The sandbox's network: `host` (default; the agent needs its model API) or `none`.
+    #[arg(long, env = "RALPH_SANDBOX_NET", value_enum, value_name = "NET", help_heading = SANDBOX)]
+    pub(crate) sandbox_net: Option<crate::sandbox::Net>,
 
     /// Unattended: never ask, take the documented default.
     #[arg(long, short = 'y', env = "RALPH_YES")]
     pub(crate) yes: bool,
 
     /// Show the agent's full output live.
-    #[arg(long)]
+    #[arg(long, help_heading = OUTPUT)]
     pub(crate) stream: bool,
 
     /// JSON Lines events on stdout (human output moves to stderr).
-    #[arg(long)]
+    #[arg(long, help_heading = OUTPUT)]
     pub(crate) json: bool,
 
-    /// Run the loop in a git worktree of its own, on branch `ralph/NAME` from the current HEAD
-    /// (reused while its loop is unfinished; a finished loop's name starts a new branch). No
-    /// NAME with a prd.json target: its `branchName` (`ralph/NAME`), exactly as written.
-    #[arg(long, value_name = "NAME", num_args = 0..=1)]
-    pub(crate) worktree: Option<Option<String>>,
+    /// The coverage roll-up script (default: $CLAUDE_PLUGIN_ROOT, then the plugin cache).
+    #[arg(long, value_name = "PATH", help_heading = CPM)]
+    pub(crate) rollup: Option<PathBuf>,
 
-    /// Run every agent attempt (and the repository's own hooks and commands) under bubblewrap:
-    /// read-only file system but the repository, /tmp and the agent's state; secrets hidden.
-    #[arg(long, env = "RALPH_SANDBOX")]
-    pub(crate) sandbox: bool,
-
-    /// The sandbox's network: `host` (default; the agent needs its model API) or `none`.
-    #[arg(long, env = "RALPH_SANDBOX_NET", value_enum, value_name = "NET")]
-    pub(crate) sandbox_net: Option<crate::sandbox::Net>,
-
-    /// With --worktree: once the loop completed, merge its branch into the branch it started
-    /// from (config `merge = true`); exit 11 when it cannot.
-    #[arg(long, requires = "worktree")]
-    pub(crate) merge: bool,
+    /// Which stories to work, passed to /cpm:do (e.g. `1-3`).
+    #[arg(long, value_name = "SPEC", help_heading = CPM)]
+    pub(crate) story_filter: Option<String>,
 }
 
 #[derive(Debug, Args)]

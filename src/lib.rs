@@ -20,6 +20,7 @@ pub(crate) mod queue;
 pub(crate) mod sandbox;
 pub(crate) mod signals;
 pub(crate) mod state;
+pub(crate) mod suggest;
 pub(crate) mod supervisor;
 pub(crate) mod task;
 pub(crate) mod trace;
@@ -49,6 +50,9 @@ pub fn main() -> i32 {
     }
     if first.as_deref() == Some(std::ffi::OsStr::new(sandbox::confine::COMMAND)) {
         return sandbox::confine::main(&args.collect::<Vec<_>>());
+    }
+    if first.as_deref() == Some(std::ffi::OsStr::new(commands::manual::MAN_COMMAND)) {
+        return commands::manual::man_main(&args.collect::<Vec<_>>());
     }
     let cli = Cli::parse();
     ui::init_color(cli.color);
@@ -86,5 +90,6 @@ fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
         Command::Status(args) => commands::status::run(&ctx()?, args.json, args.all),
         Command::Merge(args) => commands::merge::run(&ctx()?, &args.name),
         Command::Watch => commands::watch::run(&ctx()?),
+        Command::Completions(args) => commands::manual::completions(args),
     }
 }

@@ -66,6 +66,15 @@ pub(crate) fn preset(name: &str) -> Option<&'static dyn Cli> {
     PRESETS.iter().copied().find(|cli| cli.name() == name)
 }
 
+/// "unknown agent `claud`; did you mean `claude`?" (the suggestion only for a near name).
+pub(crate) fn unknown(name: &str) -> String {
+    let names = PRESETS.iter().map(|cli| cli.name());
+    format!(
+        "unknown agent `{name}`{}",
+        crate::suggest::did_you_mean(name, names)
+    )
+}
+
 /// How the observer reads an agent's output: a preset's own format; plain text for `custom` or
 /// anything else.
 pub(crate) fn format_for(name: &str) -> Format {
@@ -119,12 +128,10 @@ impl Agent {
     fn preset(name: &str) -> Result<Agent> {
         let Some(cli) = preset(name) else {
             let names: Vec<&str> = PRESETS.iter().map(|cli| cli.name()).collect();
-            return Err(
-                Error::user(format!("unknown agent `{name}`")).with_hint(format!(
-                    "use one of {}, or --agent-cmd 'PROGRAM ARGS {{prompt}}'",
-                    names.join(", ")
-                )),
-            );
+            return Err(Error::user(unknown(name)).with_hint(format!(
+                "use one of {}, or --agent-cmd 'PROGRAM ARGS {{prompt}}'",
+                names.join(", ")
+            )));
         };
         Ok(Agent::new(
             cli,

@@ -41,7 +41,7 @@ pub(crate) fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
         && crate::agent::preset(agent).is_none()
     {
         let names: Vec<&str> = crate::agent::PRESETS.iter().map(|c| c.name()).collect();
-        return Err(Error::user(format!("unknown agent `{agent}`"))
+        return Err(Error::user(crate::agent::unknown(agent))
             .with_hint(format!("use one of {}", names.join(", "))));
     }
     let description = match &args.description {

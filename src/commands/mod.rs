@@ -1,6 +1,8 @@
-//! One module per subcommand: `init`, `run` (and `resume`), `status`, `merge`, `watch`.
+//! One module per subcommand: `init`, `run` (and `resume`), `status`, `merge`, `watch`;
+//! `manual`: `completions` and the man pages.
 
 pub(crate) mod init;
+pub(crate) mod manual;
 pub(crate) mod merge;
 pub(crate) mod run;
 pub(crate) mod status;

@@ -151,10 +151,9 @@ impl Layer {
                 Some(l) => format!("{}:{l}", path.display()),
                 None => path.display().to_string(),
             };
-            Error::user(format!(
-                "{place}: invalid configuration: {}",
-                e.message().trim_end()
-            ))
+            let message = e.message().trim_end();
+            let message = with_suggestion(message).unwrap_or_else(|| message.to_string());
+            Error::user(format!("{place}: invalid configuration: {message}"))
         })
     }
 
@@ -276,4 +275,14 @@ pub(super) fn parse_duration(source: &str, key: &str, value: &str) -> Result<Dur
         ))
         .with_hint("write durations like `90s`, `30m` or `1h 30m`")
     })
+}
+
+/// serde's "unknown field `KEY`, expected one of `A`, `B`, …" (a section's own keys: the top
+/// level's or `[hooks]`'s) as "unknown field `KEY`; did you mean `A`?" when one is near `KEY`.
+fn with_suggestion(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (key, expected) = rest.split_once('`')?;
+    let known = expected.split('`').skip(1).step_by(2);
+    let near = crate::suggest::nearest(key, known)?;
+    Some(format!("unknown field `{key}`; did you mean `{near}`?"))
 }

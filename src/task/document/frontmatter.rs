@@ -208,7 +208,14 @@ pub(super) fn parse_frontmatter(
         .map(|k| Warning {
             path: path.to_path_buf(),
             line: Some(k.line),
-            message: format!("frontmatter key `{}` is not ralph's: ignored", k.name),
+            message: format!(
+                "frontmatter key `{}` is not ralph's: ignored{}",
+                k.name,
+                crate::suggest::did_you_mean(
+                    &k.name,
+                    TASK_KEYS.into_iter().chain(CONFIG_FILE_ONLY)
+                )
+            ),
         })
         .collect();
     Ok((fm, warnings))
@@ -266,12 +273,20 @@ fn check_values(path: &Path, fm: &Frontmatter) -> Result<(), TaskError> {
 fn yaml_error(path: &Path, yaml: &str, close_line: usize, err: &serde_saphyr::Error) -> TaskError {
     // YAML line 1 is file line 2 (the opening fence is line 1).
     let loc = err.location();
-    let yaml_line = loc
+    let mut yaml_line = loc
         .map(|l| usize::try_from(l.line()).unwrap_or(usize::MAX))
         .filter(|&l| l > 0);
-    let line = yaml_line.map_or(1, |l| l.saturating_add(1).clamp(2, close_line.max(2)));
     let mut message = short_yaml_message(&serde_saphyr::UserMessageFormatter.format_message(err));
-    let column = loc.map_or(0, |l| usize::try_from(l.column()).unwrap_or(0));
+    let mut column = loc.map_or(0, |l| usize::try_from(l.column()).unwrap_or(0));
+    // A quote left open is found where the value runs into the next key (the parser's place):
+    // the error is told where the quote opens.
+    if message.contains("quoted scalar")
+        && let Some((opens, at)) = yaml_line.and_then(|l| open_quote(yaml, l))
+    {
+        (yaml_line, column) = (Some(opens), at);
+        message = "the quote opened on this line is never closed".into();
+    }
+    let line = yaml_line.map_or(1, |l| l.saturating_add(1).clamp(2, close_line.max(2)));
     if let Some(key) = yaml_line.and_then(|l| key_before_column(yaml, l, column))
         && !message.contains(key)
     {
@@ -314,4 +329,39 @@ fn top_level_key(line: &str) -> Option<&str> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     valid.then_some(key)
+}
+
+/// The nearest line at or above YAML `line` (1-based) whose value opens a quote it does not
+/// close, and the quote's column (1-based): where a quote left open begins.
+fn open_quote(yaml: &str, line: usize) -> Option<(usize, usize)> {
+    let lines: Vec<&str> = yaml.lines().take(line).collect();
+    lines.iter().enumerate().rev().find_map(|(i, text)| {
+        let value = match text.trim_start().strip_prefix("- ") {
+            Some(item) => item,
+            None => text.split_once(": ").map(|(_, v)| v)?,
+        };
+        let value = value.trim_start();
+        let at = text.len() - value.len();
+        let quote = value.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+        (!closes(&value[1..], quote)).then(|| (i + 1, text[..at].chars().count() + 1))
+    })
+}
+
+/// Whether `rest` (what follows an opening quote) closes it: `\"` escapes in double quotes,
+/// `''` in single ones.
+fn closes(rest: &str, quote: char) -> bool {
+    let mut chars = rest.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            ('"', '\\') => {
+                chars.next();
+            }
+            ('\'', '\'') if chars.peek() == Some(&'\'') => {
+                chars.next();
+            }
+            (q, c) if q == c => return true,
+            _ => {}
+        }
+    }
+    false
 }

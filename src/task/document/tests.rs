@@ -193,6 +193,18 @@ fn frontmatter_errors_with_lines() {
             "RALPH_TASK.md:3: invalid frontmatter: ",
         ),
         (
+            "a quote left open, its value running on over an indented line",
+            "---\ntask: \"first\n  second\nagent: x\n---\n- [ ] a\n",
+            2,
+            "RALPH_TASK.md:2: invalid frontmatter: task: the quote opened on this line is never closed",
+        ),
+        (
+            "a quote left open in a list item",
+            "---\ntask: x\nextra:\n  - 'it''s\nagent: x\n---\n- [ ] a\n",
+            4,
+            "RALPH_TASK.md:4: invalid frontmatter: extra: the quote opened on this line is never closed",
+        ),
+        (
             "a configuration file's key",
             "---\ntask: x\ntest_command: t\nsandbox: true\n---\n- [ ] a\n",
             4,
