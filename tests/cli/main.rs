@@ -61,6 +61,7 @@ mod screen_halts;
 mod startup;
 mod status;
 mod stories;
+mod stream;
 mod supervise;
 mod table;
 mod task_files;
