@@ -46,9 +46,110 @@ pub(crate) fn prefixed(text: &str) -> std::borrow::Cow<'_, str> {
     })
 }
 
-/// Writes `text` and a newline to `out`, each of its lines opening with this thread's prefix.
+/// Writes `text` and a newline to `out`, each of its lines opening with this thread's prefix —
+/// or, while `ralph watch` owns the terminal, holds it ([`hold_terminal`]).
 fn write_line(out: &mut impl Write, text: &str) {
-    let _ = writeln!(out, "{}", prefixed(text));
+    if !held(text) {
+        let _ = writeln!(out, "{}", prefixed(text));
+    }
+}
+
+/// The most lines held while the terminal is someone else's: the latest.
+const HELD_LINES: usize = 20;
+
+/// While `ralph watch` owns the terminal (alternate screen, raw mode), the lines ralph would
+/// write on it — its warnings, notes, errors, the `tracing` events (a crate's `log` warning
+/// among them) — held here instead of written over the dashboard; `None`: not held.
+static HELD: std::sync::Mutex<Option<Held>> = std::sync::Mutex::new(None);
+
+struct Held {
+    lines: std::collections::VecDeque<String>,
+    /// Told each time a line is held (the dashboard wakes to show it).
+    wake: Box<dyn Fn() + Send>,
+}
+
+/// Holds what ralph prints ([`HELD`]) until the value is dropped.
+#[must_use]
+pub(crate) struct TerminalHeld(());
+
+/// From now until the value is dropped, nothing ralph prints reaches the terminal: each line
+/// is held, the latest [`HELD_LINES`], for [`take_held`], and `wake` is called.
+pub(crate) fn hold_terminal(wake: Box<dyn Fn() + Send>) -> TerminalHeld {
+    if let Ok(mut h) = HELD.lock() {
+        *h = Some(Held {
+            lines: std::collections::VecDeque::new(),
+            wake,
+        });
+    }
+    TerminalHeld(())
+}
+
+impl Drop for TerminalHeld {
+    fn drop(&mut self) {
+        if let Ok(mut h) = HELD.lock() {
+            *h = None;
+        }
+    }
+}
+
+/// The lines held since the last call, oldest first, without colour.
+pub(crate) fn take_held() -> Vec<String> {
+    HELD.lock()
+        .ok()
+        .and_then(|mut h| h.as_mut().map(|held| held.lines.drain(..).collect()))
+        .unwrap_or_default()
+}
+
+/// Holds `text`'s lines when the terminal is held; whether it was.
+fn held(text: &str) -> bool {
+    let Ok(mut h) = HELD.lock() else {
+        return false;
+    };
+    let Some(held) = h.as_mut() else {
+        return false;
+    };
+    let plain = anstream::adapter::strip_str(text).to_string();
+    for line in plain.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if held.lines.len() == HELD_LINES {
+            held.lines.pop_front();
+        }
+        held.lines.push_back(line.to_owned());
+    }
+    (held.wake)();
+    true
+}
+
+/// Where a diagnostic goes (the `tracing` events, `-v`'s timings): stderr, or held while the
+/// terminal is ([`hold_terminal`]). What is written is held line by line when dropped.
+pub(crate) struct Diagnostics(Vec<u8>);
+
+/// A writer for one diagnostic.
+pub(crate) fn diagnostics() -> Diagnostics {
+    Diagnostics(Vec::new())
+}
+
+impl Write for Diagnostics {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Diagnostics {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let text = String::from_utf8_lossy(&self.0);
+        if !held(&text) {
+            // A closed stderr is no reason to stop a run.
+            let _ = std::io::stderr().lock().write_all(&self.0);
+        }
+    }
 }
 
 /// Set the colour choice for every stream once, at start-up.
