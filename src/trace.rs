@@ -30,7 +30,7 @@ pub(crate) fn init(verbose: u8) {
     };
     let filter = EnvFilter::try_from_env("RALPH_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let events = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(crate::ui::diagnostics)
         .without_time();
     let _ = tracing_subscriber::registry()
         .with(filter)
@@ -96,7 +96,7 @@ where
         };
         // A closed stderr is no reason to stop a run.
         let _ = writeln!(
-            std::io::stderr().lock(),
+            crate::ui::diagnostics(),
             "time: {}: {}",
             crate::ui::shown(&path.join(" › ")),
             precise(took)

@@ -17,6 +17,141 @@ const GREEN: Style = AnsiColor::Green.on_default().bold();
 
 pub(crate) const RULE: &str = "─────────────────────────────────────";
 
+thread_local! {
+    /// What every line this thread prints opens with (`[beads-bd-3] `): a queue's loop sets it
+    /// on its thread when more than one loop can run at once, so their lines tell apart.
+    static PREFIX: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Every line this thread prints from now on opens with `prefix` (`None`: nothing).
+pub(crate) fn set_line_prefix(prefix: Option<String>) {
+    PREFIX.with(|p| *p.borrow_mut() = prefix);
+}
+
+/// `text` with this thread's line prefix before each of its lines ([`set_line_prefix`]).
+pub(crate) fn prefixed(text: &str) -> std::borrow::Cow<'_, str> {
+    PREFIX.with(|p| match p.borrow().as_deref() {
+        None | Some("") => std::borrow::Cow::Borrowed(text),
+        Some(prefix) => {
+            let mut out = String::with_capacity(text.len() + prefix.len());
+            for line in text.split_inclusive('\n') {
+                out.push_str(prefix);
+                out.push_str(line);
+            }
+            if text.is_empty() {
+                out.push_str(prefix);
+            }
+            std::borrow::Cow::Owned(out)
+        }
+    })
+}
+
+/// Writes `text` and a newline to `out`, each of its lines opening with this thread's prefix —
+/// or, while `ralph watch` owns the terminal, holds it ([`hold_terminal`]).
+fn write_line(out: &mut impl Write, text: &str) {
+    if !held(text) {
+        let _ = writeln!(out, "{}", prefixed(text));
+    }
+}
+
+/// The most lines held while the terminal is someone else's: the latest.
+const HELD_LINES: usize = 20;
+
+/// While `ralph watch` owns the terminal (alternate screen, raw mode), the lines ralph would
+/// write on it — its warnings, notes, errors, the `tracing` events (a crate's `log` warning
+/// among them) — held here instead of written over the dashboard; `None`: not held.
+static HELD: std::sync::Mutex<Option<Held>> = std::sync::Mutex::new(None);
+
+struct Held {
+    lines: std::collections::VecDeque<String>,
+    /// Told each time a line is held (the dashboard wakes to show it).
+    wake: Box<dyn Fn() + Send>,
+}
+
+/// Holds what ralph prints ([`HELD`]) until the value is dropped.
+#[must_use]
+pub(crate) struct TerminalHeld(());
+
+/// From now until the value is dropped, nothing ralph prints reaches the terminal: each line
+/// is held, the latest [`HELD_LINES`], for [`take_held`], and `wake` is called.
+pub(crate) fn hold_terminal(wake: Box<dyn Fn() + Send>) -> TerminalHeld {
+    if let Ok(mut h) = HELD.lock() {
+        *h = Some(Held {
+            lines: std::collections::VecDeque::new(),
+            wake,
+        });
+    }
+    TerminalHeld(())
+}
+
+impl Drop for TerminalHeld {
+    fn drop(&mut self) {
+        if let Ok(mut h) = HELD.lock() {
+            *h = None;
+        }
+    }
+}
+
+/// The lines held since the last call, oldest first, without colour.
+pub(crate) fn take_held() -> Vec<String> {
+    HELD.lock()
+        .ok()
+        .and_then(|mut h| h.as_mut().map(|held| held.lines.drain(..).collect()))
+        .unwrap_or_default()
+}
+
+/// Holds `text`'s lines when the terminal is held; whether it was.
+fn held(text: &str) -> bool {
+    let Ok(mut h) = HELD.lock() else {
+        return false;
+    };
+    let Some(held) = h.as_mut() else {
+        return false;
+    };
+    let plain = anstream::adapter::strip_str(text).to_string();
+    for line in plain.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if held.lines.len() == HELD_LINES {
+            held.lines.pop_front();
+        }
+        held.lines.push_back(line.to_owned());
+    }
+    (held.wake)();
+    true
+}
+
+/// Where a diagnostic goes (the `tracing` events, `-v`'s timings): stderr, or held while the
+/// terminal is ([`hold_terminal`]). What is written is held line by line when dropped.
+pub(crate) struct Diagnostics(Vec<u8>);
+
+/// A writer for one diagnostic.
+pub(crate) fn diagnostics() -> Diagnostics {
+    Diagnostics(Vec::new())
+}
+
+impl Write for Diagnostics {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Diagnostics {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let text = String::from_utf8_lossy(&self.0);
+        if !held(&text) {
+            // A closed stderr is no reason to stop a run.
+            let _ = std::io::stderr().lock().write_all(&self.0);
+        }
+    }
+}
+
 /// Set the colour choice for every stream once, at start-up.
 pub(crate) fn init_color(when: ColorWhen) {
     let choice = match when {
@@ -64,11 +199,9 @@ impl Ui {
     /// Write a line that is safe for a terminal ([`shown`], and then ralph's own styles).
     fn human(&self, text: &str) {
         if self.json {
-            let mut out = anstream::stderr();
-            let _ = writeln!(out, "{text}");
+            write_line(&mut anstream::stderr(), text);
         } else {
-            let mut out = anstream::stdout();
-            let _ = writeln!(out, "{text}");
+            write_line(&mut anstream::stdout(), text);
         }
     }
 
@@ -105,32 +238,35 @@ impl Ui {
     }
 
     pub(crate) fn warn(&self, text: &str) {
-        let mut err = anstream::stderr();
-        let _ = writeln!(err, "{YELLOW}warning:{YELLOW:#} {}", shown(text));
+        let text = format!("{YELLOW}warning:{YELLOW:#} {}", shown(text));
+        write_line(&mut anstream::stderr(), &text);
     }
 
     pub(crate) fn note(&self, text: &str) {
         if !self.quiet {
-            let mut err = anstream::stderr();
-            let _ = writeln!(err, "{CYAN}note:{CYAN:#} {}", shown(text));
+            let text = format!("{CYAN}note:{CYAN:#} {}", shown(text));
+            write_line(&mut anstream::stderr(), &text);
         }
     }
 
     /// `error: …`, each cause, then `hint: …`.
     pub(crate) fn error(&self, e: &Error) {
         let mut err = anstream::stderr();
-        let _ = writeln!(err, "{RED}error:{RED:#} {}", shown(&e.to_string()));
+        write_line(
+            &mut err,
+            &format!("{RED}error:{RED:#} {}", shown(&e.to_string())),
+        );
         let mut source = std::error::Error::source(e);
         // Transparent variants repeat their inner message as the first source.
         while let Some(s) = source {
             let text = s.to_string();
             if text != e.to_string() {
-                let _ = writeln!(err, "  caused by: {}", shown(&text));
+                write_line(&mut err, &format!("  caused by: {}", shown(&text)));
             }
             source = s.source();
         }
         if let Some(h) = e.hint() {
-            let _ = writeln!(err, "{CYAN}hint:{CYAN:#} {}", shown(&h));
+            write_line(&mut err, &format!("{CYAN}hint:{CYAN:#} {}", shown(&h)));
         }
     }
 }
@@ -227,6 +363,24 @@ impl Report<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_threads_line_prefix_opens_each_of_its_lines_and_no_other_threads() {
+        let other = std::thread::spawn(|| {
+            set_line_prefix(Some("[beads-bd-3] ".into()));
+            let mut out = Vec::new();
+            write_line(&mut out, "## Iteration 1/5 complete\n✅ Progress: 1/2");
+            String::from_utf8(out).unwrap()
+        });
+        assert_eq!(
+            other.join().unwrap(),
+            "[beads-bd-3] ## Iteration 1/5 complete\n[beads-bd-3] ✅ Progress: 1/2\n"
+        );
+        // Control: this thread set none.
+        let mut out = Vec::new();
+        write_line(&mut out, "a\nb");
+        assert_eq!(out, b"a\nb\n");
+    }
 
     #[test]
     fn control_characters_are_written_out_newlines_and_tabs_kept() {

@@ -9,7 +9,7 @@ use memchr::memmem::Finder;
 use serde_json::Value;
 
 use super::cli::{Cli, Launch, Output, Part, literal};
-use super::findings::{Findings, tool_activity};
+use super::findings::{Findings, tool_results};
 use super::output::{AgentResult, LimitKind, Usage};
 use super::reset::epoch;
 use super::signal::{Patterns, Scope};
@@ -123,6 +123,8 @@ impl Cli for Claude {
         match v["type"].as_str().unwrap_or("") {
             "system" => system(v, seen),
             "assistant" => assistant(v, seen),
+            // Tool results: read only when rendering (`skips` keeps them from the observer).
+            "user" => tool_results(v, seen),
             "rate_limit_event" => {
                 let info = &v["rate_limit_info"];
                 if info["status"].as_str() == Some("rejected") {
@@ -146,7 +148,9 @@ impl Cli for Claude {
     }
 }
 
-/// `system` events: `init` (session, model) and `api_retry` (a rate limit Claude retries).
+/// `system` events: `init` (session, model) and `api_retry` (a request Claude retries: shown as
+/// the activity whatever failed, a 401 as much as a 429; a rate limit is also the retry that ends
+/// the attempt if nothing follows it).
 fn system(v: &Value, seen: &mut Findings) {
     match v["subtype"].as_str().unwrap_or("") {
         "init" => seen.session_started(v["session_id"].as_str(), v["model"].as_str()),
@@ -154,9 +158,7 @@ fn system(v: &Value, seen: &mut Findings) {
             let status = as_u64(&v["error_status"]);
             let error = v["error"].as_str().unwrap_or("");
             let overloaded = status == Some(529) || error.contains("overloaded");
-            if !(overloaded || status == Some(429) || error.contains("rate_limit")) {
-                return;
-            }
+            let limited = overloaded || status == Some(429) || error.contains("rate_limit");
             let kind = if overloaded {
                 LimitKind::Overloaded
             } else {
@@ -167,17 +169,22 @@ fn system(v: &Value, seen: &mut Findings) {
             if let Some(max) = as_u64(&v["max_retries"]) {
                 message.push_str(&format!("/{max}"));
             }
-            message.push_str(&format!(
-                ": {} ({})",
-                if error.is_empty() {
-                    kind.as_str()
-                } else {
-                    error
-                },
-                status.map_or_else(|| "?".to_owned(), |s| s.to_string())
-            ));
-            seen.set_activity_clean(&format!("Rate limited, retrying ({message})"));
-            seen.retry(kind, &message);
+            let what = match (error.is_empty(), limited) {
+                (false, _) => error,
+                (true, true) => kind.as_str(),
+                (true, false) => "API error",
+            };
+            let status = status.map_or_else(|| "?".to_owned(), |s| s.to_string());
+            message.push_str(&format!(": {what} ({status})"));
+            let next = as_u64(&v["retry_delay_ms"]).map_or_else(String::new, |ms| {
+                format!(", next in {}s", ms.div_ceil(1000))
+            });
+            if limited {
+                seen.set_activity_clean(&format!("Rate limited, retrying ({message}{next})"));
+                seen.retry(kind, &message);
+            } else {
+                seen.set_activity_clean(&format!("Retrying ({message}{next})"));
+            }
         }
         _ => {}
     }
@@ -206,7 +213,7 @@ fn assistant(v: &Value, seen: &mut Findings) {
                 Some("text") => read_text(seen, block["text"].as_str().unwrap_or("")),
                 Some("tool_use") => {
                     let name = block["name"].as_str().unwrap_or("tool");
-                    seen.set_activity_clean(&tool_activity(name, &block["input"]));
+                    seen.tool_call(name, &block["input"]);
                 }
                 _ => {}
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::cli::{Cli, Launch, Output, Part, literal};
-use super::findings::{Findings, tool_activity};
+use super::findings::Findings;
 use super::output::{AgentResult, LimitKind, Usage};
 use super::signal::Patterns;
 use super::text::{as_f64, as_u64};
@@ -148,7 +148,7 @@ fn tool_start(data: &Value, seen: &mut Findings) {
         }
         None => args,
     };
-    seen.set_activity_clean(&tool_activity(name, args));
+    seen.tool_call(name, args);
 }
 
 /// `session.error{errorType, statusCode, message}`: `authentication` or 401 is a login failure;

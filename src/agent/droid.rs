@@ -9,7 +9,7 @@
 use serde_json::Value;
 
 use super::cli::{Cli, Launch, Output, Part, literal};
-use super::findings::{Findings, TailLine, tool_activity};
+use super::findings::{Findings, TailLine};
 use super::output::{AgentResult, LimitKind, Usage};
 use super::signal::{Patterns, Scope};
 use super::text::{as_u64, bounded};
@@ -88,7 +88,17 @@ impl Cli for Droid {
             "tool_call" => {
                 seen.progress();
                 let name = v["toolName"].as_str().unwrap_or("tool");
-                seen.set_activity_clean(&tool_activity(name, &v["parameters"]));
+                seen.tool_call(name, &v["parameters"]);
+            }
+            // Read only when rendering (`skips` keeps them from the observer).
+            "tool_result" => {
+                let error = v["isError"].as_bool() == Some(true);
+                let said = match &v["value"] {
+                    Value::String(s) => s.clone(),
+                    Value::Null => v["error"]["message"].as_str().unwrap_or("").to_owned(),
+                    other => other.to_string(),
+                };
+                seen.tool_result(&said, error);
             }
             "completion" => completion(v, seen),
             "error" => {

@@ -11,6 +11,8 @@ use super::signal::{self, Class, Patterns, Scope};
 use super::text::{
     bounded, clip, cut_chars, first_line, floor_char_boundary, one_line, strip_controls,
 };
+pub(crate) use super::tools::tool_activity;
+pub(super) use super::tools::tool_results;
 
 /// How many characters of a line the activity shows.
 pub(crate) const ACTIVITY_CHARS: usize = 120;
@@ -22,6 +24,18 @@ pub(super) const ACTIVITY_BYTES: usize = 4 * ACTIVITY_CHARS + 4;
 pub(crate) struct TailLine {
     pub(crate) text: String,
     pub(crate) is_stderr: bool,
+}
+
+/// What an event said, kept only for `--stream`'s rendering (`agent::render`): the CLI's own
+/// reader says it as it reads the event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Said {
+    /// An assistant message (bounded).
+    Text(String),
+    /// A tool call, as the activity shows it: `Bash: cargo test`.
+    Tool(String),
+    /// What a tool gave back (bounded), and whether it was an error.
+    ToolResult { text: String, error: bool },
 }
 
 /// Everything an attempt reported so far.
@@ -58,6 +72,8 @@ pub(crate) struct Findings {
     pub(super) unwritten_latest: bool,
     /// While events are read newest first: what they set already (see [`Findings::newest_first`]).
     newest_first: Option<Settled>,
+    /// What the events said, in order, when rendering them (`None`: not kept).
+    said: Option<Vec<Said>>,
 }
 
 /// What the events read newest first have set: an older event no longer changes it (the one
@@ -103,6 +119,29 @@ impl Findings {
             last_text: None,
             unwritten_latest: false,
             newest_first: None,
+            said: None,
+        }
+    }
+
+    /// Findings that keep what the events say ([`Said`]), for [`Findings::take_said`].
+    pub(super) fn transcribing(mut self) -> Findings {
+        self.said = Some(Vec::new());
+        self
+    }
+
+    /// What the events said since the last call.
+    pub(super) fn take_said(&mut self) -> Vec<Said> {
+        self.said.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Whether what the events say is kept ([`Findings::transcribing`]).
+    pub(super) fn rendering(&self) -> bool {
+        self.said.is_some()
+    }
+
+    fn say(&mut self, said: impl FnOnce() -> Said) {
+        if let Some(all) = &mut self.said {
+            all.push(said());
         }
     }
 
@@ -349,6 +388,7 @@ impl Findings {
         if text.trim().is_empty() {
             return;
         }
+        self.say(|| Said::Text(bounded(text)));
         self.set_activity_clean(text);
         if let Some(settled) = &mut self.newest_first {
             if settled.text {
@@ -357,6 +397,22 @@ impl Findings {
             settled.event_text = true;
         }
         self.last_text = Some(bounded(text));
+    }
+
+    /// A tool call: shown as the activity (`Bash: cargo test`).
+    pub(super) fn tool_call(&mut self, name: &str, input: &Value) {
+        let activity = tool_activity(name, input);
+        self.set_activity_clean(&activity);
+        self.say(|| Said::Tool(activity));
+    }
+
+    /// What a tool gave back: never a signal, only said when rendering.
+    pub(super) fn tool_result(&mut self, text: &str, error: bool) {
+        // Its first lines are all that is shown.
+        self.say(|| Said::ToolResult {
+            text: text[..floor_char_boundary(text, 4096)].to_owned(),
+            error,
+        });
     }
 
     // ----- limits, retries, logins -----
@@ -497,107 +553,9 @@ pub(super) fn raw_text(raw: &[u8]) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(&raw[..raw.len().min(16 * 1024)])
 }
 
-/// What a tool call is doing, from its input's most telling field: `Bash: cargo test`.
-pub(crate) fn tool_activity(name: &str, input: &Value) -> String {
-    let detail = tool_detail(name, input);
-    let detail = first_line(detail.trim());
-    if detail.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{name}: {detail}")
-    }
-}
-
-fn tool_detail(name: &str, input: &Value) -> String {
-    let s = |key: &str| input[key].as_str().map(str::to_owned);
-    let by_name = match name {
-        "Bash" | "bash" | "shell" | "Shell" => s("command").or_else(|| s("cmd")),
-        "Read" | "Edit" | "Write" | "MultiEdit" | "view" | "edit" | "create" => {
-            s("file_path").or_else(|| s("path"))
-        }
-        "NotebookEdit" | "NotebookRead" => s("notebook_path"),
-        "Grep" | "Glob" | "grep" | "glob" => s("pattern"),
-        "WebFetch" | "web_fetch" => s("url"),
-        "WebSearch" | "web_search" => s("query"),
-        "Task" | "Agent" => s("description").or_else(|| s("prompt")),
-        "TodoWrite" => input["todos"].as_array().map(|todos| {
-            todos
-                .iter()
-                .find(|t| t["status"].as_str() == Some("in_progress"))
-                .and_then(|t| t["activeForm"].as_str().or_else(|| t["content"].as_str()))
-                .map_or_else(|| format!("{} items", todos.len()), str::to_owned)
-        }),
-        _ => None,
-    };
-    if let Some(d) = by_name {
-        return d;
-    }
-    for key in [
-        "command",
-        "cmd",
-        "file_path",
-        "path",
-        "pattern",
-        "url",
-        "query",
-        "description",
-        "prompt",
-    ] {
-        if let Some(d) = s(key) {
-            return d;
-        }
-    }
-    match input {
-        Value::Object(map) => map
-            .values()
-            .find_map(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default(),
-        Value::String(s) => s.clone(),
-        _ => String::new(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tool_activity_picks_the_telling_field() {
-        let cases = [
-            (
-                r#"{"name":"Read","input":{"file_path":"src/lib.rs","limit":20}}"#,
-                "Read: src/lib.rs",
-            ),
-            (
-                r#"{"name":"Grep","input":{"pattern":"fn main","path":"src"}}"#,
-                "Grep: fn main",
-            ),
-            (
-                r#"{"name":"WebFetch","input":{"url":"https://docs.rs","prompt":"x"}}"#,
-                "WebFetch: https://docs.rs",
-            ),
-            (
-                r#"{"name":"TodoWrite","input":{"todos":[{"content":"a","status":"completed","activeForm":"Doing a"},{"content":"b","status":"in_progress","activeForm":"Doing b"}]}}"#,
-                "TodoWrite: Doing b",
-            ),
-            (
-                r#"{"name":"Bash","input":{"command":"cd x &&\n  make"}}"#,
-                "Bash: cd x &&",
-            ),
-            (
-                r#"{"name":"mcp__github__get_issue","input":{"owner":"o","issue_number":3}}"#,
-                "mcp__github__get_issue: o",
-            ),
-            (r#"{"name":"Weird","input":{}}"#, "Weird"),
-        ];
-        for (block, expected) in cases {
-            let block: Value = serde_json::from_str(block).unwrap();
-            assert_eq!(
-                tool_activity(block["name"].as_str().unwrap(), &block["input"]),
-                expected
-            );
-        }
-    }
 
     #[test]
     fn a_later_limit_keeps_an_earlier_reset_time() {

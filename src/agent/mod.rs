@@ -11,10 +11,12 @@ pub(crate) mod chain;
 pub(crate) mod cli;
 pub(crate) mod findings;
 pub(crate) mod output;
+pub(crate) mod render;
 mod reset;
 pub(crate) mod signal;
 pub(crate) mod stream;
 mod text;
+mod tools;
 pub(crate) mod views;
 
 mod claude;

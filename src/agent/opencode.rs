@@ -109,12 +109,18 @@ impl Cli for Opencode {
                 seen.progress();
                 let tool = part["tool"].as_str().unwrap_or("tool");
                 let state = &part["state"];
-                let activity = tool_activity(tool, &state["input"]);
+                seen.tool_call(tool, &state["input"]);
                 match state["error"].as_str() {
                     Some(error) if state["status"].as_str() == Some("error") => {
+                        let activity = tool_activity(tool, &state["input"]);
                         seen.set_activity_clean(&format!("{activity} (refused: {error})"));
+                        seen.tool_result(error, true);
                     }
-                    _ => seen.set_activity_clean(&activity),
+                    _ => {
+                        if let Some(output) = state["output"].as_str() {
+                            seen.tool_result(output, false);
+                        }
+                    }
                 }
             }
             "text" => {

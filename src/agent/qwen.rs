@@ -10,7 +10,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::Value;
 
 use super::cli::{Cli, Launch, Output, Part, literal};
-use super::findings::{Findings, tool_activity};
+use super::findings::{Findings, tool_results};
 use super::output::{AgentResult, LimitKind, Usage};
 use super::signal::{Patterns, Scope};
 use super::text::{as_u64, bounded};
@@ -84,6 +84,8 @@ impl Cli for Qwen {
         match v["type"].as_str().unwrap_or("") {
             "system" => system(v, seen),
             "assistant" => assistant(v, seen),
+            // Tool results: read only when rendering (`skips` keeps them from the observer).
+            "user" => tool_results(v, seen),
             "result" => result(v, seen),
             _ => {}
         }
@@ -132,7 +134,7 @@ fn assistant(v: &Value, seen: &mut Findings) {
             Some("text") => text.push_str(block["text"].as_str().unwrap_or("")),
             Some("tool_use") => {
                 let name = block["name"].as_str().unwrap_or("tool");
-                seen.set_activity_clean(&tool_activity(name, &block["input"]));
+                seen.tool_call(name, &block["input"]);
             }
             _ => {}
         }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::agent::chain::Next;
 use crate::agent::output::add_cost;
+use crate::agent::render::Stream;
 use crate::agent::stream::{Limit, Observer, Usage, format_for};
 use crate::agent::views::Watched;
 use crate::error::Result;
@@ -145,7 +146,8 @@ impl Loop {
         let mut watched = Watched::new(&mut observer)
             .shown_on(view.as_ref())
             .shown_on(Some(&activity));
-        let mut echo = self.echo();
+        // `--stream`: a JSON agent's events rendered as text (the transcript stays raw).
+        let mut echo = Stream::new(self.echo(), format_for(&self.agents.current().name));
         let watchers = Watchers::default().with(&mut watched).with(&mut echo);
         let root = self.tree.repo.root().to_path_buf();
         let limits = self.agent_limits();

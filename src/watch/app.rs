@@ -15,6 +15,8 @@ pub(crate) struct App {
     activities: Vec<Option<String>>,
     read_at: Instant,
     error: Option<String>,
+    /// The latest line ralph would have printed over the dashboard (`ui::hold_terminal`).
+    said: Option<String>,
     color: bool,
 }
 
@@ -26,8 +28,14 @@ impl App {
             activities: Vec::new(),
             read_at: Instant::now(),
             error: None,
+            said: None,
             color,
         }
+    }
+
+    /// A line ralph would have printed: shown on the footer instead.
+    pub(crate) fn said(&mut self, line: String) {
+        self.said = Some(line);
     }
 
     /// Read every loop again. A failure keeps the last good rows and shows the error.
@@ -78,6 +86,7 @@ impl App {
                 .map(|(e, a)| row(e, a.as_deref(), since))
                 .collect(),
             error: self.error.clone(),
+            said: self.said.clone(),
             color: self.color,
         }
     }

@@ -32,6 +32,8 @@ pub(crate) enum Msg {
     Changed(Change),
     /// SIGINT, SIGTERM or SIGHUP: quit, restoring the terminal.
     Signal,
+    /// ralph would have printed a line (a warning): it is held, for the footer.
+    Held,
 }
 
 /// What changed, the least first: what `Activity` asks is part of what `Loops` asks.

@@ -35,6 +35,12 @@ pub(crate) fn run(repo: Repo, color: bool) -> Result<i32> {
         .map_err(|e| Error::user(format!("failed to watch the loops' files: {e}")))?;
     let mut app = App::new(repo, color);
     refresh(&mut app, &mut watches, Change::Loops);
+    // Nothing ralph prints may go over the dashboard: held, and shown on its footer (dropped
+    // after the terminal is restored: declared first).
+    let wake = tx.clone();
+    let _held = crate::ui::hold_terminal(Box::new(move || {
+        let _ = wake.send(Msg::Held);
+    }));
     let mut term = Term::enter()?;
     events::spawn_signals(tx.clone()).map_err(|e| Error::io("failed to listen for signals", e))?;
     events::spawn_input(tx).map_err(|e| Error::io("failed to read the terminal", e))?;
@@ -96,6 +102,7 @@ fn action(msg: &Msg) -> Action {
         Msg::InputFailed(_) => Action::Quit,
         Msg::Signal => Action::Interrupted,
         Msg::Changed(c) => Action::Reload(*c),
+        Msg::Held => Action::Redraw,
     }
 }
 
@@ -119,6 +126,10 @@ fn dashboard(
     let mut redraw = true;
     let mut drawn_at = Instant::now();
     loop {
+        if let Some(said) = crate::ui::take_held().pop() {
+            app.said(said);
+            redraw = true;
+        }
         if redraw {
             term.draw(|f| view::render(f, &app.screen(Instant::now())))
                 .map_err(|e| Error::io("failed to draw on the terminal", e))?;

@@ -20,6 +20,8 @@ pub(crate) struct Screen {
     pub(crate) rows: Vec<Row>,
     /// Why the last read failed (the rows are the last good ones).
     pub(crate) error: Option<String>,
+    /// The latest line ralph would have printed over the screen (a warning), shown below it.
+    pub(crate) said: Option<String>,
     /// Draw in colour (not under `NO_COLOR` or `--color never`).
     pub(crate) color: bool,
 }
@@ -240,15 +242,20 @@ pub(crate) fn render(frame: &mut Frame, screen: &Screen) {
     ]);
     frame.render_widget(Paragraph::new(title), top);
     render_table(frame, body, screen, &paint);
-    let footer = match &screen.error {
-        Some(e) => Line::from(Span::styled(
+    let quit = Span::styled("q quit", paint(Style::new().fg(Color::DarkGray)));
+    let footer = match (&screen.error, &screen.said) {
+        (Some(e), _) => Line::from(Span::styled(
             format!("error: {e}"),
             paint(Style::new().fg(Color::Red)),
         )),
-        None => Line::from(Span::styled(
-            "q quit",
-            paint(Style::new().fg(Color::DarkGray)),
-        )),
+        (None, Some(said)) => Line::from(vec![
+            quit,
+            Span::styled(
+                format!("  {}", crate::ui::shown(said)),
+                paint(Style::new().fg(Color::Yellow)),
+            ),
+        ]),
+        (None, None) => Line::from(quit),
     };
     frame.render_widget(Paragraph::new(footer), bottom);
 }
@@ -318,6 +325,7 @@ mod tests {
                 ),
             ],
             error: None,
+            said: None,
             color: true,
         }
     }

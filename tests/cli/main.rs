@@ -63,6 +63,7 @@ mod screen_halts;
 mod startup;
 mod status;
 mod stories;
+mod stream;
 mod suggestions;
 mod supervise;
 mod surface;

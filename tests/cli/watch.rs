@@ -185,3 +185,61 @@ fn a_signal_ends_it_with_the_terminal_restored(env: &TestEnv, tmux: &Tmux) {
     });
     assert!(!pane.contains("mode: -icanon"), "raw mode left on:\n{pane}");
 }
+
+/// Nothing ralph prints goes over the dashboard (issue 30): a loop's `.ralph/` removed while
+/// `watch` watches it makes notify log a warning (`Unable to remove the path from the
+/// watches`), which `tracing` wrote on stderr — over the alternate screen, scrolling the title
+/// and the table's header away. The warning is held and shown on the footer instead. Its
+/// control: the warning is really raised (the test waits for its text on the screen).
+#[test]
+fn in_tmux_a_warning_while_watching_goes_to_the_footer_not_over_the_table() {
+    let env = TestEnv::new();
+    env.write_task(&["a", "b"], "");
+    env.commit_all("initial");
+    let out = env.run_fake("check", &["--max-iterations", "1"]);
+    assert_exit(&out, 3);
+    let line = format!("'{}' watch; sleep 600", env!("CARGO_BIN_EXE_ralph"));
+    let Some(tmux) = Tmux::start(&env, &line) else {
+        return;
+    };
+    tmux.wait_for(&env, "the dashboard", |p| {
+        p.lines().any(|l| l.starts_with("(main)")) && p.contains("q quit")
+    });
+    // notify warns when the directory's own deletion and its parent's word of it come in one
+    // read of its events: removed again, watched again, until it does.
+    let warned = "Unable to remove the path from the watches";
+    let ralph_dir = env.repo.join(".ralph");
+    let mut pane = String::new();
+    for round in 0..40 {
+        if round > 0 {
+            std::fs::create_dir_all(&ralph_dir).unwrap();
+            let now = format!("round {round}");
+            std::fs::write(ralph_dir.join("activity.now"), format!("{now}\n")).unwrap();
+            tmux.wait_for(&env, "the activity read again", |p| p.contains(&now));
+        }
+        std::fs::remove_dir_all(&ralph_dir).unwrap();
+        if wait_until(Duration::from_secs(2), || {
+            pane = tmux.pane(&env);
+            pane.contains(warned)
+        }) {
+            break;
+        }
+    }
+    assert!(pane.contains(warned), "notify never warned:\n{pane}");
+    let lines: Vec<&str> = pane.lines().collect();
+    assert!(lines[0].starts_with("ralph watch  1 loop"), "{pane}");
+    assert!(lines[1].starts_with("LOOP "), "{pane}");
+    assert!(lines[2].starts_with("(main) "), "{pane}");
+    let footer: Vec<&&str> = lines.iter().filter(|l| !l.trim().is_empty()).collect();
+    let last = footer.last().unwrap();
+    assert!(
+        last.starts_with("q quit  WARN notify::inotify: Unable to remove"),
+        "{pane}"
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("WARN")).count(),
+        1,
+        "{pane}"
+    );
+    assert_eq!(lines.len(), 30, "the screen is drawn whole: {pane}");
+}

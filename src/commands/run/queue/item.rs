@@ -210,9 +210,12 @@ fn spawn_loop(
     let mut options = q.options.clone();
     options.yes = true;
     let (words, who) = (q.words.clone(), name.to_string());
+    // Loops running at once print in turn: each line says whose it is.
+    let prefix = (q.limits.parallel > 1).then(|| format!("[{name}] "));
     std::thread::Builder::new()
         .name(format!("ralph-{name}"))
         .spawn(move || {
+            crate::ui::set_line_prefix(prefix);
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 start_linked(&inner, &[rel], &options, false, Continuation::Reset, &link)
             }));
