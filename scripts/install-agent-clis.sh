@@ -9,7 +9,9 @@
 # Idempotent: a CLI already installed at the wanted version is skipped. Versions are pinned to the
 # ones shared/AGENT-CLIS.md was verified with; when a pinned version cannot be installed the latest
 # is installed instead, with a warning. Overrides (environment):
-#   AGENT_CLIS_PREFIX       install prefix (default: <repo>/.cache/agent-clis; gitignored)
+#   AGENT_CLIS_PREFIX       install prefix (default: ${XDG_CACHE_HOME:-~/.cache}/ralph/agent-clis:
+#                           once per machine, outside every clone, so that the sandbox tests see
+#                           the CLIs wherever the clone lies, /tmp included)
 #   CLAUDE_CODE_VERSION     default 2.1.197   (@anthropic-ai/claude-code)
 #   COPILOT_VERSION         default 1.0.102   (@github/copilot)
 #   CODEX_VERSION           default 0.171.0   (@openai/codex)
@@ -26,7 +28,7 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PREFIX="${AGENT_CLIS_PREFIX:-$REPO/.cache/agent-clis}"
+PREFIX="${AGENT_CLIS_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/ralph/agent-clis}"
 BIN_DIR="$PREFIX/bin"
 
 if [[ "${1:-}" == "--print-bin-dir" ]]; then

@@ -11,11 +11,25 @@ pub(crate) fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Where `scripts/install-agent-clis.sh` puts the CLIs' programs: `AGENT_CLIS_BIN`, else
+/// `$XDG_CACHE_HOME/ralph/agent-clis/bin` (`~/.cache/…`) — outside the clone, once per machine,
+/// and where the sandbox sees it wherever the clone lies (`/tmp` included).
+pub(crate) fn agent_clis_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("AGENT_CLIS_BIN") {
+        return PathBuf::from(bin);
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
+        });
+    cache.join("ralph/agent-clis/bin")
+}
+
 /// The CLI's path when installed, else `None` after saying the test is skipped.
 pub(crate) fn installed(cli: &str) -> Option<PathBuf> {
-    let bin = std::env::var_os("AGENT_CLIS_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".cache/agent-clis/bin"));
+    let bin = agent_clis_bin();
     let p = bin.join(cli);
     if p.exists() {
         Some(p)
