@@ -3,8 +3,8 @@
 //! looks for it (`.git`, or a linked worktree's `$GIT_COMMON_DIR/worktrees/NAME`), a git
 //! directory of its own, made afresh by ralph before each attempt — `HEAD` on the loop's branch
 //! at ralph's tip, the repository's other refs (as `packed-refs`), ralph's index, the
-//! repository's configuration, `info/exclude`, `info/attributes` and `shallow`, and the
-//! repository's objects borrowed read-only (`objects/info/alternates` naming them, bound at
+//! repository's configuration less its credentials (`agent_config.rs`), `info/exclude`,
+//! `info/attributes` and `shallow`, and the repository's objects borrowed read-only (`objects/info/alternates` naming them, bound at
 //! [`OBJECTS`] inside it); its hooks and submodules' git directories are bound read-only
 //! where git looks for them. The real git directory is hidden (a main tree's) or read-only (a
 //! worktree's common one).
@@ -89,6 +89,14 @@ impl AgentGit {
         self.dir()
     }
 
+    /// Where the sandbox shows the agent's copy of the configuration (read-only): where the
+    /// repository's own configuration files are, its git directory's and its common one's.
+    pub(super) fn config_places(&self) -> Vec<PathBuf> {
+        let mut places = vec![self.git_dir.join("config"), self.common_dir.join("config")];
+        places.dedup();
+        places
+    }
+
     /// Where a file for a hook run in the sandbox is written (`COMMIT_EDITMSG`): this directory,
     /// and where the hook sees it.
     pub(crate) fn message_dir(&self) -> crate::hooks::MessageDir {
@@ -154,6 +162,7 @@ impl AgentGit {
         ] {
             copy_plain(&from, &dir.join(to))?;
         }
+        super::agent_config::scrub(&dir.join("config"))?;
         Ok(())
     }
 

@@ -148,8 +148,17 @@ impl Sandbox {
                 bind("--ro-bind", from, &a.at.join(name));
             }
         }
-        for p in &self.read_only {
+        // The repository's configuration files show the agent's copy, without its credentials
+        // (`agent_config.rs`): a main tree's `.git/config` and a worktree loop's common one.
+        let configs = self.agent_git.iter().flat_map(|a| a.config_places());
+        let configs: Vec<PathBuf> = configs.map(|p| normal(&p)).collect();
+        for p in self.read_only.iter().filter(|p| !configs.contains(p)) {
             bind("--ro-bind", p, p);
+        }
+        if let Some(a) = &self.agent_git {
+            for p in &configs {
+                bind("--ro-bind-try", &a.dir().join("config"), p);
+            }
         }
         let null = Path::new("/dev/null");
         for p in host.sockets.iter().chain(&host.hidden_files) {

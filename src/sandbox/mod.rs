@@ -17,6 +17,7 @@
 //! start is found at the start: [`Sandbox::new`] runs it once (`true`), and bwrap's own error
 //! is the run's.
 
+mod agent_config;
 pub(crate) mod agent_git;
 mod argv;
 pub(crate) mod bounds;
@@ -30,6 +31,7 @@ mod repo;
 
 pub(crate) use host::vanished;
 pub(crate) use paths::Make;
+pub(crate) use repo::{Include, includes};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

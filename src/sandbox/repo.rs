@@ -109,15 +109,48 @@ fn config_files(repo: &RepoPaths) -> Result<Vec<PathBuf>> {
         else {
             continue;
         };
-        if is_include(entry.key)
-            && let Some(value) = entry.value
-            && let Some(target) = include_target(&origin, value)
-        {
-            files.push(target);
+        if let Some(include) = include_of(&entry, &origin) {
+            files.push(include.target);
         }
         files.push(origin);
     }
     Ok(files)
+}
+
+/// A file git's configuration includes for this repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Include {
+    /// The file included, resolved as git resolves it (beside the including file).
+    pub(crate) target: PathBuf,
+    /// The key that includes it (`include.path`, `includeIf.<condition>.path`).
+    pub(crate) key: String,
+    /// The file that says so.
+    pub(crate) from: PathBuf,
+}
+
+/// Every `include.path` / `includeIf.*.path` target of the configuration git reads for `repo`
+/// (the repository's own files, the user's, and what they include in turn), whatever its
+/// condition.
+pub(crate) fn includes(repo: &RepoPaths) -> Result<Vec<Include>> {
+    let listed = git_config_list(repo)?;
+    Ok(parse_list(&listed)
+        .iter()
+        .filter_map(|entry| {
+            let origin = absolute(&repo.work_tree, Path::new(entry.origin?));
+            include_of(entry, &origin)
+        })
+        .collect())
+}
+
+fn include_of(entry: &Entry<'_>, origin: &Path) -> Option<Include> {
+    if !is_include(entry.key) {
+        return None;
+    }
+    Some(Include {
+        target: include_target(origin, entry.value?)?,
+        key: entry.key.to_string(),
+        from: origin.to_path_buf(),
+    })
 }
 
 /// The user's global configuration files, as git finds them (`GIT_CONFIG_GLOBAL` wins).

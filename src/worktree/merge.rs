@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::includes;
 use super::own_files::{self, Driver, Side};
 use super::records::Records;
 use super::{Worktree, current_branch, retire};
@@ -56,6 +57,9 @@ pub(crate) fn merge_as(repo: &Repo, name: &str, vouched: bool, ui: Ui) -> Result
     let _lock = records.lock()?;
     let tip = recorded.as_ref().and_then(|s| s.tip.as_deref());
     let theirs = recorded_tip(repo, &wt, tip, ui)?;
+    if includes::refused(repo, &base, theirs.label, &theirs.rev, ui)? {
+        return not_merged(&loop_repo);
+    }
     let target = checked_out_at(repo, &base)?;
     if let Some((tree, Some(pid))) = &target {
         // A supervisor works there now: a merge would change files under its agent's feet

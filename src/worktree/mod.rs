@@ -12,6 +12,7 @@
 //! not) starts a new `ralph/NAME` from the current HEAD, the old branch kept as
 //! `ralph/NAME-<date>`; a loop still unfinished keeps its worktree and branch.
 
+mod includes;
 mod merge;
 pub(crate) mod own_files;
 mod place;

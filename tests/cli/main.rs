@@ -28,6 +28,7 @@ mod help;
 mod hooks;
 mod hostile_boundary;
 mod hostile_clean;
+mod hostile_config;
 mod hostile_fallback;
 mod hostile_files;
 mod hostile_github;

@@ -329,7 +329,8 @@ fn dry_run_prints_the_bwrap_argv_and_no_bwrap_is_refused() {
         format!("--bind {repo} {repo} "),
         // The agent's own git directory where the repository's is, its objects read-only.
         format!(" {repo}/.git --ro-bind {repo}/.git/objects {repo}/.git/ralph-objects "),
-        format!("--ro-bind {repo}/.git/config {repo}/.git/config "),
+        // The repository's configuration: the agent's copy, without credentials, read-only.
+        format!("/git/config {repo}/.git/config "),
         format!("--ro-bind {repo}/.git/config.worktree {repo}/.git/config.worktree "),
         format!("--ro-bind /dev/null {} ", sock.display()),
         format!("--tmpfs {} ", ssh.display()),
@@ -338,9 +339,12 @@ fn dry_run_prints_the_bwrap_argv_and_no_bwrap_is_refused() {
     ] {
         assert!(argv.contains(&part), "{part} not in {argv}");
     }
-    // The repository's git directory itself is never bound writable.
+    // The repository's git directory itself is never bound writable, nor its configuration
+    // shown as it is.
     let real = format!("--bind {repo}/.git {repo}/.git ");
     assert!(!argv.contains(&real), "{argv}");
+    let config = format!("--ro-bind {repo}/.git/config {repo}/.git/config ");
+    assert!(!argv.contains(&config), "{argv}");
     // `--scoped` where the kernel has Landlock's scopes.
     let program = argv
         .find(" -- /bin/sh x.sh")
