@@ -9,9 +9,10 @@
 # Idempotent: a CLI already installed at the wanted version is skipped. Versions are pinned to the
 # ones shared/AGENT-CLIS.md was verified with; when a pinned version cannot be installed the latest
 # is installed instead, with a warning. Overrides (environment):
-#   AGENT_CLIS_PREFIX       install prefix (default: ${XDG_CACHE_HOME:-~/.cache}/ralph/agent-clis:
-#                           once per machine, outside every clone, so that the sandbox tests see
-#                           the CLIs wherever the clone lies, /tmp included)
+#   AGENT_CLIS_PREFIX       install prefix (default: /var/cache/ralph/agent-clis as root, else
+#                           ${XDG_CACHE_HOME:-~/.cache}/ralph/agent-clis: once per machine,
+#                           outside every clone, so that the sandbox tests see the CLIs wherever
+#                           the clone lies, /tmp included)
 #   CLAUDE_CODE_VERSION     default 2.1.197   (@anthropic-ai/claude-code)
 #   COPILOT_VERSION         default 1.0.102   (@github/copilot)
 #   CODEX_VERSION           default 0.171.0   (@openai/codex)
@@ -28,7 +29,10 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PREFIX="${AGENT_CLIS_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/ralph/agent-clis}"
+# As root, a machine-wide place every user can read (the sandbox tests run a CLI as a normal user
+# too); else the user's cache. Never in the clone: a clone under /tmp is hidden by the sandbox.
+if [[ $(id -u) == 0 ]]; then default_prefix=/var/cache/ralph/agent-clis; else default_prefix="${XDG_CACHE_HOME:-$HOME/.cache}/ralph/agent-clis"; fi
+PREFIX="${AGENT_CLIS_PREFIX:-$default_prefix}"
 BIN_DIR="$PREFIX/bin"
 
 if [[ "${1:-}" == "--print-bin-dir" ]]; then

@@ -11,12 +11,16 @@ pub(crate) fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Where `scripts/install-agent-clis.sh` puts the CLIs' programs: `AGENT_CLIS_BIN`, else
-/// `$XDG_CACHE_HOME/ralph/agent-clis/bin` (`~/.cache/…`) — outside the clone, once per machine,
-/// and where the sandbox sees it wherever the clone lies (`/tmp` included).
+/// Where `scripts/install-agent-clis.sh` puts the CLIs' programs: `AGENT_CLIS_BIN`, else, as
+/// root, `/var/cache/ralph/agent-clis/bin` (every user reads it: a test runs a CLI as a normal
+/// user), else `$XDG_CACHE_HOME/ralph/agent-clis/bin` (`~/.cache/…`) — outside the clone, once
+/// per machine, and where the sandbox sees it wherever the clone lies (`/tmp` included).
 pub(crate) fn agent_clis_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("AGENT_CLIS_BIN") {
         return PathBuf::from(bin);
+    }
+    if rustix::process::geteuid().is_root() {
+        return PathBuf::from("/var/cache/ralph/agent-clis/bin");
     }
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
