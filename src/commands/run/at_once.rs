@@ -8,7 +8,7 @@ use super::plan::Plan;
 use super::resolve::Resolved;
 use crate::error::Result;
 use crate::signals::Interrupts;
-use crate::state::{self, HaltReason, Mode, RalphDir, RunState};
+use crate::state::{self, HaltReason, Mode, RunState};
 use crate::supervisor;
 use crate::supervisor::decide::Halt;
 use crate::supervisor::preflight::{Evidence, fresh_evidence};
@@ -84,6 +84,7 @@ pub(super) fn end_at_once(ui: Ui, r: &Resolved, how: Continuation) -> Result<Opt
                 ui.success(&format!(
                     "{rel}: already complete ({done}/{total} criteria checked). Nothing to run."
                 ));
+                run_again(ui, r, &format!("once {rel} has an unchecked criterion"));
             });
             Ok(Some(end.at(0, (done, total)).close()))
         }
@@ -95,11 +96,37 @@ pub(super) fn end_at_once(ui: Ui, r: &Resolved, how: Continuation) -> Result<Opt
                 ui.success(&format!(
                     "{rel}: already complete ({done}/{total} stories pass). Nothing to run."
                 ));
+                run_again(ui, r, &format!("once {rel} has a story that does not pass"));
             });
             Ok(Some(end.at(0, (done, total)).close()))
         }
         _ => Ok(None),
     }
+}
+
+/// What runs again on a task found complete, from where the user stands (`what`: once the task
+/// has work left). A loop's worktree started from a commit: what it runs is the task as
+/// committed there, so an edit in the main work tree is committed first.
+fn run_again(ui: Ui, r: &Resolved, what: &str) {
+    let flag = crate::worktree::loop_flag(&r.repo);
+    let what = if flag.is_empty() {
+        what.to_string()
+    } else {
+        format!("{what} in the commit the loop starts from (commit the change first)")
+    };
+    ui.next(&format!("ralph run{flag}"), &what);
+}
+
+/// `ralph run --reset` on a checklist's `task_file` (named unless it is the one `ralph run`
+/// finds by itself), from where the user stands.
+fn start_over(r: &Resolved, task_file: &str) -> String {
+    let flag = crate::worktree::loop_flag(&r.repo);
+    let target = if task_file == crate::task::TASK_FILE {
+        String::new()
+    } else {
+        format!(" {}", shell_words::quote(task_file))
+    };
+    format!("ralph run --reset{flag}{target}")
 }
 
 /// The criteria an unfinished earlier run started with that the task file no longer has: such
@@ -137,7 +164,7 @@ pub(super) fn halt_if_tampered(
     };
     let gone = crate::task::integrity::review(&c.baseline, &c.previous).tampered;
     let counts = (c.previous.done(), c.previous.total());
-    halt_tampered(ui, &r.rd, p, &source.task_file(), &gone, counts)
+    halt_tampered(ui, r, p, &source.task_file(), &gone, counts)
 }
 
 /// `ralph run` unattended, meeting an unfinished checklist run whose task file lost criteria
@@ -157,14 +184,14 @@ pub(super) fn halt_if_left_tampered(
     }
     let gone = gone_from_baseline(Some(p), &doc.checklist);
     let counts = (doc.checklist.done(), doc.checklist.total());
-    halt_tampered(ui, &r.rd, p, rel, &gone, counts)
+    halt_tampered(ui, r, p, rel, &gone, counts)
 }
 
 /// Halt the recorded run `p` as tampered when criteria of its baseline are `gone` from
 /// `task_file` (whose criteria now count `done`/`total`), saying which.
 pub(super) fn halt_tampered(
     ui: Ui,
-    rd: &RalphDir,
+    r: &Resolved,
     p: &RunState,
     task_file: &str,
     gone: &[String],
@@ -173,6 +200,7 @@ pub(super) fn halt_tampered(
     if gone.is_empty() {
         return Ok(None);
     }
+    let flag = crate::worktree::loop_flag(&r.repo);
     let said = |ui: Ui| {
         ui.alert("## ⛔ RALPH Loop — Criteria tampered");
         ui.plain(&format!(
@@ -183,11 +211,22 @@ pub(super) fn halt_tampered(
         for g in gone {
             ui.plain(&format!("  - [ ] {g}"));
         }
-        ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes. Restore them (see git log -p) and resume, or start over with ralph run --reset.");
+        ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes.");
+        ui.next(
+            &format!("ralph resume{flag}"),
+            &format!(
+                "continue run {}, once the criteria are back in {} (see git log -p)",
+                p.run_id, p.task_file
+            ),
+        );
+        ui.next(
+            &start_over(r, &p.task_file),
+            "a new run on the task as it is now",
+        );
     };
     let end = Before::new(ui, Halt::Tampered(gone.to_vec()), said);
     Ok(Some(
-        end.of_run(rd, p.clone()).at(p.iteration, counts).close(),
+        end.of_run(&r.rd, p.clone()).at(p.iteration, counts).close(),
     ))
 }
 
@@ -228,6 +267,7 @@ pub(super) async fn evidence_now(
             for l in source.completion_lines() {
                 ui.plain(&l);
             }
+            run_again(ui, r, &format!("once {} has work left", source.task_file()));
         });
         let end = match resumed {
             Some(p) => end.of_run(&r.rd, p.clone()).at(p.iteration, counts),
