@@ -30,35 +30,8 @@ impl Loop {
         match halt {
             Halt::Complete => self.summary_complete(),
             Halt::MaxIterations => self.summary_max_iterations(),
-            Halt::Stalled { iterations, commit } => {
-                self.setup.ui.alert(&format!(
-                    "STALLED: {iterations} iterations with no change at {commit}"
-                ));
-                self.progress_line();
-                self.print_remaining();
-                self.setup.ui.plain("\nThe agent changed nothing for three iterations: check its transcript in .ralph/runs/ and the task.");
-                self.setup
-                    .ui
-                    .next(&self.command("resume"), "another try at this run");
-                self.setup.ui.next(
-                    &self.start_over(),
-                    "a new run, once the task says better what to do",
-                );
-            }
-            Halt::Stuck => {
-                let t = 2 * self.setup.settings.stuck_threshold;
-                self.setup.ui.alert(&format!(
-                    "## 🤚 RALPH Loop — Stuck: no progress for {t} iterations"
-                ));
-                self.progress_line();
-                self.print_remaining();
-                self.setup.ui.plain(
-                    "\nAdjust the task (split hard criteria, add guardrails), then start over: a resumed run is still stuck.",
-                );
-                self.setup
-                    .ui
-                    .next(&self.start_over(), "a new run on the task as it is now");
-            }
+            Halt::Stalled { iterations, commit } => self.summary_stalled(*iterations, commit),
+            Halt::Stuck => self.summary_stuck(),
             Halt::TargetOnly(rows) => {
                 self.setup.ui.alert(&format!(
                     "TARGET-ONLY: {} rows unverifiable in this environment",
@@ -122,6 +95,35 @@ impl Loop {
             }
         }
         self.print_annotations();
+    }
+
+    fn summary_stalled(&self, iterations: u32, commit: &str) {
+        let ui = self.setup.ui;
+        ui.alert(&format!(
+            "STALLED: {iterations} iterations with no change at {commit}"
+        ));
+        self.progress_line();
+        self.print_remaining();
+        ui.plain("\nThe agent changed nothing for three iterations: check its transcript in .ralph/runs/ and the task.");
+        ui.next(&self.command("resume"), "another try at this run");
+        ui.next(
+            &self.start_over(),
+            "a new run, once the task says better what to do",
+        );
+    }
+
+    fn summary_stuck(&self) {
+        let ui = self.setup.ui;
+        let t = 2 * self.setup.settings.stuck_threshold;
+        ui.alert(&format!(
+            "## 🤚 RALPH Loop — Stuck: no progress for {t} iterations"
+        ));
+        self.progress_line();
+        self.print_remaining();
+        ui.plain(
+            "\nAdjust the task (split hard criteria, add guardrails), then start over: a resumed run is still stuck.",
+        );
+        ui.next(&self.start_over(), "a new run on the task as it is now");
     }
 
     fn summary_complete(&self) {
