@@ -6,7 +6,7 @@ use super::begin::Continuation;
 use super::close::Before;
 use super::plan::Plan;
 use super::resolve::Resolved;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::signals::Interrupts;
 use crate::state::{self, HaltReason, Mode, RunState};
 use crate::supervisor;
@@ -127,6 +127,49 @@ fn start_over(r: &Resolved, task_file: &str) -> String {
         format!(" {}", shell_words::quote(task_file))
     };
     format!("ralph run --reset{flag}{target}")
+}
+
+/// A task whose criteria are still `ralph init`'s examples (marked by
+/// [`crate::task::placeholder::MARK`]) is refused before iteration 1: no agent works on
+/// "EXAMPLE — replace me". The error names the first one's `file:line` and how to fix it.
+pub(super) fn refuse_placeholders(r: &Resolved) -> Result<()> {
+    use crate::task::placeholder::{is_placeholder, line_of};
+    let (file, text, criterion, hint) = match &r.plan {
+        Plan::Checklist { doc, rel, .. } => {
+            let Some(c) = doc.checklist.remaining().find(|c| is_placeholder(&c.text)) else {
+                return Ok(());
+            };
+            let hint = format!(
+                "replace the example criteria in {rel} with your own (`- [ ] what done looks like`), or write it anew: `ralph init --force --criterion \"...\"`"
+            );
+            return Err(placeholder_error(rel, c.line, &c.text, hint));
+        }
+        Plan::Table { prd_path, prd, .. } => {
+            let Some(c) = prd
+                .tasks
+                .iter()
+                .flat_map(|t| &t.criteria)
+                .find(|c| is_placeholder(c))
+            else {
+                return Ok(());
+            };
+            // The plan names it from the repository's root.
+            let rel = prd_path.strip_prefix(&r.root).unwrap_or(prd_path);
+            let text = crate::files::read_text(&r.root.join(rel)).unwrap_or_default();
+            let hint = "replace it with the task's own acceptance criteria, or scaffold the table with its tasks: `ralph init --table --force \"GOAL\" --criterion \"TASK\"`".to_string();
+            (rel.display().to_string(), text, c.clone(), hint)
+        }
+        _ => return Ok(()),
+    };
+    let line = line_of(&text, &criterion).unwrap_or(1);
+    Err(placeholder_error(&file, line, &criterion, hint))
+}
+
+fn placeholder_error(file: &str, line: usize, criterion: &str, hint: String) -> Error {
+    Error::user(format!(
+        "{file}:{line}: `{criterion}` is an example `ralph init` wrote, not a criterion: nothing was run"
+    ))
+    .with_hint(hint)
 }
 
 /// The criteria an unfinished earlier run started with that the task file no longer has: such
