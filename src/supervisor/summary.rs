@@ -67,9 +67,7 @@ impl Loop {
                 self.setup
                     .ui
                     .plain("\nContinue later (raise --max-cost or --max-wait if needed):");
-                self.setup
-                    .ui
-                    .next(&self.command("resume"), "continue this run");
+                self.suggest(&self.command("resume"), "continue this run");
             }
             Halt::Partial(lines) => {
                 self.setup.ui.alert("## ⚠️ RALPH Loop — PARTIAL");
@@ -83,7 +81,7 @@ impl Loop {
                 self.setup.ui.alert(&format!(
                     "Interrupted in iteration {n}: the agent was stopped and its work committed."
                 ));
-                self.setup.ui.next(
+                self.suggest(
                     &self.command("resume"),
                     "continue this run where it stopped",
                 );
@@ -105,8 +103,8 @@ impl Loop {
         self.progress_line();
         self.print_remaining();
         ui.plain("\nThe agent changed nothing for three iterations: check its transcript in .ralph/runs/ and the task.");
-        ui.next(&self.command("resume"), "another try at this run");
-        ui.next(
+        self.suggest(&self.command("resume"), "another try at this run");
+        self.suggest(
             &self.start_over(),
             "a new run, once the task says better what to do",
         );
@@ -123,7 +121,7 @@ impl Loop {
         ui.plain(
             "\nAdjust the task (split hard criteria, add guardrails), then start over: a resumed run is still stuck.",
         );
-        ui.next(&self.start_over(), "a new run on the task as it is now");
+        self.suggest(&self.start_over(), "a new run on the task as it is now");
     }
 
     fn summary_complete(&self) {
@@ -173,7 +171,7 @@ impl Loop {
         self.print_remaining();
         ui.plain("\nTo continue, raise the limit:");
         let more = max.max(self.counters.iteration) + 10;
-        ui.next(
+        self.suggest(
             &self.command(&format!("resume --max-iterations {more}")),
             &format!("continue this run, up to {more} iterations in all"),
         );
@@ -191,16 +189,22 @@ impl Loop {
         self.setup
             .ui
             .plain("\n\"All boxes checked\" must not be reachable by deleting boxes.");
-        self.setup.ui.next(
+        self.suggest(
             &self.command("resume"),
             &format!(
                 "continue this run, once the criteria are back in {} (see git log -p)",
                 self.state.task_file
             ),
         );
-        self.setup
-            .ui
-            .next(&self.start_over(), "a new run on the task as it is now");
+        self.suggest(&self.start_over(), "a new run on the task as it is now");
+    }
+
+    /// A `next:` line (`Ui::next`). A queue's item (its caller holds word of each iteration)
+    /// gets none: the queue goes on to its next item, and says itself what to run.
+    fn suggest(&self, command: &str, what: &str) {
+        if self.recorded.is_none() {
+            self.setup.ui.next(command, what);
+        }
     }
 
     /// `ralph SUB` as the user types it where they stand: a loop's worktree named.

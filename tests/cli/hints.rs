@@ -280,3 +280,46 @@ fn a_loop_not_merged_over_uncommitted_changes_suggests_the_merge_for_after() {
     assert_exit(&run_as_printed(&env, &next, "check"), 0);
     assert_eq!(unchecked(&env, "RALPH_TASK.md"), 0);
 }
+
+/// A queue's item halts inside the queue, which goes on by itself: its loop's summary
+/// suggests no `ralph resume --worktree …` of its own (the item's worktree is the queue's).
+/// Control: the same halt outside a queue suggests `ralph resume` (above). Failed with the
+/// queue's items not told apart: the item's summary suggested `ralph resume --worktree …`.
+#[test]
+fn a_queue_items_halt_suggests_no_command_of_its_own() {
+    use crate::queue_github::{Api, TOKEN, fresh, issue};
+    let env = fresh();
+    let body = "Do it.\n\n- [ ] one\n- [ ] two\n";
+    let api = Api::start(
+        &env,
+        serde_json::json!([issue(
+            1,
+            "Two things",
+            &["ralph"],
+            serde_json::json!({ "body": body })
+        )]),
+        100,
+    );
+    let agent = format!("'{}'", fake_agent().display());
+    let url = api.url().to_string();
+    let vars = [
+        ("FAKE_AGENT_SCRIPT", "idle"),
+        ("GITHUB_API_URL", url.as_str()),
+        ("GITHUB_TOKEN", TOKEN),
+        ("RALPH_AGENT_CMD", agent.as_str()),
+    ];
+    let out = env.ralph_with_limit(
+        &["run", "--from", "github:o/r", "--yes"],
+        &vars,
+        Duration::from_secs(120),
+    );
+    let text = format!("{}\n{}", stdout(&out), stderr(&out));
+    assert!(text.contains("STALLED"), "the item halted: {text}");
+    assert!(
+        suggested_in(&text)
+            .iter()
+            .all(|c| !c.contains("--worktree")),
+        "{text}"
+    );
+    assert!(!text.lines().any(|l| l.starts_with("next:")), "{text}");
+}
