@@ -161,7 +161,11 @@ pub(super) fn refuse_placeholders(r: &Resolved) -> Result<()> {
         }
         _ => return Ok(()),
     };
-    let line = line_of(&text, &criterion).unwrap_or(1);
+    // The criterion as read may have lost its Markdown (backquotes): then the marker's line.
+    let mark = crate::task::placeholder::MARK;
+    let line = line_of(&text, &criterion)
+        .or_else(|| line_of(&text, mark))
+        .unwrap_or(1);
     Err(placeholder_error(&file, line, &criterion, hint))
 }
 
