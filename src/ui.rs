@@ -227,6 +227,15 @@ impl Ui {
         self.human(&shown(text));
     }
 
+    /// A command the user can run next, from where they are: `next: `COMMAND` — what it does`.
+    /// Every suggestion of a halt takes this one shape, so a person finds it and a test can run
+    /// it as printed.
+    pub(crate) fn next(&self, command: &str, what: &str) {
+        let line = format!("`{command}` — {what}");
+        let line = shown(&line);
+        self.human(&format!("{CYAN}next:{CYAN:#} {line}"));
+    }
+
     /// One event's JSON line ([`crate::event::Event::line`]) on stdout, only with `--json`.
     pub(crate) fn event(&self, line: &str) {
         if !self.json {

@@ -10,9 +10,11 @@ use crate::state::RalphDir;
 use crate::task::TASK_FILE;
 use crate::task::document::parse_task_bytes;
 
+/// The examples written without `--criterion`, each starting with the placeholder mark a run
+/// refuses (`crate::task::placeholder::MARK`).
 const EXAMPLE_CRITERIA: &[&str] = &[
-    "EXAMPLE — replace me: a specific, verifiable outcome (e.g. `GET /health` returns 200)",
-    "EXAMPLE — replace me: another outcome one iteration can finish (e.g. `cargo test` passes)",
+    "a specific, verifiable outcome (e.g. `GET /health` returns 200)",
+    "another outcome one iteration can finish (e.g. `cargo test` passes)",
 ];
 
 pub(crate) fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
@@ -73,7 +75,9 @@ pub(crate) fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
         return plan_with_agent(ctx, &repo, args, false);
     }
     if args.criteria.is_empty() {
-        ui.note("the criteria are examples: edit them before running");
+        ui.note(
+            "the criteria are examples: replace them before running (`ralph run` refuses them)",
+        );
     }
     ui.plain(&format!(
         "\nNext: review {TASK_FILE}, then run:\n  ralph run"
@@ -122,7 +126,11 @@ fn init_table(ctx: &Context, repo: &Repo, args: &InitArgs) -> Result<i32> {
     for c in created {
         ui.plain(&format!("wrote {}", c.display()));
     }
-    ui.note("each task has a placeholder acceptance criterion: make them specific before running");
+    if args.criteria.is_empty() {
+        ui.note("the task's acceptance criterion is an example: replace it before running (`ralph run` refuses it)");
+    } else {
+        ui.note("each task has a generic acceptance criterion: make them specific before running");
+    }
     ui.plain("\nNext: review PRD.md, then run:\n  ralph run");
     Ok(exit::COMPLETE)
 }
@@ -319,7 +327,8 @@ fn render(description: &str, args: &InitArgs) -> String {
             "<!-- Each criterion: specific, verifiable, small enough for one iteration. -->\n",
         );
         for c in EXAMPLE_CRITERIA {
-            s.push_str(&format!("- [ ] {c}\n"));
+            let mark = crate::task::placeholder::MARK;
+            s.push_str(&format!("- [ ] {mark}: {c}\n"));
         }
     } else {
         for c in &args.criteria {

@@ -175,6 +175,68 @@ pub(crate) fn feedback(first: &str, transcript: &Path) -> String {
     bounded(text)
 }
 
+/// What the shell said when a check's command could not run at all — exit 126 or 127, and a
+/// line of its output where the shell names the command's own program (its first word, after
+/// any `VAR=value`) as not found or not executable (`sh: 1: pytset: not found`). A test suite
+/// that ran and met a missing program inside names that program, not the command's own, after
+/// its own name (`./run_tests.sh: 3: foo: not found`): that stays a failing check. And the
+/// program is not there to run (`which`: not on `PATH`, or, with a `/`, not an executable file
+/// from `root`), so a check that merely prints such a line itself is a failing check too.
+pub(crate) fn cannot_run(
+    cmd: &str,
+    exit_code: i32,
+    transcript: &Path,
+    root: &Path,
+) -> Option<String> {
+    const REFUSALS: [&str; 6] = [
+        "not found",
+        "command not found",
+        "No such file or directory",
+        "Permission denied",
+        "Is a directory",
+        "cannot execute",
+    ];
+    if !matches!(exit_code, 126 | 127) {
+        return None;
+    }
+    let words = shell_words::split(cmd).ok()?;
+    let program = words.iter().find(|w| !is_assignment(w))?;
+    if runnable(program, root) {
+        return None;
+    }
+    let said = feedback("", transcript);
+    said.lines()
+        .find(|l| {
+            REFUSALS
+                .iter()
+                .any(|r| l.contains(&format!("{program}: {r}")))
+        })
+        .map(|l| l.trim().to_string())
+}
+
+/// `program` is an executable file: found on `PATH` as a shell looks it up, or — a path —
+/// from `root`.
+fn runnable(program: &str, root: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return executable(&root.join(program));
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| executable(&dir.join(program))))
+}
+
+/// `NAME=value`, as a shell reads a word before the program.
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
 /// At most [`FEEDBACK_BYTES`], keeping the start (the line naming the check) and the end.
 pub(crate) fn bounded(mut text: String) -> String {
     if text.len() > FEEDBACK_BYTES {
@@ -208,5 +270,30 @@ mod tests {
         );
         let long = bounded("x".repeat(20_000));
         assert!(long.len() <= FEEDBACK_BYTES + 3);
+    }
+
+    #[test]
+    fn only_the_shells_word_about_the_commands_own_program_is_cannot_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("iter-001.log");
+        let said = |out: &str| {
+            std::fs::write(&t, format!("agent\n--- ralph: test command: x ---\n{out}")).unwrap();
+        };
+        let root = dir.path();
+        said("sh: 1: pytset: not found\n");
+        assert_eq!(
+            cannot_run("pytset -q", 127, &t, root).as_deref(),
+            Some("sh: 1: pytset: not found")
+        );
+        assert!(cannot_run("CI=1 pytset", 127, &t, root).is_some());
+        assert!(cannot_run("pytset", 1, &t, root).is_none(), "not 126/127");
+        said("./run.sh: 3: pytset: not found\n");
+        let inside = cannot_run("./run.sh", 127, &t, root);
+        assert!(inside.is_none(), "a test inside ran it");
+        said("sh: 1: ./run.sh: Permission denied\n");
+        assert!(cannot_run("./run.sh", 126, &t, root).is_some());
+        // `sh` is there: a script saying so itself is a failing check.
+        said("sh: not found\n");
+        assert!(cannot_run("sh ./verdict.sh", 127, &t, root).is_none());
     }
 }

@@ -30,25 +30,8 @@ impl Loop {
         match halt {
             Halt::Complete => self.summary_complete(),
             Halt::MaxIterations => self.summary_max_iterations(),
-            Halt::Stalled { iterations, commit } => {
-                self.setup.ui.alert(&format!(
-                    "STALLED: {iterations} iterations with no change at {commit}"
-                ));
-                self.progress_line();
-                self.print_remaining();
-                self.setup.ui.plain("\nThe agent changed nothing for three iterations: check its transcript in .ralph/runs/ and the task.");
-            }
-            Halt::Stuck => {
-                let t = 2 * self.setup.settings.stuck_threshold;
-                self.setup.ui.alert(&format!(
-                    "## 🤚 RALPH Loop — Stuck: no progress for {t} iterations"
-                ));
-                self.progress_line();
-                self.print_remaining();
-                self.setup.ui.plain(
-                    "\nAdjust the task (split hard criteria, add guardrails) and run again.",
-                );
-            }
+            Halt::Stalled { iterations, commit } => self.summary_stalled(*iterations, commit),
+            Halt::Stuck => self.summary_stuck(),
             Halt::TargetOnly(rows) => {
                 self.setup.ui.alert(&format!(
                     "TARGET-ONLY: {} rows unverifiable in this environment",
@@ -81,7 +64,10 @@ impl Loop {
                 self.setup
                     .ui
                     .plain(&format!("Total cost ${:.2}", self.state.cost_usd));
-                self.setup.ui.plain("\nContinue later with: ralph resume (raise --max-cost or --max-wait if needed)");
+                self.setup
+                    .ui
+                    .plain("\nContinue later (raise --max-cost or --max-wait if needed):");
+                self.suggest(&self.command("resume"), "continue this run");
             }
             Halt::Partial(lines) => {
                 self.setup.ui.alert("## ⚠️ RALPH Loop — PARTIAL");
@@ -93,8 +79,12 @@ impl Loop {
             Halt::Interrupted => {
                 let n = self.state.iteration;
                 self.setup.ui.alert(&format!(
-                    "Interrupted in iteration {n}: the agent was stopped and its work committed. Continue with: ralph resume"
+                    "Interrupted in iteration {n}: the agent was stopped and its work committed."
                 ));
+                self.suggest(
+                    &self.command("resume"),
+                    "continue this run where it stopped",
+                );
             }
             Halt::Error { message, hint } => {
                 self.setup
@@ -103,6 +93,35 @@ impl Loop {
             }
         }
         self.print_annotations();
+    }
+
+    fn summary_stalled(&self, iterations: u32, commit: &str) {
+        let ui = self.setup.ui;
+        ui.alert(&format!(
+            "STALLED: {iterations} iterations with no change at {commit}"
+        ));
+        self.progress_line();
+        self.print_remaining();
+        ui.plain("\nThe agent changed nothing for three iterations: check its transcript in .ralph/runs/ and the task.");
+        self.suggest(&self.command("resume"), "another try at this run");
+        self.suggest(
+            &self.start_over(),
+            "a new run, once the task says better what to do",
+        );
+    }
+
+    fn summary_stuck(&self) {
+        let ui = self.setup.ui;
+        let t = 2 * self.setup.settings.stuck_threshold;
+        ui.alert(&format!(
+            "## 🤚 RALPH Loop — Stuck: no progress for {t} iterations"
+        ));
+        self.progress_line();
+        self.print_remaining();
+        ui.plain(
+            "\nAdjust the task (split hard criteria, add guardrails), then start over: a resumed run is still stuck.",
+        );
+        self.suggest(&self.start_over(), "a new run on the task as it is now");
     }
 
     fn summary_complete(&self) {
@@ -125,8 +144,13 @@ impl Loop {
         for l in self.source.completion_lines() {
             ui.plain(&l);
         }
+        // In a loop's worktree the changes are on the loop's branch, not in the main work tree
+        // the user stands in: `ralph merge NAME` (said once the run is closed) brings them there.
+        let branch = crate::worktree::own_branch_of(&self.tree.repo)
+            .and_then(|b| b.strip_prefix("refs/heads/").map(|b| format!(" {b}")))
+            .unwrap_or_default();
         ui.plain(&format!(
-            "\nAll success criteria are met. Review the changes with:\n  git log --oneline -{n}"
+            "\nAll success criteria are met. Review the changes with:\n  git log --oneline -{n}{branch}"
         ));
     }
 
@@ -145,10 +169,12 @@ impl Loop {
             total.saturating_sub(done)
         ));
         self.print_remaining();
-        ui.plain(&format!(
-            "\nTo continue, raise the limit: ralph resume --max-iterations {}",
-            max + 10
-        ));
+        ui.plain("\nTo continue, raise the limit:");
+        let more = max.max(self.counters.iteration) + 10;
+        self.suggest(
+            &self.command(&format!("resume --max-iterations {more}")),
+            &format!("continue this run, up to {more} iterations in all"),
+        );
     }
 
     fn summary_tampered(&self, what: &[String]) {
@@ -160,7 +186,42 @@ impl Loop {
         for w in what {
             self.setup.ui.plain(&format!("  {w}"));
         }
-        self.setup.ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes. Restore them (see git log -p) and run again.");
+        self.setup
+            .ui
+            .plain("\n\"All boxes checked\" must not be reachable by deleting boxes.");
+        self.suggest(
+            &self.command("resume"),
+            &format!(
+                "continue this run, once the criteria are back in {} (see git log -p)",
+                self.state.task_file
+            ),
+        );
+        self.suggest(&self.start_over(), "a new run on the task as it is now");
+    }
+
+    /// A `next:` line (`Ui::next`). A queue's item (its caller holds word of each iteration)
+    /// gets none: the queue goes on to its next item, and says itself what to run.
+    fn suggest(&self, command: &str, what: &str) {
+        if self.recorded.is_none() {
+            self.setup.ui.next(command, what);
+        }
+    }
+
+    /// `ralph SUB` as the user types it where they stand: a loop's worktree named.
+    fn command(&self, sub: &str) -> String {
+        format!("ralph {sub}{}", crate::worktree::loop_flag(&self.tree.repo))
+    }
+
+    /// `ralph run --reset` on this run's task: a checklist's file named unless it is the one
+    /// `ralph run` finds by itself.
+    fn start_over(&self) -> String {
+        let file = &self.state.task_file;
+        let target = if self.source.mode() == Mode::Checklist && file != crate::task::TASK_FILE {
+            format!(" {}", shell_words::quote(file))
+        } else {
+            String::new()
+        };
+        format!("{}{target}", self.command("run --reset"))
     }
 
     fn progress_line(&self) {

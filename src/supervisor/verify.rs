@@ -46,16 +46,27 @@ impl Loop {
         attempted: &Attempted,
     ) -> Result<std::result::Result<Verified, Halt>> {
         let mut feedback = Vec::new();
-        let Some(tests_ok) = self.run_tests(prep, &mut feedback).await? else {
-            return Ok(Err(Halt::Interrupted));
+        let tests_ok = match self.run_tests(prep, &mut feedback).await? {
+            None => return Ok(Err(Halt::Interrupted)),
+            Some(Err(cannot_run)) => return Ok(Err(cannot_run)),
+            Some(Ok(ok)) => ok,
         };
         let judged = self.source.after_tests(judged, tests_ok)?;
         let verdict = match self.source.verdict_invocation(&self.setup.settings) {
             None => None,
             Some((display, inv)) => {
-                let Some(v) = self.run_verdict(prep, display, inv, &mut feedback).await? else {
+                let Some((v, cannot_run)) =
+                    self.run_verdict(prep, display, inv, &mut feedback).await?
+                else {
                     return Ok(Err(Halt::Interrupted));
                 };
+                // A verdict command that cannot run at all says no more the next time.
+                if v.class == VerdictClass::Unavailable
+                    && let Some(said) = cannot_run
+                {
+                    self.log(&format!("Iteration {}: {said}", prep.n));
+                    return Ok(Err(Halt::VerdictUnavailable));
+                }
                 Some(v)
             }
         };
@@ -82,14 +93,16 @@ impl Loop {
         }))
     }
 
-    /// The test command; `None` when interrupted. A failure is logged and fed to the next prompt.
+    /// The test command; `None` when interrupted. A failure is logged and fed to the next
+    /// prompt; a command that cannot run at all (`checks::cannot_run`) halts the run as an
+    /// error naming it, after this first iteration that ran it.
     async fn run_tests(
         &mut self,
         prep: &mut Prepared,
         feedback: &mut Vec<String>,
-    ) -> Result<Option<bool>> {
+    ) -> Result<Option<std::result::Result<bool, Halt>>> {
         let Some(cmd) = self.setup.settings.test_command.clone() else {
-            return Ok(Some(true));
+            return Ok(Some(Ok(true)));
         };
         let check = Check {
             what: format!("test command: {cmd}"),
@@ -103,6 +116,24 @@ impl Loop {
         let Some(fin) = self.run_aux(check, prep, Watchers::default()).await? else {
             return Ok(None);
         };
+        if fin.stopped.is_none()
+            && let Some(said) = super::checks::cannot_run(
+                &cmd,
+                fin.exit_code,
+                &prep.transcript_path,
+                self.tree.repo.root(),
+            )
+        {
+            let message = format!(
+                "the test command `{cmd}` could not run (exit {}): {said}",
+                fin.exit_code
+            );
+            self.log(&format!("Iteration {}: {message}", prep.n));
+            return Ok(Some(Err(Halt::Error {
+                message,
+                hint: "fix test_command (in the task's frontmatter, .ralph/config.toml or --test-command): its program must be installed and on PATH".into(),
+            })));
+        }
         if !fin.success() {
             let why = match fin.stopped {
                 Some(_) => format!(
@@ -119,17 +150,18 @@ impl Loop {
             feedback.push(super::checks::feedback(&line, &prep.transcript_path));
             prep.notes.push(line);
         }
-        Ok(Some(fin.success()))
+        Ok(Some(Ok(fin.success())))
     }
 
-    /// The verdict command (or roll-up); `None` when interrupted.
+    /// The verdict command (or roll-up), and what the shell said when it could not run at all
+    /// (`checks::cannot_run`); `None` when interrupted.
     async fn run_verdict(
         &mut self,
         prep: &mut Prepared,
         display: String,
         inv: crate::proc::Invocation,
         feedback: &mut Vec<String>,
-    ) -> Result<Option<Verdict>> {
+    ) -> Result<Option<(Verdict, Option<String>)>> {
         let check = Check {
             what: format!("verdict command: {display}"),
             inv,
@@ -139,6 +171,19 @@ impl Loop {
         let Some(fin) = self.run_aux(check, prep, Watchers::default()).await? else {
             return Ok(None);
         };
+        let cannot_run = fin
+            .stopped
+            .is_none()
+            .then(|| {
+                super::checks::cannot_run(
+                    &display,
+                    fin.exit_code,
+                    &prep.transcript_path,
+                    self.tree.repo.root(),
+                )
+            })
+            .flatten()
+            .map(|said| format!("the verdict command `{display}` could not run: {said}"));
         let v = self
             .source
             .verdict(fin.exit_code, &String::from_utf8_lossy(&fin.stdout_tail));
@@ -146,7 +191,7 @@ impl Loop {
             feedback.push(super::checks::feedback(&note, &prep.transcript_path));
             prep.notes.push(note);
         }
-        Ok(Some(v))
+        Ok(Some((v, cannot_run)))
     }
 
     /// Relay what the verdict command said into the log; the report note when there is one.

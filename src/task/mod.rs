@@ -7,6 +7,7 @@ pub(crate) mod checklist;
 pub(crate) mod cpm;
 pub(crate) mod document;
 pub(crate) mod integrity;
+pub(crate) mod placeholder;
 pub(crate) mod status_block;
 pub(crate) mod stories;
 pub(crate) mod table;

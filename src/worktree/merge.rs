@@ -69,6 +69,7 @@ pub(crate) fn merge_as(repo: &Repo, name: &str, vouched: bool, ui: Ui) -> Result
             tree.display(),
             pid.map_or_else(|| "?".to_string(), |p| p.to_string())
         ));
+        ui.next(&format!("ralph merge {}", wt.name), "once that loop halted");
         return not_merged(&loop_repo);
     }
     let target = target.map(|(tree, _)| tree);
@@ -83,6 +84,10 @@ pub(crate) fn merge_as(repo: &Repo, name: &str, vouched: bool, ui: Ui) -> Result
             "not merged: the work tree of `{base}` ({}) has uncommitted changes",
             tree.root().display()
         ));
+        ui.next(
+            &format!("ralph merge {}", wt.name),
+            "once those changes are committed (or stashed)",
+        );
         return not_merged(&loop_repo);
     }
     let driver = driver(repo, &base, &theirs, sandboxed)?;
@@ -202,9 +207,12 @@ fn completed(loop_repo: &Repo, name: &str) -> Result<bool> {
                 None => "never ran".to_string(),
                 Some(r) => format!("halted: {}", r.map_or("unknown", HaltReason::as_str)),
             };
+            // A loop that never ran has no run to resume: it is started.
+            let finish = if st.is_some() { "resume" } else { "run" };
             Err(
-                Error::user(format!("loop `{name}` is not complete ({now})"))
-                    .with_hint(format!("finish it first: ralph resume --worktree {name}")),
+                Error::user(format!("loop `{name}` is not complete ({now})")).with_hint(format!(
+                    "finish it first: `ralph {finish} --worktree {name}`"
+                )),
             )
         }
     }

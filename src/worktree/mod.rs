@@ -74,7 +74,7 @@ pub(crate) fn for_run(repo: &Repo, name: &str, ui: Ui) -> Result<Worktree> {
     let _lock = records.lock()?;
     if let Some(wt) = find(repo, &records, name)? {
         if !finished(&wt.path)? {
-            return Ok(wt);
+            return brought_up(repo, &records, wt);
         }
         let loop_repo = Repo::discover(&wt.path)?;
         replace(repo, &records, &wt, &loop_repo, ui)?;
@@ -287,6 +287,48 @@ pub(crate) fn fill_lfs(tree: &Repo, ui: Ui) {
     }
 }
 
+/// A loop that never ran (its run ended before any state: a task already complete, refused
+/// before iteration 1) holds nothing of its own when its branch is behind HEAD and its work
+/// tree clean: it is brought up to HEAD (a fast-forward) and its base recorded anew, so that
+/// the next run works on the task as it is now, not on the one the loop found complete.
+fn brought_up(repo: &Repo, records: &Records, wt: Worktree) -> Result<Worktree> {
+    if RalphDir::new(&wt.path).state_file().exists() {
+        return Ok(wt);
+    }
+    let loop_repo = Repo::discover(&wt.path)?;
+    let (Some(head), Some(tip)) = (head_id(repo), head_id(&loop_repo)) else {
+        return Ok(wt);
+    };
+    let behind = tip != head && repo.git2().graph_descendant_of(head, tip).unwrap_or(false);
+    if !behind
+        || current_branch(&loop_repo).as_deref() != Some(wt.branch.as_str())
+        || !retire::foreign_files(&loop_repo)?.is_empty()
+    {
+        return Ok(wt);
+    }
+    let head = head.to_string();
+    loop_repo
+        .cli()
+        .run(&["merge", "--ff-only", "--quiet", &head], None)?;
+    let base = current_branch(repo);
+    let record = records::LoopRecord {
+        base: base.clone(),
+        merged_at: None,
+    };
+    records.set_loop(&wt.name, &record)?;
+    Ok(Worktree { base, ..wt })
+}
+
+/// The commit `repo`'s HEAD is at.
+fn head_id(repo: &Repo) -> Option<git2::Oid> {
+    repo.git2()
+        .head()
+        .ok()?
+        .peel_to_commit()
+        .ok()
+        .map(|c| c.id())
+}
+
 /// A finished loop whose name a new run takes: retired (logs kept, worktree removed). One that
 /// holds anything ralph would delete with it stays, and the new run is refused.
 fn replace(repo: &Repo, records: &Records, wt: &Worktree, loop_repo: &Repo, ui: Ui) -> Result<()> {
@@ -311,6 +353,14 @@ pub(crate) fn own_branch_of(repo: &Repo) -> Option<String> {
     let name = repo.root().file_name()?.to_str()?;
     let path = existing(repo, name).ok()??;
     same_path(&path, repo.root()).then(|| format!("refs/heads/ralph/{name}"))
+}
+
+/// ` --worktree NAME` when `repo` is loop NAME's worktree, else nothing: what a command
+/// suggested to the user, who stands in the main work tree, needs to reach the loop.
+pub(crate) fn loop_flag(repo: &Repo) -> String {
+    own_branch_of(repo)
+        .and_then(|b| b.strip_prefix("refs/heads/ralph/").map(str::to_string))
+        .map_or_else(String::new, |name| format!(" --worktree {name}"))
 }
 
 /// The branch checked out in `repo`'s work tree (`None`: a detached HEAD).

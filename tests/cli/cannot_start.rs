@@ -81,3 +81,62 @@ fn a_tmp_script_under_the_sandbox_says_the_sandboxs_tmp_is_private() {
         "{err}"
     );
 }
+
+/// A test command that cannot run at all (`pytset`: the shell says "not found", exit 127) is
+/// an error after the first iteration that ran it: exit 1 naming the command and what the
+/// shell said, that one iteration recorded (its work committed), never "Tests failed" until
+/// STALLED. Controls, each going on to a second iteration: a test command that runs and fails
+/// (exit 1), and one that runs a test script which itself meets a missing program (exit 127,
+/// the shell naming the program inside the script, not the command's own). Failed before: the
+/// run went on with "Tests failed (exit 127)" every iteration.
+#[test]
+fn a_test_command_that_cannot_run_halts_after_its_first_iteration() {
+    let env = setup();
+    let out = env.run_fake("check", &["--test-command", "pytset -q"]);
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        err.contains("the test command `pytset -q` could not run (exit 127)")
+            && err.contains("pytset: not found"),
+        "{err}"
+    );
+    let recs = env.iter_records();
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert!(recs[0].contains("| exit error |"), "{recs:?}");
+    assert!(!stdout(&out).contains("Tests failed"), "{}", stdout(&out));
+    assert!(
+        env.read("RALPH_TASK.md").contains("- [x] a"),
+        "its work is kept"
+    );
+    for (test_command, script) in [("false", None), ("sh ./run_tests.sh", Some("pytset -q\n"))] {
+        let env = setup();
+        if let Some(s) = script {
+            env.write("run_tests.sh", s);
+            env.commit_all("tests");
+        }
+        let out = env.run_fake(
+            "check",
+            &["--test-command", test_command, "--max-iterations", "2"],
+        );
+        assert_exit(&out, 3);
+        assert!(env.agent_ran(2), "{test_command}: the run went on");
+        assert!(stdout(&out).contains("Tests failed"), "{}", stdout(&out));
+    }
+}
+
+/// The same for a verdict command: one that cannot run at all halts as "the verdict command
+/// could not run" (exit 7) after its first iteration, not its second. Failed before: two
+/// iterations ran.
+#[test]
+fn a_verdict_command_that_cannot_run_halts_after_its_first_iteration() {
+    let env = setup();
+    let out = env.run_fake("churn", &["--verdict-cmd", "verdikt --all"]);
+    assert_exit(&out, 7);
+    assert_eq!(env.iter_records().len(), 1, "{:?}", env.iter_records());
+    assert!(!env.agent_ran(2));
+    assert!(
+        env.activity().contains("verdikt: not found"),
+        "{}",
+        env.activity()
+    );
+}

@@ -171,3 +171,95 @@ fn an_empty_criterion_is_refused_never_lost() {
     assert_exit(&out, 0);
     assert_eq!(env.read("RALPH_TASK.md").matches("- [ ] ").count(), 2);
 }
+
+/// The `file:line` an error starts with, and the hint's backquoted `ralph …` command.
+fn refusal(o: &std::process::Output) -> (String, String) {
+    let err = stderr(o);
+    let first = err.lines().next().unwrap_or_default();
+    let at = first
+        .strip_prefix("error: ")
+        .and_then(|l| l.split(": ").next())
+        .unwrap_or_default()
+        .to_string();
+    let hint = err
+        .lines()
+        .find(|l| l.starts_with("hint:"))
+        .and_then(|l| {
+            l.split('`')
+                .skip(1)
+                .step_by(2)
+                .find(|c| c.starts_with("ralph "))
+        })
+        .unwrap_or_else(|| panic!("no command in the hint: {err}"))
+        .to_string();
+    (at, hint)
+}
+
+/// The line `at` (`file:line`) names, in the repository.
+fn line_at(env: &TestEnv, at: &str) -> String {
+    let (file, line) = at.rsplit_once(':').expect("file:line");
+    let n: usize = line.parse().expect("a line number");
+    env.read(file)
+        .lines()
+        .nth(n - 1)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Run a hint's command as printed, `ralph` replaced by the binary under test.
+fn as_printed(env: &TestEnv, command: &str) -> std::process::Output {
+    let words = shell_words::split(command).unwrap();
+    let args: Vec<&str> = words[1..].iter().map(String::as_str).collect();
+    env.ralph(&args)
+}
+
+/// `ralph init` without `--criterion` writes example criteria; `ralph run` refuses them before
+/// iteration 1 (exit 1, no agent run, no commit), naming the first one's `file:line`; the
+/// hint's `ralph init --force --criterion …`, run as printed, writes a task the run completes.
+/// Failed before: the agent worked on "EXAMPLE — replace me" and the run completed.
+#[test]
+fn a_run_refuses_inits_example_criteria_before_iteration_1() {
+    let env = TestEnv::new();
+    assert_exit(&env.ralph(&["init"]), 0);
+    env.commit_all("initial");
+    let commits = env.commits().len();
+    let out = env.run_fake("check", &[]);
+    assert_exit(&out, 1);
+    assert!(!env.agent_ran(1), "no agent worked on an example");
+    assert_eq!(env.commits().len(), commits);
+    let (at, hint) = refusal(&out);
+    assert!(at.starts_with("RALPH_TASK.md:"), "{}", stderr(&out));
+    assert!(
+        line_at(&env, &at).starts_with("- [ ] EXAMPLE — replace me"),
+        "{at}"
+    );
+    assert!(hint.starts_with("ralph init --force --criterion"), "{hint}");
+    assert_exit(&as_printed(&env, &hint), 0);
+    assert_exit(&env.run_fake("check", &[]), 0);
+    assert!(env.agent_ran(1));
+}
+
+/// The same for `ralph init --table` without tasks: its one criterion is an example, refused
+/// naming `PRD.md:line`; the hint's `ralph init --table --force … --criterion …`, as printed,
+/// scaffolds a table the run completes. Control: a table scaffolded with its tasks runs.
+/// Failed before: the agent worked on the example.
+#[test]
+fn a_table_run_refuses_inits_example_criterion_before_iteration_1() {
+    let env = TestEnv::new();
+    assert_exit(&env.ralph(&["init", "--table"]), 0);
+    env.commit_all("initial");
+    let out = env.run_fake("done-task", &[]);
+    assert_exit(&out, 1);
+    assert!(!env.agent_ran(1), "no agent worked on an example");
+    let (at, hint) = refusal(&out);
+    assert!(at.starts_with("PRD.md:"), "{}", stderr(&out));
+    assert!(
+        line_at(&env, &at).starts_with("- [ ] EXAMPLE — replace me"),
+        "{at}"
+    );
+    assert!(hint.starts_with("ralph init --table --force"), "{hint}");
+    assert_exit(&as_printed(&env, &hint), 0);
+    env.commit_all("the table with its tasks");
+    assert_exit(&env.run_fake("done-task", &[]), 0);
+    assert!(env.agent_ran(1));
+}

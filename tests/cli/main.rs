@@ -25,6 +25,7 @@ mod git_props;
 mod git_rules;
 mod github_faults;
 mod help;
+mod hints;
 mod hooks;
 mod hostile_boundary;
 mod hostile_clean;

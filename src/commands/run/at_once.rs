@@ -6,9 +6,9 @@ use super::begin::Continuation;
 use super::close::Before;
 use super::plan::Plan;
 use super::resolve::Resolved;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::signals::Interrupts;
-use crate::state::{self, HaltReason, Mode, RalphDir, RunState};
+use crate::state::{self, HaltReason, Mode, RunState};
 use crate::supervisor;
 use crate::supervisor::decide::Halt;
 use crate::supervisor::preflight::{Evidence, fresh_evidence};
@@ -84,6 +84,7 @@ pub(super) fn end_at_once(ui: Ui, r: &Resolved, how: Continuation) -> Result<Opt
                 ui.success(&format!(
                     "{rel}: already complete ({done}/{total} criteria checked). Nothing to run."
                 ));
+                run_again(ui, r, &format!("once {rel} has an unchecked criterion"));
             });
             Ok(Some(end.at(0, (done, total)).close()))
         }
@@ -95,11 +96,84 @@ pub(super) fn end_at_once(ui: Ui, r: &Resolved, how: Continuation) -> Result<Opt
                 ui.success(&format!(
                     "{rel}: already complete ({done}/{total} stories pass). Nothing to run."
                 ));
+                run_again(ui, r, &format!("once {rel} has a story that does not pass"));
             });
             Ok(Some(end.at(0, (done, total)).close()))
         }
         _ => Ok(None),
     }
+}
+
+/// What runs again on a task found complete, from where the user stands (`what`: once the task
+/// has work left). A loop's worktree started from a commit: what it runs is the task as
+/// committed there, so an edit in the main work tree is committed first.
+fn run_again(ui: Ui, r: &Resolved, what: &str) {
+    let flag = crate::worktree::loop_flag(&r.repo);
+    let what = if flag.is_empty() {
+        what.to_string()
+    } else {
+        format!("{what} in the commit the loop starts from (commit the change first)")
+    };
+    ui.next(&format!("ralph run{flag}"), &what);
+}
+
+/// `ralph run --reset` on a checklist's `task_file` (named unless it is the one `ralph run`
+/// finds by itself), from where the user stands.
+fn start_over(r: &Resolved, task_file: &str) -> String {
+    let flag = crate::worktree::loop_flag(&r.repo);
+    let target = if task_file == crate::task::TASK_FILE {
+        String::new()
+    } else {
+        format!(" {}", shell_words::quote(task_file))
+    };
+    format!("ralph run --reset{flag}{target}")
+}
+
+/// A task whose criteria are still `ralph init`'s examples (marked by
+/// [`crate::task::placeholder::MARK`]) is refused before iteration 1: no agent works on
+/// "EXAMPLE — replace me". The error names the first one's `file:line` and how to fix it.
+pub(super) fn refuse_placeholders(r: &Resolved) -> Result<()> {
+    use crate::task::placeholder::{is_placeholder, line_of};
+    let (file, text, criterion, hint) = match &r.plan {
+        Plan::Checklist { doc, rel, .. } => {
+            let Some(c) = doc.checklist.remaining().find(|c| is_placeholder(&c.text)) else {
+                return Ok(());
+            };
+            let hint = format!(
+                "replace the example criteria in {rel} with your own (`- [ ] what done looks like`), or write it anew: `ralph init --force --criterion \"...\"`"
+            );
+            return Err(placeholder_error(rel, c.line, &c.text, hint));
+        }
+        Plan::Table { prd_path, prd, .. } => {
+            let Some(c) = prd
+                .tasks
+                .iter()
+                .flat_map(|t| &t.criteria)
+                .find(|c| is_placeholder(c))
+            else {
+                return Ok(());
+            };
+            // The plan names it from the repository's root.
+            let rel = prd_path.strip_prefix(&r.root).unwrap_or(prd_path);
+            let text = crate::files::read_text(&r.root.join(rel)).unwrap_or_default();
+            let hint = "replace it with the task's own acceptance criteria, or scaffold the table with its tasks: `ralph init --table --force \"GOAL\" --criterion \"TASK\"`".to_string();
+            (rel.display().to_string(), text, c.clone(), hint)
+        }
+        _ => return Ok(()),
+    };
+    // The criterion as read may have lost its Markdown (backquotes): then the marker's line.
+    let mark = crate::task::placeholder::MARK;
+    let line = line_of(&text, &criterion)
+        .or_else(|| line_of(&text, mark))
+        .unwrap_or(1);
+    Err(placeholder_error(&file, line, &criterion, hint))
+}
+
+fn placeholder_error(file: &str, line: usize, criterion: &str, hint: String) -> Error {
+    Error::user(format!(
+        "{file}:{line}: `{criterion}` is an example `ralph init` wrote, not a criterion: nothing was run"
+    ))
+    .with_hint(hint)
 }
 
 /// The criteria an unfinished earlier run started with that the task file no longer has: such
@@ -137,7 +211,7 @@ pub(super) fn halt_if_tampered(
     };
     let gone = crate::task::integrity::review(&c.baseline, &c.previous).tampered;
     let counts = (c.previous.done(), c.previous.total());
-    halt_tampered(ui, &r.rd, p, &source.task_file(), &gone, counts)
+    halt_tampered(ui, r, p, &source.task_file(), &gone, counts)
 }
 
 /// `ralph run` unattended, meeting an unfinished checklist run whose task file lost criteria
@@ -157,14 +231,14 @@ pub(super) fn halt_if_left_tampered(
     }
     let gone = gone_from_baseline(Some(p), &doc.checklist);
     let counts = (doc.checklist.done(), doc.checklist.total());
-    halt_tampered(ui, &r.rd, p, rel, &gone, counts)
+    halt_tampered(ui, r, p, rel, &gone, counts)
 }
 
 /// Halt the recorded run `p` as tampered when criteria of its baseline are `gone` from
 /// `task_file` (whose criteria now count `done`/`total`), saying which.
 pub(super) fn halt_tampered(
     ui: Ui,
-    rd: &RalphDir,
+    r: &Resolved,
     p: &RunState,
     task_file: &str,
     gone: &[String],
@@ -173,6 +247,7 @@ pub(super) fn halt_tampered(
     if gone.is_empty() {
         return Ok(None);
     }
+    let flag = crate::worktree::loop_flag(&r.repo);
     let said = |ui: Ui| {
         ui.alert("## ⛔ RALPH Loop — Criteria tampered");
         ui.plain(&format!(
@@ -183,11 +258,22 @@ pub(super) fn halt_tampered(
         for g in gone {
             ui.plain(&format!("  - [ ] {g}"));
         }
-        ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes. Restore them (see git log -p) and resume, or start over with ralph run --reset.");
+        ui.plain("\n\"All boxes checked\" must not be reachable by deleting boxes.");
+        ui.next(
+            &format!("ralph resume{flag}"),
+            &format!(
+                "continue run {}, once the criteria are back in {} (see git log -p)",
+                p.run_id, p.task_file
+            ),
+        );
+        ui.next(
+            &start_over(r, &p.task_file),
+            "a new run on the task as it is now",
+        );
     };
     let end = Before::new(ui, Halt::Tampered(gone.to_vec()), said);
     Ok(Some(
-        end.of_run(rd, p.clone()).at(p.iteration, counts).close(),
+        end.of_run(&r.rd, p.clone()).at(p.iteration, counts).close(),
     ))
 }
 
@@ -228,6 +314,7 @@ pub(super) async fn evidence_now(
             for l in source.completion_lines() {
                 ui.plain(&l);
             }
+            run_again(ui, r, &format!("once {} has work left", source.task_file()));
         });
         let end = match resumed {
             Some(p) => end.of_run(&r.rd, p.clone()).at(p.iteration, counts),

@@ -28,19 +28,21 @@ pub(super) enum Continuation {
 pub(super) fn check_resumable(
     prior: Option<&RunState>,
     rd: &RalphDir,
+    repo: &Repo,
     same_target: impl Fn(&RunState) -> bool,
 ) -> Result<()> {
+    let flag = crate::worktree::loop_flag(repo);
     match prior {
         None => Err(Error::user(format!(
             "nothing to resume: no run is recorded in `{}`",
             rd.state_file().display()
         ))
-        .with_hint("start one with `ralph run`")),
+        .with_hint(format!("start one with `ralph run{flag}`"))),
         Some(p) if p.halt_reason == Some(HaltReason::Complete) => Err(Error::user(format!(
             "nothing to resume: the last run ({}) is complete",
             p.run_id
         ))
-        .with_hint("start a new one with `ralph run`")),
+        .with_hint(format!("start a new one with `ralph run{flag}`"))),
         Some(p) if !same_target(p) => Err(Error::usage(format!(
             "the run to resume works on `{}`",
             p.task_file

@@ -182,6 +182,9 @@ fn start_once(
     if let Some(code) = at_once::end_at_once(ui, &r, how)? {
         return Ok(Ended::code(code));
     }
+    if !dry_run {
+        at_once::refuse_placeholders(&r)?;
+    }
     // The probe runs the installed CLI outside, and under --sandbox the CLI may have been
     // changed in its own (writable) state: no probe then.
     let probe = !dry_run && r.settings.sandbox.is_none();

@@ -118,7 +118,7 @@ pub(super) fn resolve(
     }
     let prior = recorded.state;
     if how == Continuation::Resume {
-        begin::check_resumable(prior.as_ref(), &rd, |p| {
+        begin::check_resumable(prior.as_ref(), &rd, &repo, |p| {
             targets.is_empty()
                 || p.mode != Mode::Checklist
                 || root.join(&p.task_file) == ctx.cwd.join(&targets[0])

@@ -41,6 +41,15 @@ pub(super) fn merge_back(
         }
         return crate::worktree::merge(&repo, &name, ctx.ui);
     }
+    // The work is on the loop's branch: the main work tree the user stands in has none of it.
+    if code == exit::COMPLETE && RunState::load(&RalphDir::new(&path).state_file())?.is_some() {
+        ctx.ui.next(
+            &format!("ralph merge {name}"),
+            &format!(
+                "bring loop `{name}`'s work (branch ralph/{name}) into the branch it started from"
+            ),
+        );
+    }
     Ok(code)
 }
 

@@ -71,11 +71,18 @@ pub(crate) fn scaffold(description: &str, tasks: &[String], promise: &str) -> (S
         promise
     };
 
+    // Without tasks given, the one task is the whole goal: its criterion is an example to
+    // replace, marked as one (a run refuses it).
+    let mark = if tasks.is_empty() {
+        format!("{}: ", crate::task::placeholder::MARK)
+    } else {
+        String::new()
+    };
     let mut prd = format!("# {title}\n\n## Goal\n\n{goal}\n\n## Tasks\n\n");
     for (i, t) in titles.iter().enumerate() {
         prd.push_str(&format!(
-            "### Task {n}: {t}\n\n**Acceptance Criteria:**\n- [ ] {t}: implemented and covered \
-             by passing tests\n\n",
+            "### Task {n}: {t}\n\n**Acceptance Criteria:**\n- [ ] {mark}{t}: implemented and \
+             covered by passing tests\n\n",
             n = i + 1
         ));
     }
