@@ -31,6 +31,7 @@ impl Loop {
         self.counters = counters;
         let mut notes = prep.notes.clone();
         self.state.feedback = feedback(&ending, &recorded);
+        self.last_committed = recorded.commit.subject.is_some();
         if let Some(refused) = &recorded.commit.refused {
             notes.push(format!("Commit refused: {refused}"));
         }

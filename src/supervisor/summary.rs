@@ -93,7 +93,8 @@ impl Loop {
             Halt::Interrupted => {
                 let n = self.state.iteration;
                 self.setup.ui.alert(&format!(
-                    "Interrupted in iteration {n}: the agent was stopped and its work committed. Continue with: ralph resume"
+                    "Interrupted in iteration {n}: the agent was stopped{}. Continue with: ralph resume",
+                    self.interrupted_work()
                 ));
             }
             Halt::Error { message, hint } => {
@@ -103,6 +104,17 @@ impl Loop {
             }
         }
         self.print_annotations();
+    }
+
+    /// What became of the interrupted iteration's work, as the commit left it.
+    fn interrupted_work(&self) -> &'static str {
+        if self.setup.settings.no_commit {
+            " and its work left uncommitted in the tree (--no-commit)"
+        } else if self.last_committed {
+            " and its work committed"
+        } else {
+            " before it changed anything: there was nothing to commit"
+        }
     }
 
     fn summary_complete(&self) {
