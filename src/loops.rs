@@ -39,6 +39,9 @@ pub(crate) struct Status {
     pub(crate) refused: Option<Refusal>,
     /// What ralph reads past in the task file (`path:line: …`).
     pub(crate) task_warnings: Vec<String>,
+    /// The run recorded when it is another task's: its task file now holds none of the criteria
+    /// it started with (`ralph init --force` wrote a new task). `st` is `None` then.
+    pub(crate) other_task: Option<RunState>,
 }
 
 /// Why the task file is refused, as `status` shows it.
@@ -54,23 +57,6 @@ pub(crate) fn report(repo: &Repo) -> Result<Status> {
     let root = repo.root();
     let rd = RalphDir::new(root);
     let Recorded { state: st, warning } = RunState::recorded(&rd.state_file())?;
-    let log = st
-        .as_ref()
-        .and_then(|s| s.iterations_log.as_ref())
-        .map_or_else(|| rd.iterations_log(), |l| root.join(l));
-    // A log the agent made unreadable (a FIFO, a link out) hides the records, not the run.
-    let (records, warning) = match state::tail_lines(&log, 3) {
-        Ok(records) => (records, warning),
-        Err(e) => {
-            let unread = format!("{e}: the last ITER records are not shown");
-            let both = warning.map_or_else(|| unread.clone(), |w| format!("{w}; {unread}"));
-            (Vec::new(), Some(both))
-        }
-    };
-    let parsed: Vec<iter_record::IterRecord> = records
-        .iter()
-        .filter_map(|r| iter_record::parse_iter_record(r))
-        .collect();
     // A supervisor is running when someone holds the lock (the kernel drops it on any death),
     // whatever the files say.
     let locks = TreeLocks::find(root, repo.git2().path());
@@ -86,6 +72,15 @@ pub(crate) fn report(repo: &Repo) -> Result<Status> {
         Mode::Checklist => read_task(&task_file),
         _ => (None, None),
     };
+    let (st, other_task) = match st {
+        Some(s) if !running && is_another_task(&s, doc.as_ref()) => (None, Some(s)),
+        st => (st, None),
+    };
+    let (records, warning) = last_records(root, &rd, st.as_ref(), other_task.is_some(), warning);
+    let parsed: Vec<iter_record::IterRecord> = records
+        .iter()
+        .filter_map(|r| iter_record::parse_iter_record(r))
+        .collect();
     let task_warnings = doc.as_ref().map_or_else(Vec::new, |d| {
         d.warnings.iter().map(|w| w.to_string()).collect()
     });
@@ -123,7 +118,58 @@ pub(crate) fn report(repo: &Repo) -> Result<Status> {
         elapsed_s,
         refused,
         task_warnings,
+        other_task,
     })
+}
+
+/// The last (up to three) ITER records of the run `st` (none for another task's run), and the
+/// warning to show, which says so when the log cannot be read.
+fn last_records(
+    root: &Path,
+    rd: &RalphDir,
+    st: Option<&RunState>,
+    other_task: bool,
+    warning: Option<String>,
+) -> (Vec<String>, Option<String>) {
+    let log = st
+        .and_then(|s| s.iterations_log.as_ref())
+        .map_or_else(|| rd.iterations_log(), |l| root.join(l));
+    // A log the agent made unreadable (a FIFO, a link out) hides the records, not the run.
+    // Another task's run: its records are its own, not this task's.
+    let records = if other_task {
+        Ok(Vec::new())
+    } else {
+        state::tail_lines(&log, 3)
+    };
+    match records {
+        Ok(records) => (records, warning),
+        Err(e) => {
+            let unread = format!("{e}: the last ITER records are not shown");
+            let both = warning.map_or_else(|| unread.clone(), |w| format!("{w}; {unread}"));
+            (Vec::new(), Some(both))
+        }
+    }
+}
+
+/// A finished checklist run whose task file now keeps none of the criteria the run started with
+/// is another task's (`ralph init --force` wrote a new one). A run halted as tampered lost its
+/// criteria to its agent: it stays this task's run, as does one still recorded as running.
+fn is_another_task(s: &RunState, doc: Option<&TaskDocument>) -> bool {
+    let Some(doc) = doc else {
+        return false;
+    };
+    s.mode == Mode::Checklist
+        && !s.running
+        && s.halt_reason != Some(HaltReason::Tampered)
+        && !doc.checklist.criteria.is_empty()
+        && crate::task::integrity::keeps_none(
+            &crate::task::integrity::Baseline {
+                unchecked: s.baseline.clone(),
+                checked: s.baseline_checked.clone(),
+                unchecked_outside: Vec::new(),
+            },
+            &doc.checklist,
+        )
 }
 
 /// The task file as `ralph run` would read it. A missing one is no refusal: there is nothing
@@ -194,7 +240,7 @@ fn elapsed(s: &RunState, running: bool) -> Option<f64> {
 pub(crate) fn to_json(s: &Status) -> serde_json::Value {
     let st = s.st.as_ref();
     let counted = s.refused.is_none() || st.is_some();
-    json!({
+    let mut v = json!({
         "schema_version": 1,
         "task": st.map(|s| s.task.clone()).or_else(|| s.doc.as_ref().map(|d| d.name.clone())),
         "mode": st.map_or(Mode::Checklist, |s| s.mode),
@@ -227,7 +273,16 @@ pub(crate) fn to_json(s: &Status) -> serde_json::Value {
             "line": r.line,
         })),
         "task_warnings": s.task_warnings,
-    })
+    });
+    // The run recorded when it is another task's (its criteria are gone from the task file).
+    if let Some(o) = &s.other_task {
+        v["other_task_run"] = json!({
+            "run_id": o.run_id,
+            "task": o.task,
+            "halt_reason": o.halt_reason,
+        });
+    }
+    v
 }
 
 /// One loop of the repository: a work tree and what `status` says of it.
@@ -357,6 +412,7 @@ fn kept_status(st: Option<RunState>, logs: &Path) -> Status {
         halt_reason: st.as_ref().and_then(|s| s.halt_reason),
         elapsed_s: st.as_ref().and_then(|s| elapsed(s, false)),
         st,
+        other_task: None,
     }
 }
 

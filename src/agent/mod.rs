@@ -251,7 +251,9 @@ pub(crate) fn find_program(program: &str) -> Result<PathBuf> {
     found.ok_or_else(|| {
         let err = Error::user(format!("agent `{program}` not found on PATH"));
         match preset(program).and_then(|cli| cli.install_hint()) {
-            Some(hint) => err.with_hint(format!("install it with `{hint}`")),
+            Some(hint) => err.with_hint(format!(
+                "install it with `{hint}`, or name another agent with --agent-cmd 'PROGRAM ARGS {{prompt}}'"
+            )),
             None if program.contains('/') => {
                 err.with_hint("check that the file exists and is executable")
             }

@@ -27,10 +27,13 @@ pub(crate) fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
         )));
     }
     let repo = Repo::discover(&ctx.cwd)?;
+    // The planning agent is found before anything is written: a missing one leaves the
+    // repository as it was, never a task file without criteria.
+    let planner = args.plan.then(|| planning_agent(&repo, args)).transpose()?;
     if args.table {
         let code = init_table(ctx, &repo, args)?;
-        if args.plan {
-            return plan_with_agent(ctx, &repo, args, true);
+        if let Some(planner) = planner {
+            return plan_with_agent(ctx, &repo, args, planner, true);
         }
         return Ok(code);
     }
@@ -71,8 +74,8 @@ pub(crate) fn run(ctx: &Context, args: &InitArgs) -> Result<i32> {
     for c in created {
         ui.plain(&format!("wrote {}", c.display()));
     }
-    if args.plan {
-        return plan_with_agent(ctx, &repo, args, false);
+    if let Some(planner) = planner {
+        return plan_with_agent(ctx, &repo, args, planner, false);
     }
     if args.criteria.is_empty() {
         ui.note(
@@ -171,12 +174,15 @@ fn render_for_planning(description: &str, args: &InitArgs) -> String {
     format!("{}## Success Criteria\n\n", &full[..cut])
 }
 
-/// `--plan`: one agent run writes the criteria (or the PRD and progress table), then ralph
-/// validates them by the rules `ralph run` applies.
-fn plan_with_agent(ctx: &Context, repo: &Repo, args: &InitArgs, table_mode: bool) -> Result<i32> {
-    use crate::agent::{Agent, AgentChoice};
+/// The agent `--plan` runs and the settings it runs with: the command line's `--agent` or
+/// `--agent-cmd` over the config files. An agent that is not installed is an error naming it,
+/// how to install it and `--agent-cmd`.
+fn planning_agent(
+    repo: &Repo,
+    args: &InitArgs,
+) -> Result<(crate::agent::Agent, crate::config::Settings)> {
+    use crate::agent::Agent;
     use crate::config::{self, Layer, Source};
-    let ui = ctx.ui;
     let rd = RalphDir::new(repo.root());
     let mut layers = vec![Source {
         name: "the command line".into(),
@@ -190,6 +196,21 @@ fn plan_with_agent(ctx: &Context, repo: &Repo, args: &InitArgs, table_mode: bool
     layers.extend(config::file_layers(&rd.path, None)?);
     let settings = config::merge(&layers)?;
     let agent = Agent::resolve(&settings.agent, true)?;
+    Ok((agent, settings))
+}
+
+/// `--plan`: one agent run writes the criteria (or the PRD and progress table), then ralph
+/// validates them by the rules `ralph run` applies.
+fn plan_with_agent(
+    ctx: &Context,
+    repo: &Repo,
+    args: &InitArgs,
+    (agent, settings): (crate::agent::Agent, crate::config::Settings),
+    table_mode: bool,
+) -> Result<i32> {
+    use crate::agent::AgentChoice;
+    let ui = ctx.ui;
+    let rd = RalphDir::new(repo.root());
     let description = args.description.clone().unwrap_or_default();
     let prompt = planning_prompt(table_mode, &description);
     for note in &agent.notes {

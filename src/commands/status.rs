@@ -91,10 +91,30 @@ fn print_no_run(ui: Ui, s: &Status) {
         print_refusal(ui, s);
         return;
     }
-    ui.plain("No run yet in this repository.");
+    // A new task over an unfinished run: `ralph run` would meet that run; `--reset` sets it aside.
+    let start = match &s.other_task {
+        Some(o) => {
+            ui.plain(&format!(
+                "No run yet for this task. The run recorded in .ralph/state.json ({}, \"{}\", halted: {}) was another task's: {} no longer has its criteria.",
+                o.run_id,
+                o.task,
+                o.halt_reason.map_or("unknown", HaltReason::as_str),
+                s.task_file.display()
+            ));
+            if o.halt_reason == Some(HaltReason::Complete) {
+                "ralph run"
+            } else {
+                "ralph run --reset"
+            }
+        }
+        None => {
+            ui.plain("No run yet in this repository.");
+            "ralph run"
+        }
+    };
     if s.doc.is_some() {
         ui.plain(&format!(
-            "Task file: {} ({done}/{total} criteria checked). Start with: ralph run",
+            "Task file: {} ({done}/{total} criteria checked). Start with: {start}",
             s.task_file.display()
         ));
     } else {

@@ -52,6 +52,32 @@ impl Repo {
         Ok(self.commit_staged(message, None)?.outcome)
     }
 
+    /// Put `paths` back as HEAD has them: out of the index (`git reset -- PATHS`), and in the
+    /// work tree those HEAD holds (`git checkout -- PATHS`); one HEAD lacks stays as an untracked
+    /// file. What ralph staged of its own bookkeeping, undone when nothing rides with it.
+    pub(crate) fn put_back(&self, paths: &[String]) -> Result<(), GitError> {
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let literal = |p: &String| format!(":(literal){p}");
+        let all: Vec<String> = paths.iter().map(literal).collect();
+        let mut args = vec!["reset", "-q", "--"];
+        args.extend(all.iter().map(String::as_str));
+        self.git.run(&args, None)?;
+        let mut held = Vec::new();
+        for p in paths {
+            if self.head_file(p)?.is_some() {
+                held.push(literal(p));
+            }
+        }
+        if held.is_empty() {
+            return Ok(());
+        }
+        let mut args = vec!["checkout", "-q", "--"];
+        args.extend(held.iter().map(String::as_str));
+        self.git.run(&args, None).map(|_| ())
+    }
+
     /// Commit the index as it is on disk, when its tree differs from HEAD's (the first commit
     /// on an unborn branch when it holds anything): the hooks run first (they see the staged
     /// index and may refuse, or rewrite the message, or stage more).

@@ -280,6 +280,11 @@ impl Committer<'_> {
         let mut worked = staged.changed.iter().filter(|p| !self.is_bookkeeping(p));
         if worked.next().is_none() {
             tell(self.ui, &self.tree.rd, &staged.left_out, None);
+            // The run ends with this iteration: its bookkeeping, which never goes alone into a
+            // commit, is put back as HEAD has it rather than left staged in the user's index.
+            if matches!(subject, Subject::Stopped(_)) {
+                self.tree.repo.put_back(&staged.changed)?;
+            }
             return Ok(());
         }
         let subject = match subject {

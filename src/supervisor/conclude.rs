@@ -31,6 +31,7 @@ impl Loop {
         self.counters = counters;
         let mut notes = prep.notes.clone();
         self.state.feedback = feedback(&ending, &recorded);
+        self.last_committed = recorded.commit.subject.is_some();
         if let Some(refused) = &recorded.commit.refused {
             notes.push(format!("Commit refused: {refused}"));
         }
@@ -38,12 +39,13 @@ impl Loop {
             Ok(()) => decision,
             Err(e) => Decision::Halt(unrecorded(prep.n, &e, decision)),
         };
+        // The iteration's report first, then (stuck, in a terminal) the question it leads to.
+        self.report(prep, attempted, &recorded, &decision, &notes);
         let decision = self.resolve_stuck(decision);
         self.state.done = recorded.done;
         self.state.total = recorded.total;
         self.source.save_into(&mut self.state);
         self.counters.save_into(&mut self.state);
-        self.report(prep, attempted, &recorded, &decision, &notes);
         match decision {
             Decision::Continue { .. } | Decision::AskStuck => {
                 self.take_tip();

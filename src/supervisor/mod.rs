@@ -68,6 +68,8 @@ pub(crate) struct Loop {
     pub(crate) recorded: Option<std::sync::mpsc::Sender<u32>>,
     /// Events whose hooks have yet to run.
     pub(crate) pending_events: Vec<events::Pending>,
+    /// The latest iteration's work went into a commit (ralph's, or the agent's own).
+    pub(crate) last_committed: bool,
 }
 
 /// What a run is and how it runs, as `ralph run` resolved it; no phase changes it.

@@ -79,7 +79,8 @@ impl Loop {
             Halt::Interrupted => {
                 let n = self.state.iteration;
                 self.setup.ui.alert(&format!(
-                    "Interrupted in iteration {n}: the agent was stopped and its work committed."
+                    "Interrupted in iteration {n}: the agent was stopped{}.",
+                    self.interrupted_work()
                 ));
                 self.suggest(
                     &self.command("resume"),
@@ -122,6 +123,17 @@ impl Loop {
             "\nAdjust the task (split hard criteria, add guardrails), then start over: a resumed run is still stuck.",
         );
         self.suggest(&self.start_over(), "a new run on the task as it is now");
+    }
+
+    /// What became of the interrupted iteration's work, as the commit left it.
+    fn interrupted_work(&self) -> &'static str {
+        if self.setup.settings.no_commit {
+            " and its work left uncommitted in the tree (--no-commit)"
+        } else if self.last_committed {
+            " and its work committed"
+        } else {
+            " before it changed anything: there was nothing to commit"
+        }
     }
 
     fn summary_complete(&self) {

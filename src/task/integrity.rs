@@ -160,6 +160,22 @@ fn moved_out(baseline: &Baseline, current: &Checklist) -> Vec<String> {
     out
 }
 
+/// Whether `current` keeps none of the criteria of `baseline` (as they were, or annotated):
+/// the criteria of another task. An empty baseline is no evidence: `false`.
+pub(crate) fn keeps_none(baseline: &Baseline, current: &Checklist) -> bool {
+    let texts: Vec<String> = current
+        .criteria
+        .iter()
+        .map(|c| normalize(&c.text))
+        .collect();
+    let mut all = baseline
+        .checked
+        .iter()
+        .chain(&baseline.unchecked)
+        .peekable();
+    all.peek().is_some() && all.all(|b| !texts.iter().any(|t| t == b || annotates(t, b)))
+}
+
 /// `written` is `criterion` with something appended after a word boundary.
 fn annotates(written: &str, criterion: &str) -> bool {
     if criterion.is_empty() || written.len() <= criterion.len() {
@@ -226,6 +242,20 @@ mod tests {
 
     fn base(md: &str) -> Baseline {
         Baseline::of(&list(md))
+    }
+
+    #[test]
+    fn a_checklist_keeping_none_of_the_baseline_is_another_tasks() {
+        let b = base("## Success Criteria\n- [x] a\n- [ ] b\n");
+        let keeps_none = |md: &str| keeps_none(&b, &list(md));
+        assert!(keeps_none("## Success Criteria\n- [ ] n1\n- [ ] n2\n"));
+        // One criterion kept — checked or not, annotated or not — is the same task.
+        assert!(!keeps_none("## Success Criteria\n- [ ] a\n- [ ] n2\n"));
+        assert!(!keeps_none("## Success Criteria\n- [x] b — done in x.rs\n"));
+        // `ab` is no annotation of `a`.
+        assert!(keeps_none("## Success Criteria\n- [ ] ab\n"));
+        // An empty baseline is no evidence.
+        assert!(!super::keeps_none(&Baseline::default(), &list("- [ ] n\n")));
     }
 
     #[test]

@@ -132,6 +132,43 @@ fn init_plan_reports_an_agent_that_wrote_no_criteria() {
     assert!(err.contains("hint: the planning transcript is"), "{err}");
 }
 
+/// `init --plan` with an agent that is not installed (issue 30): exit 1 naming the agent, how
+/// to install it and `--agent-cmd`, and nothing written — no task file without criteria, no
+/// `.ralph/`, no PRD — in checklist and table mode alike. The control: the same command with an
+/// agent that is there writes the files (`init_plan_lets_the_agent_write_the_criteria…`,
+/// `init_plan_with_table_writes_a_valid_prd`).
+#[test]
+fn init_plan_with_a_missing_agent_writes_nothing() {
+    for extra in [&[][..], &["--table"][..]] {
+        let env = TestEnv::new();
+        let before = env.git(&["status", "--porcelain", "--ignored"]);
+        let mut args = vec!["init", "Add rate limiting", "--plan", "--agent", "claude"];
+        args.extend_from_slice(extra);
+        let out = env.ralph_with_limit(
+            &args,
+            &[("PATH", "/usr/bin:/bin")],
+            std::time::Duration::from_secs(30),
+        );
+        assert_exit(&out, 1);
+        let err = stderr(&out);
+        assert!(err.contains("agent `claude` not found on PATH"), "{err}");
+        assert!(
+            err.contains("install it with `npm install -g @anthropic-ai/claude-code`")
+                && err.contains("--agent-cmd"),
+            "{err}"
+        );
+        assert!(!stdout(&out).contains("wrote"), "{}", stdout(&out));
+        assert_eq!(
+            env.git(&["status", "--porcelain", "--ignored"]),
+            before,
+            "{extra:?}: nothing left in the repository"
+        );
+        for f in ["RALPH_TASK.md", ".ralph", "PRD.md", "PROGRESS.md"] {
+            assert!(!env.repo.join(f).exists(), "{extra:?}: {f} was written");
+        }
+    }
+}
+
 #[test]
 fn init_plan_with_table_writes_a_valid_prd() {
     let env = TestEnv::new();

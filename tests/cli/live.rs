@@ -50,6 +50,53 @@ fn the_spinner_line_shows_the_live_count_and_the_agents_latest_line() {
     insta::assert_snapshot!("after_the_run", normalize(&env, pane.trim_end()));
 }
 
+/// The stuck question, asked on a terminal without `--yes`, comes after the report block of
+/// the iteration that made the loop stuck, never before it (issue 30); answering "s" stops the
+/// run as stuck (exit 5). The agent rewrites a file each iteration and checks nothing: with
+/// `--stuck-threshold 1` the question comes after iteration 2.
+#[test]
+fn the_stuck_question_follows_the_report_of_its_iteration() {
+    let env = TestEnv::new();
+    env.write_task(&["l1", "l2"], "");
+    env.commit_all("initial");
+    let run = env.home.join("run.sh");
+    let ralph = env!("CARGO_BIN_EXE_ralph");
+    let script = format!(
+        "FAKE_AGENT_SCRIPT=churn '{ralph}' run --agent-cmd \"{}\" --stuck-threshold 1\n\
+         echo \"[exit status: $?]\"\n\
+         read _\n",
+        fake_agent_cmd()
+    );
+    std::fs::write(&run, script).unwrap();
+    let Some(tmux) = Tmux::start(&env, &format!("sh '{}'", run.display())) else {
+        return;
+    };
+    let question = "Continue or stop? [c/S]";
+    let pane = tmux.wait_for(&env, "the stuck question", |p| p.contains(question));
+    let report = pane.find("## Iteration 2/50 complete");
+    let asked = pane.find(question);
+    assert!(
+        matches!((report, asked), (Some(r), Some(q)) if r < q),
+        "the report of iteration 2 comes before the question:\n{pane}"
+    );
+    assert!(
+        pane[report.unwrap()..asked.unwrap()].contains("Total elapsed"),
+        "the whole report block before the question:\n{pane}"
+    );
+    tmux.type_line(&env, "s");
+    let pane = tmux.wait_for(&env, "the run's end", |p| p.contains("[exit status: "));
+    assert!(pane.contains("[exit status: 5]"), "{pane}");
+    assert!(
+        pane.contains("Stuck: no progress for 2 iterations"),
+        "{pane}"
+    );
+    let after = &pane[pane.find(question).map_or(0, |q| q + question.len())..];
+    assert!(
+        !after.contains("## Iteration 2/50 complete"),
+        "the report is not printed again after the answer:\n{pane}"
+    );
+}
+
 /// Claude's stream-json: the spinner line shows the tool the agent uses.
 #[test]
 fn with_claude_the_spinner_line_shows_the_tool_in_use() {

@@ -67,6 +67,75 @@ fn after_a_halt() {
     insta::assert_snapshot!("halted_json", json_status(&env, &["status", "--json"]));
 }
 
+/// `status` after `ralph init --force` wrote a new task (issue 30): the run recorded worked on
+/// criteria the task file no longer has, so it is not shown as this task's — no iterations, no
+/// halt, no records of it — but named as another task's, with the command that starts this
+/// one, which works as printed. The control: the same run, its task file edited but keeping a
+/// criterion of the run, is still this task's run.
+#[test]
+fn after_init_force_the_old_run_is_another_tasks() {
+    let env = setup();
+    assert_exit(&env.run_fake("check", &["--max-iterations", "2"]), 3);
+    let old = status_json(&env);
+    let run_id = old["run_id"].as_str().unwrap().to_string();
+    // Control: a criterion reworded, two kept: still the run of this task.
+    let task = env
+        .read("RALPH_TASK.md")
+        .replace("- [ ] s3", "- [ ] s3, reworded");
+    env.write("RALPH_TASK.md", &task);
+    let text = stdout(&env.ralph(&["status"]));
+    assert!(
+        text.contains("Task: Test task") && text.contains("State: halted — max_iterations"),
+        "{text}"
+    );
+
+    let init = env.ralph(&[
+        "init",
+        "A new task",
+        "--force",
+        "--criterion",
+        "n1",
+        "--criterion",
+        "n2",
+    ]);
+    assert_exit(&init, 0);
+    let out = env.ralph(&["status"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("No run yet for this task."), "{text}");
+    assert!(
+        text.contains(&format!(
+            "The run recorded in .ralph/state.json ({run_id}, \"Test task\", halted: max_iterations) was another task's"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("(0/2 criteria checked). Start with: ralph run --reset"),
+        "{text}"
+    );
+    for old_run in ["Iteration:", "State: halted", "Last records:", "ITER 2"] {
+        assert!(!text.contains(old_run), "{old_run}: {text}");
+    }
+    let st = status_json(&env);
+    assert_eq!(st["task"], "A new task", "{st}");
+    assert_eq!(st["run_id"], serde_json::Value::Null, "{st}");
+    assert_eq!(st["halt_reason"], serde_json::Value::Null, "{st}");
+    assert_eq!(st["iteration"], 0, "{st}");
+    assert_eq!(st["last_records"], serde_json::json!([]), "{st}");
+    assert_eq!((&st["done"], &st["total"]), (&0.into(), &2.into()), "{st}");
+    assert_eq!(st["other_task_run"]["run_id"], run_id.as_str(), "{st}");
+
+    // The command status suggests starts the new task's run.
+    let out = env.run_fake("check", &["--reset"]);
+    assert_exit(&out, 0);
+    let st = status_json(&env);
+    assert_eq!(
+        (&st["task"], &st["halt_reason"]),
+        (&"A new task".into(), &"complete".into())
+    );
+    assert_ne!(st["run_id"], run_id.as_str());
+}
+
 /// The last three records alike: `status` says the run stalled.
 #[test]
 fn after_a_stall() {

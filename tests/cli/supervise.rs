@@ -146,6 +146,64 @@ fn sigint_stops_the_agent_commits_partial_work_and_resume_completes() {
     );
 }
 
+/// Ctrl-C leaves nothing of ralph's staged or modified, and says what became of the work
+/// (issue 30): an agent stopped before it changed anything has nothing committed — its status
+/// block, bookkeeping that never goes alone into a commit, is put back as HEAD has it rather
+/// than left staged in the user's index — and the message does not claim a commit. The control:
+/// an agent that did change something has its work committed, and the message says so.
+#[test]
+fn sigint_leaves_the_tree_clean_and_says_what_was_committed() {
+    for (script, commits, said) in [
+        (
+            "churn+hang",
+            2,
+            "the agent was stopped and its work committed",
+        ),
+        (
+            "hang",
+            1,
+            "the agent was stopped before it changed anything: there was nothing to commit",
+        ),
+    ] {
+        // As a newcomer starts: `ralph init`, its files committed (ralph's bookkeeping in HEAD).
+        let env = TestEnv::new();
+        let init = env.ralph(&[
+            "init",
+            "Test task",
+            "--criterion",
+            "s1",
+            "--criterion",
+            "s2",
+        ]);
+        assert_exit(&init, 0);
+        env.commit_all("initial");
+        let bg = env.spawn_fake(script, &["--grace", "1s"]);
+        env.wait_for_pids(1, 1);
+        if script.starts_with("churn") {
+            assert!(wait_until(Duration::from_secs(10), || env
+                .repo
+                .join("churn.txt")
+                .exists()));
+        }
+        bg.signal(libc::SIGINT);
+        let (code, so, se) = bg.wait(Duration::from_secs(20));
+        assert_eq!(code, Some(130), "{so}\n{se}");
+        assert!(so.contains(said), "{script}: {so}");
+        assert_eq!(
+            env.commits().len(),
+            commits,
+            "{script}: {:?}",
+            env.commits()
+        );
+        assert_eq!(
+            env.git(&["status", "--porcelain"]),
+            "",
+            "{script}: nothing of ralph's left staged or modified"
+        );
+        assert_eq!(state(&env)["halt_reason"], "interrupted");
+    }
+}
+
 #[test]
 fn second_sigint_during_the_grace_kills_at_once() {
     let env = setup(&["s1"]);

@@ -517,6 +517,7 @@ impl Startup<'_> {
             interrupts,
             recorded: link.recorded.clone(),
             pending_events: Vec::new(),
+            last_committed: false,
         }
     }
 }
