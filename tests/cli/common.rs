@@ -35,10 +35,8 @@ pub(crate) fn visible_dir() -> PathBuf {
 }
 
 /// The path of the fake agent built from `testing/fake_agent.rs` (an example target); when the
-/// target directory is where the sandbox hides it, a copy (made once, by rename) in
-/// [`visible_dir`].
+/// target directory is where the sandbox hides it, a copy in [`visible_dir`].
 pub(crate) fn fake_agent() -> PathBuf {
-    static VISIBLE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_ralph"));
     let p = bin
         .parent()
@@ -50,27 +48,37 @@ pub(crate) fn fake_agent() -> PathBuf {
         "the fake agent is not built at {}: run the whole suite with `cargo test` (it builds examples)",
         p.display()
     );
-    if !hidden_in_sandbox(&p) {
-        return p;
+    visible_copy(&p)
+}
+
+/// `p` itself when the sandbox sees it, else a copy of the file (made once per process, by
+/// rename, keyed by its size and time) in [`visible_dir`]: a test program under a clone or a
+/// target directory in `/tmp`, run inside the sandbox.
+pub(crate) fn visible_copy(p: &std::path::Path) -> PathBuf {
+    static COPIES: std::sync::Mutex<Vec<(PathBuf, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    if !hidden_in_sandbox(p) {
+        return p.to_path_buf();
     }
-    VISIBLE
-        .get_or_init(|| {
-            let meta = std::fs::metadata(&p).unwrap();
-            let stamp = meta
-                .modified()
-                .unwrap()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos();
-            let to = visible_dir().join(format!("fake-agent-{}-{stamp}", meta.len()));
-            if !to.exists() {
-                let tmp = tempfile::NamedTempFile::new_in(visible_dir()).unwrap();
-                std::fs::copy(&p, tmp.path()).unwrap();
-                tmp.persist(&to).unwrap();
-            }
-            to
-        })
-        .clone()
+    let mut copies = COPIES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, to)) = copies.iter().find(|(from, _)| from == p) {
+        return to.clone();
+    }
+    let meta = std::fs::metadata(p).unwrap();
+    let stamp = meta
+        .modified()
+        .unwrap()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let name = p.file_name().unwrap().to_string_lossy();
+    let to = visible_dir().join(format!("{name}-{}-{stamp}", meta.len()));
+    if !to.exists() {
+        let tmp = tempfile::NamedTempFile::new_in(visible_dir()).unwrap();
+        std::fs::copy(p, tmp.path()).unwrap();
+        tmp.persist(&to).unwrap();
+    }
+    copies.push((p.to_path_buf(), to.clone()));
+    to
 }
 
 impl TestEnv {

@@ -4,13 +4,16 @@ use std::time::Duration;
 
 use crate::common::*;
 
-/// The project's stand-in for CPM's `coverage-rollup.sh` (cpm 3.11.0's records and exit codes).
+/// The project's stand-in for CPM's `coverage-rollup.sh` (cpm 3.11.0's records and exit codes),
+/// where the sandbox sees it (a copy when the clone is in `/tmp`).
 pub(crate) fn rollup_path() -> String {
-    concat!(
+    let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/testing/cpm/coverage-rollup.sh"
-    )
-    .to_string()
+    );
+    visible_copy(std::path::Path::new(script))
+        .display()
+        .to_string()
 }
 
 pub(crate) fn setup() -> (TestEnv, String) {

@@ -82,7 +82,11 @@ pub(crate) fn with_standin_as(
             cmd
         }
     };
-    cmd.arg(&script).args(["--cli", cli, "--work"]).arg(&work);
+    // The CLIs where this test process finds them, not where the isolated HOME would put them.
+    cmd.env("AGENT_CLIS_BIN", agent_clis_bin())
+        .arg(&script)
+        .args(["--cli", cli, "--work"])
+        .arg(&work);
     if let Some(s) = scenario {
         let path = work.join("scenario.json");
         std::fs::write(&path, s).unwrap();
@@ -239,6 +243,7 @@ fn claude_shows_tools_live_and_reports_cost_and_tokens() {
     std::fs::create_dir_all(&work).unwrap();
     let mut cmd = env.command("script");
     cmd.env("TERM", "xterm")
+        .env("AGENT_CLIS_BIN", agent_clis_bin())
         .args(["-qfec"])
         .arg(format!(
             "bash {} --cli claude --work {} -- {inner}",
