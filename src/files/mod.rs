@@ -246,6 +246,22 @@ fn kind_of_type(ft: std::fs::FileType) -> Kind {
     }
 }
 
+/// How many programs ralph has started that may have written a work tree (an agent, a check, a
+/// hook, a tracker's CLI: every supervised or brief command), counted where they are spawned
+/// (`proc`). ralph's own git commands do not count: what ralph learnt of a tree by its own walk
+/// (`git/nested.rs`) holds until the count moves.
+static WRITERS_STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A program that may write a work tree is being started.
+pub(crate) fn writer_started() {
+    WRITERS_STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The count of [`writer_started`] so far.
+pub(crate) fn writers_started() -> u64 {
+    WRITERS_STARTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Whether `path` is there as a regular file (following symlinks inside its repository), without
 /// reading it.
 pub(crate) fn is_regular(path: &Path) -> bool {

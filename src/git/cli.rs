@@ -69,7 +69,7 @@ pub(crate) struct GitCli {
     /// The index file as ralph's own git commands last left it (shared by the clones).
     index: Arc<IndexTrust>,
     /// Under `--sandbox`: the nested repositories ralph's walk found last (`nested.rs`).
-    pub(super) nested: Arc<Mutex<Option<Nested>>>,
+    pub(super) nested: Arc<Mutex<Option<(u64, Nested)>>>,
     /// Leave the nested repositories alone without `--sandbox` too ([`Self::leaving_nested`]).
     pub(super) leave_nested: bool,
 }

@@ -134,7 +134,8 @@ impl GitCli {
     }
 
     /// Under `--sandbox`, for a command that walks the work tree: the nested repositories it must
-    /// leave alone (`nested.rs`), walked for again each time (only ralph's own walk can tell
+    /// leave alone (`nested.rs`), walked for again whenever a program that may write the tree
+    /// started since the last walk (`files::writers_started`; only ralph's own walk can tell
     /// whether one appeared: git's would open it). Empty otherwise.
     pub(super) fn nested_for(
         &self,
@@ -144,16 +145,24 @@ impl GitCli {
         if !self.leaves_nested() || !walks(args, subcommand) {
             return Ok(Arc::default());
         }
-        let found = Arc::new(find(&self.work_tree)?);
-        *self
+        let mut last = self
             .nested
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&found));
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The last walk holds while no program that may write the tree started since: ralph's
+        // own git commands make no nested repository (its walk never enters `.git`).
+        let now = crate::files::writers_started();
+        if let Some((_, found)) = last.as_ref().filter(|(at, _)| *at == now) {
+            return Ok(Arc::clone(found));
+        }
+        let found = Arc::new(find(&self.work_tree)?);
+        *last = Some((now, Arc::clone(&found)));
         Ok(found)
     }
 
     /// The nested repositories ralph's last walk found (`nested.rs`), walking now when there
-    /// was none; empty but under `--sandbox`.
+    /// was none or a program that may write the tree started since; empty but under
+    /// `--sandbox`.
     pub(crate) fn nested(&self) -> Result<Nested, GitError> {
         if !self.leaves_nested() {
             return Ok(Arc::default());
@@ -164,8 +173,8 @@ impl GitCli {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         match last {
-            Some(found) => Ok(found),
-            None => Ok(Arc::new(find(&self.work_tree)?)),
+            Some((at, found)) if at == crate::files::writers_started() => Ok(found),
+            _ => Ok(Arc::new(find(&self.work_tree)?)),
         }
     }
 }

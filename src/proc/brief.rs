@@ -20,6 +20,7 @@ pub(crate) struct Brief {
 
 /// Run `cmd` with stdin closed, collecting its output, killing it after `deadline`.
 pub(crate) fn run(cmd: &mut Command, deadline: Duration) -> std::io::Result<Brief> {
+    crate::files::writer_started();
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -63,6 +64,7 @@ pub(crate) fn run_split(
     deadline: Duration,
     limit: u64,
 ) -> std::io::Result<Split> {
+    crate::files::writer_started();
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -152,6 +152,7 @@ fn guard_command(
     cwd: &Path,
     grace: Duration,
 ) -> std::io::Result<(std::process::Command, Pipes)> {
+    crate::files::writer_started();
     let (control_r, control_w) = std::io::pipe()?;
     let (report_r, report_w) = std::io::pipe()?;
     let (cr, rw) = (control_r.as_raw_fd(), report_w.as_raw_fd());
@@ -278,6 +279,8 @@ impl Guarded {
     /// Let the guard finish: everything the command left running gets SIGTERM, and SIGKILL
     /// after the grace; returns how many processes besides the command were still running.
     pub(crate) async fn finish(mut self) -> usize {
+        // What ralph learnt of the tree while the command ran is stale (`files::writer_started`).
+        crate::files::writer_started();
         self.orders.wake();
         drop(self.orders.control.take());
         // The sweep takes the grace at most; a guard stopped again by what it guards gets
@@ -351,6 +354,7 @@ impl BlockingGuarded {
 
     /// As [`Guarded::finish`].
     pub(crate) fn finish(mut self) -> usize {
+        crate::files::writer_started();
         self.orders.wake();
         drop(self.orders.control.take());
         let mut swept = 0;

@@ -59,7 +59,9 @@ pub(crate) fn visible_copy(p: &std::path::Path) -> PathBuf {
     if !hidden_in_sandbox(p) {
         return p.to_path_buf();
     }
-    let mut copies = COPIES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut copies = COPIES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some((_, to)) = copies.iter().find(|(from, _)| from == p) {
         return to.clone();
     }
@@ -729,8 +731,8 @@ pub(crate) fn skip_or_fail(why: &str) {
 }
 
 /// Whether bubblewrap can make its namespaces here (for `--sandbox` tests); says why it skips,
-/// and fails in CI. A build under `/tmp` cannot run its fake agent in the sandbox, whose `/tmp`
-/// is a private one.
+/// and fails in CI. A build or clone under `/tmp` works: what the sandbox runs of the tests' is
+/// copied where it sees it ([`visible_copy`], [`visible_dir`]).
 #[track_caller]
 pub(crate) fn bwrap_works() -> bool {
     let ok = std::process::Command::new("bwrap")

@@ -621,3 +621,45 @@ fn control_a_link_at_the_progress_file_reads_its_target() {
     std::os::unix::fs::symlink("../.git/SECRET", env.repo.join(".ralph/progress.md")).unwrap();
     assert_eq!(env.read(".ralph/progress.md"), "TOP-SECRET\n");
 }
+
+/// A nested repository whose `commondir` leads to `/dev/zero`, made by the agent of iteration 2
+/// — after ralph's git walked the tree in iteration 1 — is found before ralph's next git and
+/// never opened by it (ralph keeps what its walk learnt only while no program that may write
+/// the tree ran since: `files::writers_started`).
+#[test]
+fn a_nested_repository_made_after_ralphs_last_walk_is_found_before_its_next_git() {
+    for kind in [Loop::MainTree, Loop::Worktree] {
+        if !bwrap_works() {
+            return;
+        }
+        let env = TestEnv::outside_tmp();
+        env.write("A.md", &task(&["a1"]));
+        env.commit_all("task");
+        let script = env.dir().join("agent.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "if [ ! -e first ]; then echo one > first; exit 0; fi\n\
+                 ( {NESTED_COMMONDIR_ZERO} ) >/dev/null 2>&1\n\
+                 echo work > work.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n"
+            ),
+        )
+        .unwrap();
+        let agent = format!("sh '{}'", script.display());
+        let mut args = vec!["run"];
+        if let Loop::Worktree = kind {
+            args.extend(["--worktree", "w", "--merge"]);
+        }
+        args.extend(["A.md", "--agent-cmd", &agent, "--yes", "--sandbox"]);
+        args.extend(["--max-iterations", "3"]);
+        let vars = [("RALPH_GIT_MEMORY", "64M")];
+        let out = ralph_with_memory_limit(&env, MEMORY_KIB, &args, &vars, Duration::from_secs(90));
+        assert!(
+            !stderr(&out).contains("Out of memory"),
+            "{kind:?}: {}",
+            stderr(&out)
+        );
+        assert_exit(&out, 0);
+        assert_eq!(env.read("work.txt"), "work\n", "{kind:?}");
+    }
+}
