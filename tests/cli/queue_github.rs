@@ -33,7 +33,11 @@ impl Api {
             d.extend(e.clone());
         }
         std::fs::write(&state, doc.to_string()).unwrap();
-        let bin = fake_agent().with_file_name("github-standin");
+        // Beside the built fake agent (not its copy where a sandbox sees it: this runs outside).
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_ralph"))
+            .parent()
+            .expect("target dir")
+            .join("examples/github-standin");
         let mut child = std::process::Command::new(&bin)
             .arg(&state)
             .stdout(std::process::Stdio::piped())
