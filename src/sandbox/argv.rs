@@ -445,8 +445,16 @@ mod tests {
     /// sandbox that cannot start. The control: one that is there is covered (a device inside).
     #[test]
     fn a_covered_path_that_vanished_is_skipped_and_one_there_is_covered() {
-        // Outside /tmp, which is the sandbox's own (bwrap could make anything there).
-        let base = concat!(env!("CARGO_MANIFEST_DIR"), "/target");
+        // Outside /tmp, which is the sandbox's own (bwrap could make anything there): beside the
+        // clone, or in /var/tmp when the clone is itself where the sandbox has its own mounts.
+        let clone = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let private = ["/tmp", "/run", "/var/run", "/dev/shm"];
+        let base = if private.iter().any(|m| clone.starts_with(m)) {
+            PathBuf::from("/var/tmp")
+        } else {
+            clone.join("target")
+        };
+        std::fs::create_dir_all(&base).unwrap();
         let dir = tempfile::tempdir_in(base).unwrap();
         let d = normal(dir.path());
         let live = d.join("live.sock");
