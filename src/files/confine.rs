@@ -82,17 +82,17 @@ pub(super) fn open(path: &Path, flags: OFlag, mode: Mode) -> std::io::Result<std
 /// tree's real `.git` is hidden from the agent, and a `.ralph/progress.md` it linked to
 /// `../.git/…` would have ralph read that file for it. `EXDEV`, as for a link out of the tree.
 fn not_led_into_a_nested_tree(root: &Path, rel: &Path, fd: &OwnedFd) -> std::io::Result<()> {
-    let nested: Vec<PathBuf> = {
-        let trees = TREES
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        trees
-            .iter()
-            .filter(|(l, c)| l != root && c != root && (l.starts_with(root) || c.starts_with(root)))
-            .flat_map(|(l, c)| [l.clone(), c.clone()])
-            .collect()
-    };
+    let trees = TREES
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let inside = |p: &PathBuf| p != root && p.starts_with(root);
+    let nested: Vec<&PathBuf> = trees
+        .iter()
+        .filter(|(l, c)| inside(l) || inside(c))
+        .flat_map(|(l, c)| [l, c])
+        .collect();
     let asked = root.join(rel);
+    // Most opens: no tree inside this one, or the path asked for lies in it (no readlink).
     if nested.is_empty() || nested.iter().any(|n| asked.starts_with(n)) {
         return Ok(());
     }

@@ -515,6 +515,20 @@ pub(crate) fn agent_sh(env: &TestEnv, name: &str, body: &str) -> String {
     format!("sh:{}", path.display())
 }
 
+/// A `sh` agent script at `NAME.sh` beside the repository: `body`, then its work
+/// (`work-NAME.txt`) and the first unchecked box of the task file checked.
+pub(crate) fn checking_agent(env: &TestEnv, name: &str, body: &str) -> String {
+    let file = env.dir().join(format!("{name}.sh"));
+    std::fs::write(
+        &file,
+        format!(
+            "{body}\necho {name} > work-{name}.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n"
+        ),
+    )
+    .unwrap();
+    format!("sh '{}'", file.display())
+}
+
 /// `ralph status --json`, parsed (exit 0 asserted).
 #[track_caller]
 pub(crate) fn status_json(env: &TestEnv) -> serde_json::Value {

@@ -265,13 +265,7 @@ fn the_commit_msg_hook_edits_the_message_in_the_sandbox_too() {
         env.write("A.md", &task(&["a1"]));
         env.commit_all("task");
         commit_msg_hook(&env);
-        let script = env.dir().join("agent.sh");
-        std::fs::write(
-            &script,
-            "echo work > work.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n",
-        )
-        .unwrap();
-        let agent = format!("sh '{}'", script.display());
+        let agent = checking_agent(&env, "agent", "");
         let mut args = vec!["run", "A.md", "--agent-cmd", &agent, "--yes"];
         args.extend(["--max-iterations", "1"]);
         if sandboxed {
@@ -317,13 +311,7 @@ fn a_message_the_commit_msg_hook_linked_elsewhere_is_never_read() {
         .unwrap();
         std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
-        let script = env.dir().join("agent.sh");
-        std::fs::write(
-            &script,
-            "echo work > work.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n",
-        )
-        .unwrap();
-        let agent = format!("sh '{}'", script.display());
+        let agent = checking_agent(&env, "agent", "");
         let mut args = vec!["run", "A.md", "--agent-cmd", &agent, "--yes"];
         args.extend(["--max-iterations", "1"]);
         if sandboxed {
@@ -635,17 +623,13 @@ fn a_nested_repository_made_after_ralphs_last_walk_is_found_before_its_next_git(
         let env = TestEnv::outside_tmp();
         env.write("A.md", &task(&["a1"]));
         env.commit_all("task");
-        let script = env.dir().join("agent.sh");
-        std::fs::write(
-            &script,
-            format!(
-                "if [ ! -e first ]; then echo one > first; exit 0; fi\n\
-                 ( {NESTED_COMMONDIR_ZERO} ) >/dev/null 2>&1\n\
-                 echo work > work.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n"
+        let agent = checking_agent(
+            &env,
+            "agent",
+            &format!(
+                "[ -e first ] || {{ echo one > first; exit 0; }}\n( {NESTED_COMMONDIR_ZERO} ) >/dev/null 2>&1"
             ),
-        )
-        .unwrap();
-        let agent = format!("sh '{}'", script.display());
+        );
         let mut args = vec!["run"];
         if let Loop::Worktree = kind {
             args.extend(["--worktree", "w", "--merge"]);
@@ -660,6 +644,6 @@ fn a_nested_repository_made_after_ralphs_last_walk_is_found_before_its_next_git(
             stderr(&out)
         );
         assert_exit(&out, 0);
-        assert_eq!(env.read("work.txt"), "work\n", "{kind:?}");
+        assert_eq!(env.read("work-agent.txt"), "agent\n", "{kind:?}");
     }
 }

@@ -7,20 +7,6 @@
 use crate::common::*;
 use crate::git_boundary::{marks, marks_dir, plain_git, ralph};
 
-/// A `sh` agent script at `name.sh` beside the repository: `body`, then its work
-/// (`work-NAME.txt`) and the first box checked.
-fn script(env: &TestEnv, name: &str, body: &str) -> String {
-    let file = env.dir().join(format!("{name}.sh"));
-    std::fs::write(
-        &file,
-        format!(
-            "{body}\necho {name} > work-{name}.txt\nsed -i '0,/- \\[ \\]/s//- [x]/' \"$RALPH_TASK_FILE\"\n"
-        ),
-    )
-    .unwrap();
-    format!("sh '{}'", file.display())
-}
-
 /// The user's repository: two task files, its configuration including `../.gitconfig` (a
 /// tracked project configuration, absent for now).
 fn including_repo(env: &TestEnv) {
@@ -35,7 +21,7 @@ fn including_repo(env: &TestEnv) {
 /// every file.
 fn filter_agent(env: &TestEnv) -> String {
     let m = marks_dir(env).display().to_string();
-    script(
+    checking_agent(
         env,
         "planter",
         &format!(
@@ -52,20 +38,27 @@ fn worktree_run(
     agent: &str,
     merge: bool,
 ) -> std::process::Output {
+    let extra: &[&str] = if merge {
+        &["--sandbox", "--merge"]
+    } else {
+        &["--sandbox"]
+    };
+    run_loop(env, name, task_file, agent, extra)
+}
+
+/// `ralph run A.md` in the main tree with `agent`, under `--sandbox` when `sandboxed`.
+fn main_tree_run(env: &TestEnv, agent: &str, sandboxed: bool) -> std::process::Output {
     let mut args = vec![
         "run",
-        "--worktree",
-        name,
-        task_file,
+        "A.md",
         "--agent-cmd",
         agent,
         "--yes",
         "--grace",
         "1s",
-        "--sandbox",
     ];
-    if merge {
-        args.push("--merge");
+    if sandboxed {
+        args.push("--sandbox");
     }
     ralph(env, &args)
 }
@@ -97,7 +90,13 @@ fn a_loop_that_changed_an_included_config_file_is_never_merged() {
     // The loop's work stays on its branch, for the user to review.
     let on_branch = env.git(&["ls-tree", "--name-only", "ralph/planter"]);
     assert!(on_branch.contains(".gitconfig"), "{on_branch}");
-    let next = worktree_run(&env, "next", "B.md", &script(&env, "next", ""), false);
+    let next = worktree_run(
+        &env,
+        "next",
+        "B.md",
+        &checking_agent(&env, "next", ""),
+        false,
+    );
     assert_exit(&next, 0);
     assert_eq!(marks(&env), Vec::<String>::new(), "{}", stderr(&next));
     // `ralph merge` refuses it the same way.
@@ -140,7 +139,7 @@ fn a_loop_that_changed_other_files_still_merges() {
     }
     let env = TestEnv::outside_tmp();
     including_repo(&env);
-    let agent = script(&env, "plain", "echo x > notes.txt");
+    let agent = checking_agent(&env, "plain", "echo x > notes.txt");
     let out = worktree_run(&env, "plain", "A.md", &agent, true);
     assert_exit(&out, 0);
     assert_eq!(env.read("work-plain.txt"), "plain\n");
@@ -186,7 +185,7 @@ fn with_credentials(env: &TestEnv) {
 /// The repository's own `.git/config` by its path too (a worktree loop's common one, read-only).
 fn config_reader(env: &TestEnv) -> String {
     let real = env.repo.join(".git/config");
-    script(
+    checking_agent(
         env,
         "reader",
         &format!(
@@ -210,19 +209,7 @@ fn the_agent_sees_no_credential_of_the_repository_configuration() {
         let out = if worktree {
             worktree_run(&env, "reader", "A.md", &agent, true)
         } else {
-            ralph(
-                &env,
-                &[
-                    "run",
-                    "A.md",
-                    "--agent-cmd",
-                    &agent,
-                    "--yes",
-                    "--grace",
-                    "1s",
-                    "--sandbox",
-                ],
-            )
+            main_tree_run(&env, &agent, true)
         };
         assert_exit(&out, 0);
         sees_no_credential(&env);
@@ -258,18 +245,7 @@ fn control_an_unsandboxed_agent_reads_the_credentials() {
     let env = TestEnv::outside_tmp();
     with_credentials(&env);
     let agent = config_reader(&env);
-    let out = ralph(
-        &env,
-        &[
-            "run",
-            "A.md",
-            "--agent-cmd",
-            &agent,
-            "--yes",
-            "--grace",
-            "1s",
-        ],
-    );
+    let out = main_tree_run(&env, &agent, false);
     assert_exit(&out, 0);
     let seen = env.read("seen.txt");
     for k in 1..=8 {

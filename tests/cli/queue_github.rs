@@ -223,7 +223,19 @@ fn run_from(
     from: &str,
     extra: &[&str],
 ) -> std::process::Output {
-    let agent = format!("'{}'", fake_agent().display());
+    run_from_with(env, api, token, from, "check-unless:no such text", extra)
+}
+
+/// [`run_from`] with the fake agent following `script`.
+pub(crate) fn run_from_with(
+    env: &TestEnv,
+    api: &Api,
+    token: &str,
+    from: &str,
+    script: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    let agent = fake_agent_cmd();
     let mut args = vec![
         "run",
         "--from",
@@ -238,7 +250,7 @@ fn run_from(
     env.ralph_with_limit(
         &args,
         &[
-            ("FAKE_AGENT_SCRIPT", "check-unless:no such text"),
+            ("FAKE_AGENT_SCRIPT", script),
             ("GITHUB_API_URL", &api.url()),
             ("GITHUB_TOKEN", token),
         ],

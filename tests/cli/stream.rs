@@ -130,7 +130,7 @@ fn an_api_retry_of_claudes_is_the_latest_activity_whatever_the_error() {
 /// time, prints its lines bare. Through the GitHub stand-in (no `br` needed).
 #[test]
 fn parallel_loops_lines_open_with_their_loop_name() {
-    use crate::queue_github::{Api, TOKEN, fresh, issue};
+    use crate::queue_github::{Api, TOKEN, fresh, issue, run_from_with};
     use serde_json::json;
     for parallel in ["1", "2"] {
         let env = fresh();
@@ -142,30 +142,13 @@ fn parallel_loops_lines_open_with_their_loop_name() {
             ]),
             10,
         );
-        let agent = format!("'{}'", fake_agent().display());
-        let out = env.ralph_with_limit(
-            &[
-                "run",
-                "--from",
-                "github:o/r",
-                "--agent-cmd",
-                &agent,
-                "--yes",
-                "--grace",
-                "1s",
-                "--stream",
-                "--parallel",
-                parallel,
-            ],
-            &[
-                (
-                    "FAKE_AGENT_SCRIPT",
-                    "check-unless:no such text+print:streamed words",
-                ),
-                ("GITHUB_API_URL", &api.url()),
-                ("GITHUB_TOKEN", TOKEN),
-            ],
-            Duration::from_secs(120),
+        let out = run_from_with(
+            &env,
+            &api,
+            TOKEN,
+            "github:o/r",
+            "check-unless:no such text+print:streamed words",
+            &["--stream", "--parallel", parallel],
         );
         assert_exit(&out, 0);
         let shown = stdout(&out);
