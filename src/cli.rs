@@ -28,6 +28,7 @@ const SANDBOX: &str = "Sandbox";
 const OUTPUT: &str = "Output";
 const CPM: &str = "CPM epics and specs";
 const QUEUE: &str = "Queue and workers";
+const QUESTIONS: &str = "Questions";
 
 /// Supervise autonomous coding-agent loops: a fresh agent process per iteration, progress judged
 /// from the repository, every iteration committed and logged.
@@ -89,6 +90,59 @@ pub(crate) enum Command {
     /// Print a shell completion script for ralph on stdout.
     #[command(after_help = COMPLETIONS_EXAMPLES)]
     Completions(CompletionsArgs),
+    /// For the agent: ask a person; returns at once, and the loop waits for the answer.
+    #[command(after_help = ASK_EXAMPLES)]
+    Ask(AskArgs),
+    /// Answer the question a loop waits on; it goes into the loop's next prompt.
+    #[command(after_help = ANSWER_EXAMPLES)]
+    Answer(WordsArgs),
+    /// Leave a note for a loop's next prompt (once); the running iteration is not disturbed.
+    #[command(after_help = HINT_EXAMPLES)]
+    Hint(WordsArgs),
+}
+
+const ASK_EXAMPLES: &str = "\
+Examples (run by the agent, inside a loop):
+  ralph ask \"Should the API keep v1 endpoints, or may I remove them?\"
+
+The loop waits for a person's answer after this iteration and puts it into the next prompt.";
+
+const ANSWER_EXAMPLES: &str = "\
+Examples:
+  ralph answer \"Keep v1 for one more release\"     # the one loop that waits, or this worktree's
+  ralph answer auth \"Use the existing session table\"
+  ralph status --all                                  # which loop waits for a person";
+
+const HINT_EXAMPLES: &str = "\
+Examples:
+  ralph hint \"The flaky test is tests/login.rs; skip it\"
+  ralph hint auth \"Use the existing session table\"";
+
+#[derive(Debug, Args)]
+pub(crate) struct AskArgs {
+    /// The question, as one argument or several words.
+    #[arg(required = true, value_name = "QUESTION")]
+    pub(crate) question: Vec<String>,
+}
+
+/// `ralph answer [NAME] TEXT` and `ralph hint [NAME] TEXT`.
+#[derive(Debug, Args)]
+pub(crate) struct WordsArgs {
+    /// The loop (`main`, or a worktree loop's NAME), then the text; the text alone is enough
+    /// where only one loop is meant.
+    #[arg(required = true, num_args = 1..=2, value_names = ["NAME", "TEXT"])]
+    pub(crate) words: Vec<String>,
+}
+
+impl WordsArgs {
+    /// The loop named, if one was, and the text.
+    pub(crate) fn split(&self) -> (Option<&str>, &str) {
+        match self.words.as_slice() {
+            [name, text] => (Some(name), text),
+            [text] => (None, text),
+            _ => (None, ""),
+        }
+    }
 }
 
 const COMPLETIONS_EXAMPLES: &str = "\
@@ -392,6 +446,16 @@ pub(crate) struct RunOptions {
     /// Unattended: never ask, take the documented default.
     #[arg(long, short = 'y', env = "RALPH_YES")]
     pub(crate) yes: bool,
+
+    /// How long to wait for a person's answer to the agent's question (exit 12 after it).
+    ///
+    /// Default: no limit while a terminal or `ralph serve` is there, 24h unattended.
+    #[arg(long, env = "RALPH_ANSWER_TIMEOUT", value_name = "DUR", help_heading = QUESTIONS)]
+    pub(crate) answer_timeout: Option<humantime::Duration>,
+
+    /// Tell the agent no person answers questions in this run (`ralph ask` refuses).
+    #[arg(long, env = "RALPH_NO_QUESTIONS", help_heading = QUESTIONS)]
+    pub(crate) no_questions: bool,
 
     /// Show the agent's full output live.
     #[arg(long, help_heading = OUTPUT)]

@@ -20,6 +20,8 @@ pub(crate) mod exit {
     pub(crate) const BUDGET: i32 = 10;
     /// A worktree loop completed but could not merge back (SPEC §13).
     pub(crate) const NOT_MERGED: i32 = 11;
+    /// The agent's question went unanswered for `--answer-timeout` (SPEC §16).
+    pub(crate) const WAITING_FOR_PERSON: i32 = 12;
     pub(crate) const INTERRUPTED: i32 = 130;
 }
 

@@ -20,6 +20,7 @@ pub(crate) enum Event {
     IterationFinished(IterationFinished),
     Stuck(Stuck),
     Waiting(Waiting),
+    Question(Question),
     Halted(Halted),
     QueueItem(QueueItem),
     QueueFinished(QueueFinished),
@@ -94,6 +95,17 @@ pub(crate) struct IterationFinished {
 pub(crate) struct Stuck {
     pub(crate) iteration: u32,
     pub(crate) no_progress_iterations: u32,
+}
+
+/// The agent asked a person (`ralph ask`): the loop waits for an answer before its next
+/// iteration (SPEC §16).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Question {
+    pub(crate) iteration: u32,
+    /// The loop's name: `main`, or its worktree's (`ralph answer NAME`).
+    #[serde(rename = "loop")]
+    pub(crate) loop_name: String,
+    pub(crate) question: String,
 }
 
 /// A usage limit: ralph waits, then runs the same iteration again.
@@ -185,6 +197,7 @@ impl Event {
             Event::IterationFinished(_) => "iteration_finished",
             Event::Stuck(_) => "stuck",
             Event::Waiting(_) => "waiting",
+            Event::Question(_) => "question",
             Event::Halted(_) => "halted",
             Event::QueueItem(_) => "queue_item",
             Event::QueueFinished(_) => "queue_finished",
@@ -279,6 +292,11 @@ mod tests {
                 reset_at: Some("2025-01-01T17:00:00+00:00".into()),
                 wait_s: 60.0,
             }),
+            Event::Question(Question {
+                iteration: 2,
+                loop_name: "main".into(),
+                question: "Which database should I use?".into(),
+            }),
             Event::Halted(Halted {
                 run_id: Some(run_id),
                 task: Some("Add OAuth login".into()),
@@ -333,6 +351,7 @@ mod tests {
         {"event":"iteration_finished","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","iteration":1,"agent":"qwen","done":2,"total":3,"figures":"2/3 criteria","exit_code":0,"error":false,"verdict_exit_code":null,"timed_out":false,"commit":"abc1234","committed":true,"commit_refused":false,"fingerprint":"4294967295 0","duration_s":1.5,"cost_usd":0.25,"total_cost_usd":0.5,"input_tokens":1000,"output_tokens":50,"turns":3}
         {"event":"stuck","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","iteration":3,"no_progress_iterations":3}
         {"event":"waiting","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","iteration":2,"agent":"claude","kind":"five_hour","message":"You've hit your limit","reset_at":"2025-01-01T17:00:00+00:00","wait_s":60.0}
+        {"event":"question","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","iteration":2,"loop":"main","question":"Which database should I use?"}
         {"event":"halted","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","run_id":"20250101-120000-abcd","task":"Add OAuth login","task_file":"RALPH_TASK.md","reason":"complete","exit_code":0,"iteration":2,"done":3,"total":3}
         {"event":"halted","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","reason":"error","exit_code":1,"message":"Git required. Run git init first."}
         {"event":"queue_item","schema_version":1,"ts":"2025-01-01T12:00:00+00:00","source":"beads","id":"bd-12","title":"Add login","outcome":"released","branch":"ralph/beads-bd-12","why":"halted: stalled (exit 4)"}
@@ -350,6 +369,7 @@ mod tests {
             "iteration_finished",
             "stuck",
             "waiting",
+            "question",
             "halted",
             "queue_item",
             "queue_finished",
@@ -363,6 +383,7 @@ mod tests {
                 | Event::IterationFinished(_)
                 | Event::Stuck(_)
                 | Event::Waiting(_)
+                | Event::Question(_)
                 | Event::Halted(_)
                 | Event::QueueItem(_)
                 | Event::QueueFinished(_) => {}

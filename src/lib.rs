@@ -15,6 +15,7 @@ pub(crate) mod iter_record;
 pub(crate) mod live;
 pub(crate) mod loops;
 pub(crate) mod markdown;
+pub(crate) mod person;
 pub(crate) mod proc;
 pub(crate) mod queue;
 pub(crate) mod sandbox;
@@ -91,5 +92,8 @@ fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
         Command::Merge(args) => commands::merge::run(&ctx()?, &args.name),
         Command::Watch => commands::watch::run(&ctx()?),
         Command::Completions(args) => commands::manual::completions(args),
+        Command::Ask(args) => commands::person::ask(&ctx()?, args),
+        Command::Answer(args) => commands::person::answer(&ctx()?, args),
+        Command::Hint(args) => commands::person::hint(&ctx()?, args),
     }
 }

@@ -42,6 +42,15 @@ pub(crate) struct Status {
     /// The run recorded when it is another task's: its task file now holds none of the criteria
     /// it started with (`ralph init --force` wrote a new task). `st` is `None` then.
     pub(crate) other_task: Option<RunState>,
+    /// The question the loop waits on a person for (SPEC §16), if one is open.
+    pub(crate) question: Option<crate::person::Question>,
+}
+
+impl Status {
+    /// A running loop that waits for a person's answer.
+    pub(crate) fn waiting(&self) -> bool {
+        self.running && self.question.is_some()
+    }
 }
 
 /// Why the task file is refused, as `status` shows it.
@@ -119,6 +128,7 @@ pub(crate) fn report(repo: &Repo) -> Result<Status> {
         refused,
         task_warnings,
         other_task,
+        question: crate::person::open_question(repo),
     })
 }
 
@@ -273,6 +283,9 @@ pub(crate) fn to_json(s: &Status) -> serde_json::Value {
             "line": r.line,
         })),
         "task_warnings": s.task_warnings,
+        // SPEC §16: the question the loop waits on, and whether it waits now.
+        "question": s.question,
+        "waiting": s.waiting(),
     });
     // The run recorded when it is another task's (its criteria are gone from the task file).
     if let Some(o) = &s.other_task {
@@ -413,6 +426,7 @@ fn kept_status(st: Option<RunState>, logs: &Path) -> Status {
         elapsed_s: st.as_ref().and_then(|s| elapsed(s, false)),
         st,
         other_task: None,
+        question: None,
     }
 }
 

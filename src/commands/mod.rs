@@ -1,9 +1,11 @@
-//! One module per subcommand: `init`, `run` (and `resume`), `status`, `merge`, `watch`;
+//! One module per subcommand: `init`, `run` (and `resume`), `status`, `merge`, `watch`,
+//! `person` (`ask`, `answer`, `hint`);
 //! `manual`: `completions` and the man pages.
 
 pub(crate) mod init;
 pub(crate) mod manual;
 pub(crate) mod merge;
+pub(crate) mod person;
 pub(crate) mod run;
 pub(crate) mod status;
 pub(crate) mod watch;

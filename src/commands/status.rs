@@ -126,7 +126,12 @@ fn print_no_run(ui: Ui, s: &Status) {
 fn print_run(ui: Ui, s: &Status, st: &RunState) {
     ui.plain(&format!("Task: {} ({})", st.task, st.task_file));
     ui.plain(&format!("Mode: {}   Run: {}", st.mode, st.run_id));
-    if s.running {
+    if s.waiting() {
+        ui.plain(&format!(
+            "State: waiting for a person (pid {})",
+            pid_text(s)
+        ));
+    } else if s.running {
         ui.plain(&format!("State: running (pid {})", pid_text(s)));
     } else {
         let reason = s.halt_reason.map_or("unknown", HaltReason::as_str);
@@ -134,6 +139,9 @@ fn print_run(ui: Ui, s: &Status, st: &RunState) {
             .exit_code
             .map_or(String::new(), |c| format!(", exit {c}"));
         ui.plain(&format!("State: halted — {reason}{code}"));
+    }
+    if let Some(q) = &s.question {
+        ui.plain(&format!("Question (iteration {}): {}", q.iteration, q.text));
     }
     ui.plain(&format!(
         "Iteration: {}/{}",
@@ -227,6 +235,9 @@ fn print_all(ui: Ui, entries: &[loops::Entry]) {
             (None, true) => format!("running (pid {}), no run recorded yet", pid_text(s)),
             (None, _) if s.refused.is_some() => "task file refused".to_string(),
             (None, false) => "no run".to_string(),
+            (Some(_), true) if s.waiting() => {
+                format!("waiting for a person (pid {})", pid_text(s))
+            }
             (Some(_), true) => format!("running (pid {})", pid_text(s)),
             (Some(_), false) => halted(s),
         };
@@ -236,6 +247,9 @@ fn print_all(ui: Ui, entries: &[loops::Entry]) {
         ui.plain(&format!("    {}", e.path.display()));
         if let Some(r) = &s.refused {
             ui.plain(&format!("    task file refused: {}", r.error));
+        }
+        if let Some(q) = &s.question {
+            ui.plain(&format!("    question: {}", q.text));
         }
     }
 }

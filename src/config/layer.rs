@@ -66,6 +66,7 @@ pub(crate) struct HookLayer {
     pub(crate) on_iteration: Option<String>,
     pub(crate) on_stuck: Option<String>,
     pub(crate) on_waiting: Option<String>,
+    pub(crate) on_question: Option<String>,
     pub(crate) on_halt: Option<String>,
     /// How long each may run (default 30s).
     pub(crate) hook_timeout: Option<String>,

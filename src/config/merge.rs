@@ -172,6 +172,7 @@ fn merge_hooks(layers: &[Source]) -> Hooks {
         on_iteration: pick(|h| &h.on_iteration),
         on_stuck: pick(|h| &h.on_stuck),
         on_waiting: pick(|h| &h.on_waiting),
+        on_question: pick(|h| &h.on_question),
         on_halt: pick(|h| &h.on_halt),
     }
 }

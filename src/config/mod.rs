@@ -43,17 +43,19 @@ pub(crate) struct Hooks {
     pub(crate) on_iteration: Option<Command>,
     pub(crate) on_stuck: Option<Command>,
     pub(crate) on_waiting: Option<Command>,
+    pub(crate) on_question: Option<Command>,
     pub(crate) on_halt: Option<Command>,
 }
 
 impl Hooks {
-    /// The hook of an event (`iteration_finished`, `stuck`, `waiting`, `halted`).
+    /// The hook of an event (`iteration_finished`, `stuck`, `waiting`, `question`, `halted`).
     pub(crate) fn for_event(&self, event: &crate::event::Event) -> Option<&Command> {
         use crate::event::Event;
         match event {
             Event::IterationFinished(_) => self.on_iteration.as_ref(),
             Event::Stuck(_) => self.on_stuck.as_ref(),
             Event::Waiting(_) => self.on_waiting.as_ref(),
+            Event::Question(_) => self.on_question.as_ref(),
             Event::Halted(_) => self.on_halt.as_ref(),
             Event::RunStarted(_)
             | Event::IterationStarted(_)

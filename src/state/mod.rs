@@ -29,6 +29,7 @@ pub(crate) const GITIGNORE: &str = "\
 activity.log
 activity.now
 iterations.log
+question.md
 runs/
 state.json
 state.json.tmp*

@@ -73,6 +73,8 @@ pub(crate) enum HaltReason {
     Partial,
     Budget,
     Interrupted,
+    /// The agent's question went unanswered for `--answer-timeout`.
+    WaitingForPerson,
     Error,
 }
 
@@ -89,6 +91,7 @@ impl HaltReason {
             HaltReason::Partial => "partial",
             HaltReason::Budget => "budget",
             HaltReason::Interrupted => "interrupted",
+            HaltReason::WaitingForPerson => "waiting_for_person",
             HaltReason::Error => "error",
         }
     }
@@ -106,6 +109,7 @@ impl HaltReason {
             HaltReason::Partial => exit::PARTIAL,
             HaltReason::Budget => exit::BUDGET,
             HaltReason::Interrupted => exit::INTERRUPTED,
+            HaltReason::WaitingForPerson => exit::WAITING_FOR_PERSON,
             HaltReason::Error => exit::ERROR,
         }
     }
@@ -681,6 +685,7 @@ mod tests {
             (HaltReason::TargetOnly, "target_only", 6),
             (HaltReason::VerdictUnavailable, "verdict_unavailable", 7),
             (HaltReason::Interrupted, "interrupted", 130),
+            (HaltReason::WaitingForPerson, "waiting_for_person", 12),
         ] {
             assert_eq!(serde_json::to_value(r).unwrap(), word);
             assert_eq!(r.as_str(), word);

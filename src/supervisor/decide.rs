@@ -169,6 +169,8 @@ pub(crate) enum Halt {
     Budget(String),
     /// Ctrl-C, SIGTERM or SIGHUP.
     Interrupted,
+    /// The agent's question (its text) went unanswered for `--answer-timeout`.
+    WaitingForPerson(String),
     /// The run cannot go on: the agent cannot log in, the task source is unreadable, a phase
     /// failed (git refused, a write failed). Its iteration is recorded as `exit error`.
     Error {
@@ -195,6 +197,7 @@ impl Halt {
             Halt::Partial(_) => HaltReason::Partial,
             Halt::Budget(_) => HaltReason::Budget,
             Halt::Interrupted => HaltReason::Interrupted,
+            Halt::WaitingForPerson(_) => HaltReason::WaitingForPerson,
             Halt::Error { .. } => HaltReason::Error,
         }
     }

@@ -20,6 +20,7 @@ mod events;
 mod faults;
 mod final_walk;
 mod judge;
+mod person;
 pub(crate) mod preflight;
 mod prepare;
 pub(crate) mod prompt;
@@ -46,6 +47,7 @@ use crate::ui::Ui;
 use attempt::Attempted;
 use decide::{Counters, Halt};
 use faults::failed;
+pub(crate) use person::Questions;
 use prepare::Prepared;
 use record::Ending;
 use source::Source;
@@ -82,6 +84,8 @@ pub(crate) struct Setup {
     pub(crate) stream: bool,
     /// Never ask (`--yes`, or stdin is not a terminal).
     pub(crate) unattended: bool,
+    /// The agent's questions to a person: allowed or not, how long an answer is waited for.
+    pub(crate) questions: person::Questions,
 }
 
 /// The work tree a run commits in: the repository, its `.ralph/`, and the watcher of its files.
@@ -164,6 +168,10 @@ impl Loop {
                 self.check_the_tree_between();
                 return self.halt(&Halt::Interrupted);
             }
+            // The agent's question waits for a person: no iteration is spent meanwhile.
+            if let Some(code) = self.wait_for_person().await {
+                return code;
+            }
             let n = self.counters.iteration + 1;
             let prev = Counters {
                 iteration: n,
@@ -197,7 +205,10 @@ impl Loop {
             .instrument(info_span!("attempt"))
             .await
         {
-            Ok(attempted) => attempted,
+            Ok(attempted) => {
+                self.take_question(prep.n);
+                attempted
+            }
             Err(e) => Attempted::failed(
                 Default::default(),
                 failed(
@@ -249,7 +260,7 @@ impl Loop {
 
     /// The environment every process of an iteration gets.
     fn ralph_env(&self, n: u32) -> Vec<(String, String)> {
-        vec![
+        let mut env = vec![
             ("RALPH_ITERATION".to_string(), n.to_string()),
             (
                 "RALPH_MAX_ITERATIONS".to_string(),
@@ -257,7 +268,9 @@ impl Loop {
             ),
             ("RALPH_RUN_ID".to_string(), self.state.run_id.clone()),
             ("RALPH_TASK_FILE".to_string(), self.source.task_file()),
-        ]
+        ];
+        env.extend(self.question_env());
+        env
     }
 
     /// The limits of one agent attempt.

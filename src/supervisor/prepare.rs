@@ -37,7 +37,7 @@ impl Loop {
         let started_at = state::now_rfc3339();
         let stuck_alert = prev.no_progress_streak >= prev.stuck_threshold;
         self.source.select_next();
-        let prompt = self.source.prompt(&PromptCtx {
+        let mut prompt = self.source.prompt(&PromptCtx {
             iteration: n,
             max_iterations: self.setup.settings.max_iterations,
             test_command: self.setup.settings.test_command.as_deref(),
@@ -46,6 +46,15 @@ impl Loop {
             completion_promise: self.setup.settings.completion_promise.as_deref(),
             feedback: self.state.feedback.as_deref(),
         })?;
+        // How to ask a person (not for CPM's slash command), then a person's words, once.
+        if !matches!(
+            self.source.mode(),
+            crate::state::Mode::CpmEpic | crate::state::Mode::CpmSpec
+        ) {
+            prompt.push_str(&self.asking_section());
+        }
+        let words = self.persons_words(n);
+        prompt.push_str(&words.section);
         let run_dir = self.tree.rd.run_dir(&self.state.run_id);
         state::create_private_dir(&run_dir)?;
         let prompt_file = run_dir.join(format!("iter-{n:03}.prompt.md"));
@@ -58,6 +67,7 @@ impl Loop {
         let inv = self.invocation(n, &prompt, &prompt_file)?;
         let head_before = self.tree.repo.head()?.map(|c| c.id);
         self.spend(n)?;
+        self.clear_words(&words);
         self.announce(n, stuck_alert);
         Ok(Prepared {
             n,

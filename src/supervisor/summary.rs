@@ -87,6 +87,7 @@ impl Loop {
                     "continue this run where it stopped",
                 );
             }
+            Halt::WaitingForPerson(question) => self.summary_waiting(question),
             Halt::Error { message, hint } => {
                 self.setup
                     .ui
@@ -108,6 +109,22 @@ impl Loop {
         self.suggest(
             &self.start_over(),
             "a new run, once the task says better what to do",
+        );
+    }
+
+    fn summary_waiting(&self, question: &str) {
+        let ui = self.setup.ui;
+        ui.alert("## ❓ RALPH Loop — Waiting for a person: no answer came in time");
+        ui.plain(&format!("The agent asked: {question}"));
+        self.progress_line();
+        let name = crate::worktree::loop_name(&self.tree.repo).unwrap_or_else(|| "main".into());
+        self.suggest(
+            &format!("ralph answer {name} \"YOUR ANSWER\""),
+            "answer the question (then resume)",
+        );
+        self.suggest(
+            &self.command("resume"),
+            "go on with the answer in the next prompt",
         );
     }
 

@@ -98,6 +98,7 @@ pub(crate) fn row(e: &Entry, activity: Option<&str>, since: Duration) -> Row {
     let st = s.st.as_ref();
     let state = match st {
         None => LoopState::NoRun,
+        Some(_) if s.waiting() => LoopState::Waiting,
         Some(_) if s.running => LoopState::Running,
         Some(st) => LoopState::Halted {
             reason: s.halt_reason,

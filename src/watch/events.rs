@@ -99,6 +99,11 @@ pub(crate) fn interest(common: &Path, entries: &[Entry]) -> Interest {
                 want(&mut map, &e.path.join(file));
             }
         }
+        // Its question, answer and hints (SPEC §16), kept in ralph's state directory.
+        if let Some(desk) = crate::person::Desk::find_at(&e.path) {
+            want(&mut map, desk.dir());
+            map.insert(desk.dir().to_path_buf(), Names::Any);
+        }
         // The locks a live run is told by: each is closed when its holder dies.
         let locks = &e.status.locks;
         for lock in locks.own.iter().chain([&locks.git]) {

@@ -48,6 +48,8 @@ pub(crate) struct Row {
 pub(crate) enum LoopState {
     NoRun,
     Running,
+    /// Running, and waiting for a person's answer (SPEC §16).
+    Waiting,
     Halted {
         reason: Option<HaltReason>,
         exit_code: Option<i32>,
@@ -59,6 +61,7 @@ impl LoopState {
         match self {
             LoopState::NoRun => "no run".into(),
             LoopState::Running => "running".into(),
+            LoopState::Waiting => "waiting for a person".into(),
             LoopState::Halted { reason, exit_code } => {
                 let mut s = String::from("halted");
                 if let Some(r) = reason {
@@ -76,6 +79,7 @@ impl LoopState {
         match self {
             LoopState::NoRun => Color::DarkGray,
             LoopState::Running => Color::Green,
+            LoopState::Waiting => Color::Magenta,
             LoopState::Halted {
                 reason: Some(HaltReason::Complete),
                 ..
@@ -163,7 +167,9 @@ impl Col {
         match self {
             Col::Loop => Style::new().add_modifier(Modifier::BOLD),
             Col::State => Style::new().fg(r.state.color()),
-            Col::Activity if r.state != LoopState::Running => Style::new().fg(Color::DarkGray),
+            Col::Activity if !matches!(r.state, LoopState::Running | LoopState::Waiting) => {
+                Style::new().fg(Color::DarkGray)
+            }
             _ => Style::new(),
         }
     }
@@ -227,7 +233,7 @@ pub(crate) fn render(frame: &mut Frame, screen: &Screen) {
     let running = screen
         .rows
         .iter()
-        .filter(|r| r.state == LoopState::Running)
+        .filter(|r| matches!(r.state, LoopState::Running | LoopState::Waiting))
         .count();
     let loops = match screen.rows.len() {
         1 => "1 loop".to_string(),

@@ -358,9 +358,12 @@ pub(crate) fn own_branch_of(repo: &Repo) -> Option<String> {
 /// ` --worktree NAME` when `repo` is loop NAME's worktree, else nothing: what a command
 /// suggested to the user, who stands in the main work tree, needs to reach the loop.
 pub(crate) fn loop_flag(repo: &Repo) -> String {
-    own_branch_of(repo)
-        .and_then(|b| b.strip_prefix("refs/heads/ralph/").map(str::to_string))
-        .map_or_else(String::new, |name| format!(" --worktree {name}"))
+    loop_name(repo).map_or_else(String::new, |name| format!(" --worktree {name}"))
+}
+
+/// NAME when `repo` is loop NAME's worktree (`run --worktree NAME`), else `None`.
+pub(crate) fn loop_name(repo: &Repo) -> Option<String> {
+    own_branch_of(repo).and_then(|b| b.strip_prefix("refs/heads/ralph/").map(str::to_string))
 }
 
 /// The branch checked out in `repo`'s work tree (`None`: a detached HEAD).

@@ -40,7 +40,10 @@ fn help_of_ralph_and_every_subcommand() {
             "status",
             "merge",
             "watch",
-            "completions"
+            "completions",
+            "ask",
+            "answer",
+            "hint"
         ],
         "the subcommands as `ralph --help` lists them:\n{top}"
     );
@@ -86,6 +89,7 @@ fn run_help_is_grouped_and_h_is_short() {
                 "Judging and tests:",
                 "Git:",
                 "Sandbox:",
+                "Questions:",
                 "Output:",
                 "CPM epics and specs:",
                 "Queue and workers:",

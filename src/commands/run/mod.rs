@@ -500,6 +500,12 @@ impl Startup<'_> {
             setup: Setup {
                 task_name: r.plan.name(),
                 unattended: !supervisor::is_interactive(self.options.yes),
+                questions: supervisor::Questions::resolve(
+                    self.options.no_questions,
+                    self.options.answer_timeout.map(Into::into),
+                    supervisor::is_interactive(self.options.yes),
+                    &r.repo,
+                ),
                 settings: r.settings,
                 ui,
                 started: Instant::now(),
