@@ -9,10 +9,7 @@ use crate::error::{Error, Result};
 use crate::git::Repo;
 use crate::loops;
 
-/// The variable naming the file `ralph ask` writes: set for an agent whose run takes questions.
-pub(crate) const QUESTION_FILE_VAR: &str = "RALPH_QUESTION_FILE";
-/// Set for an agent whose run takes no questions (`--no-questions`).
-pub(crate) const NO_QUESTIONS_VAR: &str = "RALPH_NO_QUESTIONS";
+use crate::person::{NO_QUESTIONS_VAR, QUESTION_FILE_VAR};
 
 /// `ralph ask QUESTION`, run by the agent: the question written where its loop reads it after
 /// the iteration. It returns at once; the loop waits for the answer, not this command.

@@ -13,6 +13,11 @@ use crate::error::{Error, Result};
 use crate::git::Repo;
 use crate::state::{self, StateHome};
 
+/// The variable naming the file `ralph ask` writes: set for an agent whose run takes questions.
+pub(crate) const QUESTION_FILE_VAR: &str = "RALPH_QUESTION_FILE";
+/// Set for an agent whose run takes no questions (`--no-questions`).
+pub(crate) const NO_QUESTIONS_VAR: &str = "RALPH_NO_QUESTIONS";
+
 /// The agent's question, in `.ralph/` of its work tree (`ralph ask` writes it).
 pub(crate) const ASKED: &str = "question.md";
 /// The most of a question ralph keeps (characters); the rest is cut, marked `…`.

@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use super::Loop;
 use super::decide::Halt;
-use crate::commands::person::{NO_QUESTIONS_VAR, QUESTION_FILE_VAR};
 use crate::event::{Event, Question as Asked};
-use crate::person::{Desk, Question, take_asked};
+use crate::person::{Desk, NO_QUESTIONS_VAR, QUESTION_FILE_VAR, Question, take_asked};
 use crate::state;
 
 /// How questions go in a run: `--no-questions` and `--answer-timeout`, resolved.
