@@ -18,6 +18,7 @@ pub(crate) mod markdown;
 pub(crate) mod proc;
 pub(crate) mod queue;
 pub(crate) mod sandbox;
+pub(crate) mod serve;
 pub(crate) mod signals;
 pub(crate) mod state;
 pub(crate) mod suggest;
@@ -90,6 +91,7 @@ fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
         Command::Status(args) => commands::status::run(&ctx()?, args.json, args.all),
         Command::Merge(args) => commands::merge::run(&ctx()?, &args.name),
         Command::Watch => commands::watch::run(&ctx()?),
+        Command::Serve(args) => serve::run(&ctx()?, args),
         Command::Completions(args) => commands::manual::completions(args),
     }
 }
