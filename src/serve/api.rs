@@ -100,6 +100,11 @@ pub(super) fn snapshot(cwd: &std::path::Path, read_only: bool) -> Result<Value> 
 /// The `/api/loops` JSON of these loops.
 pub(super) fn snapshot_of(entries: &[Entry], retired: &[Retired], read_only: bool) -> Value {
     let mut v = named(loops::all_to_json(entries, retired));
+    if let Some(list) = v["loops"].as_array_mut() {
+        for (l, e) in list.iter_mut().zip(entries) {
+            l["activity_now"] = super::view::activity_now(e).into();
+        }
+    }
     v["read_only"] = read_only.into();
     v
 }

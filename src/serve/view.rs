@@ -49,7 +49,7 @@ pub(super) fn add(v: &mut Value, e: &Entry) {
                 )
             })
             .into();
-    v["activity_now"] = tail(&rd.path.join(crate::activity::FILE), NOW_MAX).into();
+    v["activity_now"] = activity_now(e).into();
     let question = crate::git::Repo::discover(&e.path)
         .ok()
         .and_then(|repo| super::person::open_question(&repo));
@@ -57,6 +57,12 @@ pub(super) fn add(v: &mut Value, e: &Entry) {
         Value::Null,
         |q| json!({"text": q.text, "asked_at": q.asked_at, "iteration": q.iteration}),
     );
+}
+
+/// What the loop's agent is doing now, as `.ralph/activity.now` says (its end).
+pub(super) fn activity_now(e: &Entry) -> Option<String> {
+    let file = RalphDir::new(&e.path).path.join(crate::activity::FILE);
+    tail(&file, NOW_MAX).map(|t| t.trim().to_string())
 }
 
 /// The last `max` bytes of the file at `path` as text (a character cut at the start dropped);
