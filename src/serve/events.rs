@@ -58,7 +58,7 @@ impl Hub {
         std::thread::Builder::new()
             .name("ralph-serve-watch".into())
             .spawn(move || watch(&cwd, read_only, &mut watches, &rx, &out))
-            .map_err(|e| notify::Error::io(e))?;
+            .map_err(notify::Error::io)?;
         Ok(Hub { tx })
     }
 }

@@ -40,6 +40,7 @@ fn help_of_ralph_and_every_subcommand() {
             "status",
             "merge",
             "watch",
+            "serve",
             "completions"
         ],
         "the subcommands as `ralph --help` lists them:\n{top}"
