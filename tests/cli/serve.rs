@@ -532,3 +532,43 @@ fn a_network_listen_warns_and_a_bad_one_is_refused() {
     let token = out.trim().rsplit_once("token=").unwrap().1;
     assert!(!err.contains(token));
 }
+
+/// Merge: a completed worktree loop merges from the page's API (`ralph merge`'s exit code and
+/// output in the reply, its work in the main tree after); the main tree's loop never merges.
+#[test]
+fn merge_brings_a_completed_worktree_loops_work() {
+    let env = setup(&["a"]);
+    let agent = format!("'{}'", fake_agent().display());
+    let vars = [
+        ("RALPH_AGENT_CMD", agent.as_str()),
+        ("FAKE_AGENT_SCRIPT", "check"),
+    ];
+    let out = env.ralph_with_limit(
+        &["run", "--worktree", "w", "--yes"],
+        &vars,
+        Duration::from_secs(60),
+    );
+    assert_exit(&out, 0);
+    let s = Server::start(&env, &[], &[]);
+    let names: Vec<String> = s.loops()["loops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["main", "w"]);
+    // Control: the main work tree has none of the loop's work yet.
+    assert!(env.read("RALPH_TASK.md").contains("- [ ] a"));
+    assert_eq!(s.post("/api/loops/main/merge", "").status, 409);
+    assert_eq!(s.post("/api/loops/nosuch/merge", "").status, 404);
+    let r = s.post("/api/loops/w/merge", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.json()["message"].as_str().unwrap().contains("exit 0"),
+        "{}",
+        r.body
+    );
+    assert!(env.read("RALPH_TASK.md").contains("- [x] a"));
+    s.bg.signal(libc::SIGTERM);
+    assert_eq!(s.bg.wait(Duration::from_secs(5)).0, Some(0));
+}
