@@ -20,6 +20,7 @@ mod view;
 
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -69,7 +70,7 @@ pub(crate) fn run(ctx: &Context, args: &ServeArgs) -> Result<i32> {
     let token = auth::Token::fresh()?;
     let common = repo.git2().commondir().to_path_buf();
     let state = crate::state::StateHome::locate().and_then(|h| h.repo(&common).ok());
-    let files = Files::write(state.as_ref(), &token);
+    let files = Files::write(state.as_ref(), &token)?;
     if state.is_none() {
         ctx.ui.warn(
             "no state directory ($XDG_STATE_HOME or $HOME): the token is only in the URL below",
@@ -142,33 +143,60 @@ async fn serve(listener: tokio::net::TcpListener, app: App) -> Result<()> {
     }
 }
 
-/// `serve.token` (0600) and `serve.pid` in the repository's state directory, removed on drop.
-struct Files(Vec<PathBuf>);
+/// `serve.token` (0600) and `serve.pid` in the repository's state directory, removed on drop;
+/// `serve.pid` held locked while the server runs (the kernel drops the lock on any death), so a
+/// second server for the same repository is refused instead of taking the first one's files.
+struct Files {
+    written: Vec<PathBuf>,
+    _pid: Option<std::fs::File>,
+}
 
 impl Files {
-    fn write(state: Option<&crate::state::Keyed>, token: &auth::Token) -> Files {
+    fn write(state: Option<&crate::state::Keyed>, token: &auth::Token) -> Result<Files> {
         let Some(state) = state else {
-            return Files(Vec::new());
+            return Ok(Files {
+                written: Vec::new(),
+                _pid: None,
+            });
         };
-        let token_file = state.join("serve.token");
         let pid_file = state.join("serve.pid");
-        let mut written = Vec::new();
-        let pid = format!("{}\n", std::process::id());
-        for (path, bytes) in [
-            (token_file, format!("{}\n", token.reveal())),
-            (pid_file, pid),
-        ] {
-            if crate::files::write_atomic(&path, bytes.as_bytes(), 0o600).is_ok() {
-                written.push(path);
-            }
+        let mut pid = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&pid_file)
+            .map_err(|e| Error::file("open", &pid_file, e))?;
+        if pid.try_lock().is_err() {
+            let mut holder = String::new();
+            let _ = std::io::Read::read_to_string(&mut pid, &mut holder);
+            return Err(Error::user(format!(
+                "another ralph serve (pid {}) serves this repository",
+                holder.trim()
+            ))
+            .with_hint("open the URL it printed, or stop it first"));
         }
-        Files(written)
+        let mut files = Files {
+            written: vec![pid_file.clone()],
+            _pid: None,
+        };
+        pid.set_len(0)
+            .and_then(|()| writeln!(pid, "{}", std::process::id()))
+            .map_err(|e| Error::file("write", &pid_file, e))?;
+        files._pid = Some(pid);
+        let token_file = state.join("serve.token");
+        let bytes = format!("{}\n", token.reveal());
+        crate::files::write_atomic(&token_file, bytes.as_bytes(), 0o600)
+            .map_err(|e| Error::file("write", &token_file, e))?;
+        files.written.push(token_file);
+        Ok(files)
     }
 }
 
 impl Drop for Files {
     fn drop(&mut self) {
-        for p in &self.0 {
+        for p in &self.written {
             let _ = std::fs::remove_file(p);
         }
     }

@@ -582,3 +582,31 @@ fn merge_brings_a_completed_worktree_loops_work() {
     s.bg.signal(libc::SIGTERM);
     assert_eq!(s.bg.wait(Duration::from_secs(5)).0, Some(0));
 }
+
+/// A second server for the same repository is refused while the first runs (its token file
+/// left as it was), and starts once the first is gone.
+#[test]
+fn one_server_per_repository() {
+    let env = setup(&["a"]);
+    let first = Server::start(&env, &[], &[]);
+    let second = env.ralph(&["serve"]);
+    assert_exit(&second, 1);
+    assert!(
+        stderr(&second).contains(&format!("another ralph serve (pid {})", first.bg.pid())),
+        "{}",
+        stderr(&second)
+    );
+    assert!(stdout(&second).is_empty(), "no URL printed");
+    let files = token_files(&env, "serve.token");
+    assert_eq!(
+        std::fs::read_to_string(&files[0]).unwrap().trim(),
+        first.token
+    );
+    assert_eq!(first.get("/api/loops").status, 200);
+    first.bg.signal(libc::SIGTERM);
+    assert_eq!(first.bg.wait(Duration::from_secs(5)).0, Some(0));
+    let again = Server::start(&env, &[], &[]);
+    assert_eq!(again.get("/api/loops").status, 200);
+    again.bg.signal(libc::SIGTERM);
+    assert_eq!(again.bg.wait(Duration::from_secs(5)).0, Some(0));
+}
