@@ -476,7 +476,7 @@ fn an_idle_server_uses_no_cpu() {
     let mut ev = Events::open(&s);
     ev.next(Duration::from_secs(10)).expect("the first event");
     let log = env.repo.join(".ralph/iterations.log");
-    let mut touch = || {
+    let touch = || {
         let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
         f.write_all(b"x\n").unwrap();
     };
