@@ -14,7 +14,8 @@ mod api;
 mod auth;
 mod events;
 mod page;
-// TODO person: delete once the `person` module lands on main (its API, written against here).
+// TODO person: once `crate::person` lands on main, delete `person.rs` and make this line
+// `use crate::person;` (the children name it `super::person`).
 mod person;
 mod view;
 

@@ -46,7 +46,8 @@ async function start() {
 }
 
 function stateText(d) {
-  if (d.running) return d.waiting ? 'waiting for a person' : 'running';
+  if (d.waiting) return 'waiting for a person';
+  if (d.running) return 'running';
   if (d.path === null) return d.merged_at ? 'merged' : 'retired';
   if (d.halt_reason) {
     const exit = d.exit_code === null || d.exit_code === undefined ? '' : ` (exit ${d.exit_code})`;
