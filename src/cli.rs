@@ -87,6 +87,9 @@ pub(crate) enum Command {
     /// A live dashboard of every loop of the repository (q quits).
     #[command(after_help = WATCH_EXAMPLES)]
     Watch,
+    /// Serve a live web view of every loop, with its actions (loopback, token in the URL).
+    #[command(after_help = SERVE_EXAMPLES)]
+    Serve(ServeArgs),
     /// Print a shell completion script for ralph on stdout.
     #[command(after_help = COMPLETIONS_EXAMPLES)]
     Completions(CompletionsArgs),
@@ -211,6 +214,27 @@ Examples:
   ralph watch                    # every loop: the main work tree's and each worktree's
   ralph -C ../project watch
   ralph status --all --json      # the same, once, for scripts (watch needs a terminal)";
+
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  ralph serve                           # http://127.0.0.1:PORT/#token=… on a free port
+  ralph serve --listen 127.0.0.1:8080   # then, elsewhere: ssh -L 8080:127.0.0.1:8080 HOST
+  ralph serve --read-only               # look, but no stop, resume, merge, answer or hint
+
+The printed URL carries a fresh token (also in serve.token, 0600, in ralph's state directory);
+every API request needs it. Stop the server with Ctrl-C.";
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Where to listen (`ADDR:PORT`; port 0 picks a free one). Beyond loopback, the token is the
+    /// only guard: a warning says so.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:0")]
+    pub(crate) listen: String,
+
+    /// Show the loops, refuse every action (stop, resume, merge, answer, hint).
+    #[arg(long)]
+    pub(crate) read_only: bool,
+}
 
 #[derive(Debug, Args)]
 pub(crate) struct InitArgs {

@@ -19,6 +19,7 @@ pub(crate) mod person;
 pub(crate) mod proc;
 pub(crate) mod queue;
 pub(crate) mod sandbox;
+pub(crate) mod serve;
 pub(crate) mod signals;
 pub(crate) mod state;
 pub(crate) mod suggest;
@@ -91,6 +92,7 @@ fn dispatch(cli: &Cli, ui: Ui) -> Result<i32, Error> {
         Command::Status(args) => commands::status::run(&ctx()?, args.json, args.all),
         Command::Merge(args) => commands::merge::run(&ctx()?, &args.name),
         Command::Watch => commands::watch::run(&ctx()?),
+        Command::Serve(args) => serve::run(&ctx()?, args),
         Command::Completions(args) => commands::manual::completions(args),
         Command::Ask(args) => commands::person::ask(&ctx()?, args),
         Command::Answer(args) => commands::person::answer(&ctx()?, args),

@@ -73,7 +73,8 @@ impl Names {
 /// Directory → the names wanted in it.
 pub(crate) type Interest = HashMap<PathBuf, Names>;
 
-fn want(map: &mut Interest, path: &Path) {
+/// Watch for `path` (its name in its directory).
+pub(crate) fn want(map: &mut Interest, path: &Path) {
     if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
         map.entry(dir.to_path_buf())
             .or_insert_with(|| Names::Some(Vec::new()))
@@ -159,16 +160,26 @@ pub(crate) struct Watches {
 impl Watches {
     /// A watcher that sends [`Msg::Changed`] to `tx` on every relevant event.
     pub(crate) fn new(tx: Sender<Msg>) -> notify::Result<Watches> {
+        Watches::calling(move |c, _| {
+            let _ = tx.send(Msg::Changed(c));
+        })
+    }
+
+    /// A watcher that calls `changed` on every relevant event (on notify's thread), with the
+    /// paths the event names (none when events may have been lost: read everything again).
+    pub(crate) fn calling(
+        changed: impl Fn(Change, &[PathBuf]) + Send + 'static,
+    ) -> notify::Result<Watches> {
         let interest: Arc<Mutex<Interest>> = Arc::default();
         let wanted = Arc::clone(&interest);
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            let change = match res {
-                Ok(ev) => wanted.lock().ok().and_then(|i| relevant(&i, &ev)),
+            let (change, paths) = match res {
+                Ok(ev) => (wanted.lock().ok().and_then(|i| relevant(&i, &ev)), ev.paths),
                 // Events may have been lost: read everything again.
-                Err(_) => Some(Change::Loops),
+                Err(_) => (Some(Change::Loops), Vec::new()),
             };
             if let Some(c) = change {
-                let _ = tx.send(Msg::Changed(c));
+                changed(c, &paths);
             }
         })?;
         Ok(Watches {

@@ -9,7 +9,7 @@
 //! event. The terminal is restored on every way out: `q`, an error, or a panic.
 
 mod app;
-mod events;
+pub(crate) mod events;
 pub(crate) mod view;
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};

@@ -40,6 +40,7 @@ fn help_of_ralph_and_every_subcommand() {
             "status",
             "merge",
             "watch",
+            "serve",
             "completions",
             "ask",
             "answer",

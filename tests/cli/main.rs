@@ -62,6 +62,7 @@ mod sandbox_doors;
 mod sandbox_edges;
 mod sandbox_halts;
 mod screen_halts;
+mod serve;
 mod startup;
 mod status;
 mod stories;
