@@ -6,7 +6,7 @@
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -102,10 +102,7 @@ impl Lines {
     /// The next stdout line before `deadline`; None at its end or at the deadline.
     fn next(&self, deadline: Instant) -> Option<String> {
         let left = deadline.saturating_duration_since(Instant::now());
-        match self.lines.recv_timeout(left) {
-            Ok(line) => Some(line),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        self.lines.recv_timeout(left).ok()
     }
 
     fn stderr(&self) -> String {
