@@ -359,7 +359,8 @@ const QUESTION: &str = "Which database should I use?";
 const ANSWER: &str = "postgres, please";
 
 /// The three loops' agents. `a` checks one box per iteration after a second, once `go` exists
-/// (the test makes it when the page has shown `a`'s first progress); `b` sleeps a minute;
+/// (the test makes it when the page has named the loops, so that the page sees `a`'s progress
+/// move); `b` sleeps a minute;
 /// `c` asks a question in iteration 1 and checks every box only when its prompt holds the answer.
 fn agents(env: &TestEnv, go: &Path) -> [String; 3] {
     let a = checking_agent(
@@ -479,7 +480,7 @@ fn the_page_shows_three_loops_stops_one_and_answers_a_question() {
         driver(&python, false, &scenario),
         Duration::from_secs(150),
         |s| {
-            if s["step"] == "progress_first" {
+            if s["step"] == "named" {
                 std::fs::write(&go, "").unwrap();
             }
         },

@@ -74,14 +74,15 @@ def button(scope, name):
 
 
 def progress_of(page, name, total, clock):
-    """The `done/total` text region `name` shows now (waiting until it shows one)."""
-    pattern = re.compile(r"\b(\d+)\s*/\s*%d\b" % total)
+    """The first `done/total` text region `name` shows now (waiting until it shows one)."""
+    # No digit on either side, as text may run together ("Progress0/4", "Iteration1/10").
+    pattern = re.compile(r"(?<!\d)(\d+)\s*/\s*%d(?!\d)" % total)
     loc = region(page, name)
-    expect(loc).to_contain_text(pattern, timeout=clock.ms())
-    found = pattern.search(loc.inner_text(timeout=clock.ms()))
-    if not found:
-        raise Failed(f"region {name} shows no done/{total}")
-    return found.group(0).replace(" ", "")
+    while True:
+        found = pattern.search(loc.inner_text(timeout=clock.ms()))
+        if found:
+            return f"{found.group(1)}/{total}"
+        page.wait_for_timeout(min(50, clock.ms()))
 
 
 def no_navigation(page, marker):
@@ -117,7 +118,11 @@ def web_view(page, s, clock):
     step("stop_shown", loop=b)
 
     c = s["ask"]
-    expect(region(page, c)).to_contain_text(s["question"], timeout=clock.ms())
+    # The question, or the loop halted without one (then waiting longer is no use).
+    asked = re.compile(re.escape(s["question"]) + "|halted")
+    expect(region(page, c)).to_contain_text(asked, timeout=clock.ms())
+    if s["question"] not in region(page, c).inner_text(timeout=clock.ms()):
+        raise Failed(f"loop {c} halted and its question never showed")
     step("question_shown", loop=c)
     box = region(page, c).get_by_role("textbox", name=f"Answer for {c}", exact=True)
     box.fill(s["answer"], timeout=clock.ms())
