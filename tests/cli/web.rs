@@ -514,6 +514,7 @@ fn the_page_shows_three_loops_stops_one_and_answers_a_question() {
             "stop_shown",
             "question_shown",
             "answer_sent",
+            "answer_taken",
             "done"
         ],
         "{}",

@@ -128,6 +128,13 @@ def web_view(page, s, clock):
     box.fill(s["answer"], timeout=clock.ms())
     button(region(page, c), f"Send answer for {c}").click(timeout=clock.ms())
     step("answer_sent", loop=c)
+    # Answered, the question leaves the page (and the POST has landed before the browser closes).
+    try:
+        expect(region(page, c)).not_to_contain_text(s["question"], timeout=clock.ms())
+    except AssertionError as e:
+        said = page.get_by_role("status").all_inner_texts()
+        raise Failed(f"the question stayed on the page after the answer; the page said {said}") from e
+    step("answer_taken", loop=c, said=page.get_by_role("status").all_inner_texts())
     no_navigation(page, marker)
 
 
