@@ -79,6 +79,7 @@ mod verdict;
 mod watch;
 mod watcher_faults;
 mod watcher_hostile;
+mod web;
 mod workers;
 mod worktree_doors;
 mod worktree_names;
