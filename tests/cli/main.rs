@@ -47,6 +47,7 @@ mod merge_own_files;
 mod observe;
 mod own_files;
 mod planted;
+mod questions;
 mod queue;
 mod queue_github;
 mod queue_text;
