@@ -136,6 +136,17 @@ impl Repo {
         &mut self,
         exclude: &dyn Fn(&str, &Path) -> Option<String>,
     ) -> Result<Staged, GitError> {
+        self.stage_unless_only(exclude, &[])
+    }
+
+    /// [`Self::stage_all`], unless the only changes are of `alone` (ralph's bookkeeping, which
+    /// never goes alone into a commit), each unstaged: then nothing is staged and the index is
+    /// not written (issue 32) — `changed` names them, `tree` is HEAD's.
+    pub(crate) fn stage_unless_only(
+        &mut self,
+        exclude: &dyn Fn(&str, &Path) -> Option<String>,
+        alone: &[String],
+    ) -> Result<Staged, GitError> {
         self.check_state()?;
         self.wait_for_lock(self.lock_wait)?;
         // A submodule's new commit counts whatever the configuration hides (`git add -A`
@@ -153,6 +164,9 @@ impl Repo {
         }
         if entries.iter().any(Entry::maybe_unmerged) {
             self.check_conflicts()?;
+        }
+        if let Some(staged) = self.only_bookkeeping(&entries, alone)? {
+            return Ok(staged);
         }
         let mut plan = AddPlan {
             needs_add: self.sparse(),
@@ -173,6 +187,61 @@ impl Repo {
             tree,
             changed: self.changed_paths(tree)?,
             left_out: plan.left_out,
+        })
+    }
+
+    /// `Some` when every entry is a runtime file of ralph's or one of `alone`, changed in the
+    /// work tree only (the index as HEAD has it), on a branch that has a commit.
+    fn only_bookkeeping(
+        &self,
+        entries: &[Entry],
+        alone: &[String],
+    ) -> Result<Option<Staged>, GitError> {
+        let named = |path: &[u8]| alone.iter().any(|a| a.as_bytes() == path);
+        // An untracked directory (`.ralph/` before its first commit) counts when every file in
+        // it is ralph's: walked here, following no link, bounded.
+        let only = entries.iter().all(|e| match e.path.strip_suffix(b"/") {
+            _ if self.is_own(&e.path) => true,
+            Some(dir) if e.untracked() => self.only_files_of(dir, &named, &mut 256),
+            _ => named(&e.path) && (e.untracked() || e.x == b' '),
+        });
+        if alone.is_empty() || !only {
+            return Ok(None);
+        }
+        let Some(head) = self.git2().head().ok().and_then(|h| h.peel_to_tree().ok()) else {
+            return Ok(None);
+        };
+        let changed = entries
+            .iter()
+            .filter(|e| !self.is_own(&e.path))
+            .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+            .collect();
+        Ok(Some(Staged {
+            tree: head.id(),
+            changed,
+            left_out: Vec::new(),
+        }))
+    }
+
+    /// Whether every file under the untracked directory `dir` is a runtime file of ralph's or
+    /// `named`; anything else there — another file, a link, more than `budget` entries — is not.
+    fn only_files_of(&self, dir: &[u8], named: &dyn Fn(&[u8]) -> bool, budget: &mut u32) -> bool {
+        let Ok(read) = std::fs::read_dir(self.abs(dir)) else {
+            return false;
+        };
+        read.into_iter().all(|entry| {
+            let Ok(entry) = entry else { return false };
+            *budget = budget.saturating_sub(1);
+            let mut path = dir.to_vec();
+            path.push(b'/');
+            path.extend_from_slice(entry.file_name().as_bytes());
+            match entry.file_type() {
+                _ if *budget == 0 => false,
+                _ if self.is_own(&path) => true,
+                Ok(t) if t.is_dir() => self.only_files_of(&path, named, budget),
+                Ok(t) if t.is_file() => named(&path),
+                _ => false,
+            }
         })
     }
 

@@ -274,7 +274,17 @@ impl Committer<'_> {
             ))
             .with_hint("look at the tree (conflict markers), then `ralph resume`: the next attempt starts from ralph's last commit"));
         }
-        let staged = self.tree.repo.stage_all(&guard(self.settings))?;
+        // ralph's bookkeeping alone is not staged: an iteration that changed nothing else writes
+        // no index (issue 32).
+        let alone: Vec<String> = [".gitignore", "progress.md", "guardrails.md"]
+            .iter()
+            .map(|n| format!("{}/{n}", state::DIR))
+            .filter(|p| self.is_bookkeeping(p))
+            .collect();
+        let staged = self
+            .tree
+            .repo
+            .stage_unless_only(&guard(self.settings), &alone)?;
         // The agent's change is what the staged tree changes from HEAD's (whoever staged it),
         // less ralph's bookkeeping: a change undone, or staged and restored, is none.
         let mut worked = staged.changed.iter().filter(|p| !self.is_bookkeeping(p));
