@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::git::Repo;
 use crate::loops;
 
-use crate::person::{NO_QUESTIONS_VAR, QUESTION_FILE_VAR};
+use crate::person::{MAX_QUESTION, NO_QUESTIONS_VAR, QUESTION_FILE_VAR};
 
 /// `ralph ask QUESTION`, run by the agent: the question written where its loop reads it after
 /// the iteration. It returns at once; the loop waits for the answer, not this command.
@@ -31,13 +31,30 @@ pub(crate) fn ask(ctx: &Context, args: &AskArgs) -> Result<i32> {
         .with_hint("a person answers with `ralph answer NAME \"TEXT\"`"));
     };
     let file = std::path::PathBuf::from(file);
-    // Asked twice in one iteration: both questions are kept, in order.
-    let before = std::fs::read_to_string(&file).unwrap_or_default();
+    // Asked twice in one iteration: both questions are kept, in order — as much as ralph
+    // keeps of a question, never more (the file stays small however often it is asked).
+    let before = match crate::files::read_text(&file) {
+        Ok(t) => t,
+        Err(e) if e.is_missing() => String::new(),
+        Err(e) => return Err(Error::user(format!("the question file: {e}"))),
+    };
     let joined = if before.trim().is_empty() {
         format!("{}\n", text.trim())
     } else {
         format!("{}\n\n{}\n", before.trim_end(), text.trim())
     };
+    let chars = joined.trim().chars().count();
+    if chars > MAX_QUESTION {
+        return Err(Error::user(format!(
+            "the question{} would hold {chars} characters; a person reads at most {MAX_QUESTION}",
+            if before.trim().is_empty() {
+                ""
+            } else {
+                "s asked in this iteration"
+            }
+        ))
+        .with_hint("ask one short question: what you need decided, and the options"));
+    }
     std::fs::write(&file, joined).map_err(|e| Error::file("write", &file, e))?;
     ctx.ui.plain(
         "Asked. End this iteration now: the loop waits for a person's answer and puts it into your next prompt.",

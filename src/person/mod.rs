@@ -21,7 +21,7 @@ pub(crate) const NO_QUESTIONS_VAR: &str = "RALPH_NO_QUESTIONS";
 /// The agent's question, in `.ralph/` of its work tree (`ralph ask` writes it).
 pub(crate) const ASKED: &str = "question.md";
 /// The most of a question ralph keeps (characters); the rest is cut, marked `…`.
-const MAX_QUESTION: usize = 4000;
+pub(crate) const MAX_QUESTION: usize = 4000;
 /// The most a person's answer or hint may hold (bytes).
 pub(crate) const MAX_WORDS: usize = 16 * 1024;
 
@@ -101,20 +101,51 @@ impl Desk {
         self.write(QUESTION, q)
     }
 
-    /// Answer the open question; an error when none is open.
+    /// Answer the open question; an error when none is open, or when it is answered already:
+    /// of two people answering at once the first answer stands, whole, and the second is told
+    /// (never one answer silently replacing the other).
     pub(crate) fn give_answer(&self, text: &str) -> Result<()> {
         let text = words(text, "answer")?;
         if self.question().is_none() {
             return Err(Error::user("no question is open for this loop")
                 .with_hint("`ralph status --all` shows which loop waits for a person"));
         }
-        self.write(
-            ANSWER,
-            &Words {
-                text,
-                at: state::now_rfc3339(),
-            },
-        )
+        let body = serde_json::to_vec(&Words {
+            text,
+            at: state::now_rfc3339(),
+        })
+        .map_err(|e| Error::user(format!("cannot write the answer: {e}")))?;
+        self.write_new(ANSWER, &body)
+    }
+
+    /// `name` made holding `body` only when nothing is there yet: written whole under a name of
+    /// its own, then linked to `name` (`link(2)` never replaces a file).
+    fn write_new(&self, name: &str, body: &[u8]) -> Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        state::create_private_dir(&self.dir)?;
+        let path = self.dir.join(name);
+        let tmp = self.dir.join(format!(".{name}.{}", random_hex()?));
+        let made = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(body))
+            .and_then(|()| std::fs::hard_link(&tmp, &path));
+        let _ = std::fs::remove_file(&tmp);
+        match made {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let given = self.answer().map(|a| a.text).unwrap_or_default();
+                Err(Error::user(format!(
+                    "this question is answered already; the loop takes that answer: {}",
+                    crate::ui::shown(&given)
+                ))
+                .with_hint("to add to it, leave a hint: `ralph hint NAME \"TEXT\"`"))
+            }
+            Err(e) => Err(Error::file("write", &path, e)),
+        }
     }
 
     /// Leave a hint for the next prompt.
@@ -122,13 +153,11 @@ impl Desk {
         let text = words(text, "hint")?;
         let dir = self.dir.join(HINTS);
         state::create_private_dir(&dir)?;
-        let mut id = [0u8; 6];
-        getrandom::fill(&mut id).map_err(|e| Error::user(format!("no randomness: {e}")))?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_nanos();
-        let name = format!("{now:024}-{}.json", hex(&id));
+        let name = format!("{now:024}-{}.json", random_hex()?);
         let body = serde_json::to_vec(&Words {
             text,
             at: state::now_rfc3339(),
@@ -248,8 +277,11 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
     serde_json::from_slice(&bytes).ok()
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// 6 random bytes, hex: a name of its own for a file of the desk.
+fn random_hex() -> Result<String> {
+    let mut id = [0u8; 6];
+    getrandom::fill(&mut id).map_err(|e| Error::user(format!("no randomness: {e}")))?;
+    Ok(id.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 fn no_home() -> Error {
@@ -293,6 +325,11 @@ mod tests {
         .unwrap();
         assert!(desk.take_answered().is_none());
         desk.give_answer("postgres").unwrap();
+        let second = desk.give_answer("mysql").unwrap_err().to_string();
+        assert!(
+            second.contains("answered already") && second.contains("postgres"),
+            "{second}"
+        );
         let (q, a) = desk.take_answered().unwrap();
         assert_eq!(
             (q.text.as_str(), a.text.as_str()),

@@ -181,7 +181,9 @@ impl Sandbox {
             .map(|h| SECRETS.iter().map(|s| h.join(s)).collect())
             .unwrap_or_default();
         hidden.extend(config.hidden.iter().cloned());
-        let (hidden_dirs, hidden_files) = reach::hidden_targets(&hidden, &private.dirs);
+        let (mut hidden_dirs, hidden_files) = reach::hidden_targets(&hidden, &private.dirs);
+        let state = reach::state_out_of_sight(around.state, &private.dirs, &hidden_dirs, make)?;
+        hidden_dirs.extend(state);
         let sandbox = Sandbox {
             bwrap,
             net: config.net,

@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::paths::{normal, within};
+use super::paths::{Make, normal, within};
 use crate::error::{Error, Result};
 
 /// A place the sandbox makes writable, and how to name it to the user.
@@ -68,6 +68,27 @@ pub(super) fn hidden_targets(
         v.dedup();
     }
     (dirs, files)
+}
+
+/// ralph's state directory, to be hidden whole under an empty read-only tmpfs: the agent needs
+/// nothing of it, and it holds what must never reach the agent — `ralph serve`'s token (with it
+/// an agent could answer its own question through the web view, or stop and merge loops) and
+/// each loop's desk (a person's answer and hints). Made first (unless a dry run), so that it is
+/// there to be covered before anything is written into it; `None` when there is none, when the
+/// sandbox does not show it anyway (under one of `private`), or when one of `hidden` holds it.
+pub(super) fn state_out_of_sight(
+    state: Option<&Path>,
+    private: &[PathBuf],
+    hidden: &[PathBuf],
+    make: Make,
+) -> Result<Option<PathBuf>> {
+    let Some(state) = state else { return Ok(None) };
+    make.dir(state)?;
+    let real = normal(state);
+    if within(&real, private) || within(&real, hidden) || !real.is_dir() {
+        return Ok(None);
+    }
+    Ok(Some(real))
 }
 
 #[cfg(test)]
@@ -130,5 +151,33 @@ mod tests {
         let (dirs, files) = hidden_targets(&names, std::slice::from_ref(&private));
         assert_eq!(dirs, vec![dotfiles.join("ssh"), home.join(".kube")]);
         assert_eq!(files, vec![dotfiles.join("netrc")]);
+    }
+
+    #[test]
+    fn ralphs_state_is_made_then_hidden_unless_out_of_sight_already() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let state = root.join("home/.local/state/ralph");
+        let hide = |private: &[PathBuf], hidden: &[PathBuf], make| {
+            state_out_of_sight(Some(&state), private, hidden, make).unwrap()
+        };
+        assert_eq!(
+            hide(&[], &[], Make::DryRun),
+            None,
+            "a dry run makes nothing"
+        );
+        assert!(!state.exists());
+        assert_eq!(hide(&[], &[], Make::Create), Some(state.clone()));
+        assert!(state.is_dir());
+        assert_eq!(hide(&[root.join("home")], &[], Make::Create), None);
+        assert_eq!(hide(&[], &[root.join("home/.local")], Make::Create), None);
+        assert_eq!(
+            hide(&[], &[root.join("home/.loc")], Make::Create),
+            Some(state.clone())
+        );
+        assert_eq!(
+            state_out_of_sight(None, &[], &[], Make::Create).unwrap(),
+            None
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! The guard in front of every request: the `Host` must be the server's own (DNS rebinding), a
-//! POST's `Origin` too (no cross-site form or fetch), every `/api/` request carries the token
+//! POST's `Origin` too (no cross-site form or fetch), and no API request or POST a browser says
+//! comes from another site (`Sec-Fetch-Site`), every `/api/` request carries the token
 //! (`Authorization: Bearer`, or the `ralph_token` cookie the page gets from `/api/session`),
 //! compared in constant time; and every response, refusals too, carries the security headers.
 //! No CORS header is ever sent.
@@ -92,10 +93,29 @@ fn check(app: &App, req: &Request) -> std::result::Result<(), (StatusCode, &'sta
     {
         return Err((StatusCode::FORBIDDEN, "this Origin is not the server's own"));
     }
-    if req.uri().path().starts_with("/api/") && !authorized(&app.token, headers) {
+    let api = req.uri().path().starts_with("/api/");
+    if (api || req.method() == Method::POST) && from_another_site(headers) {
+        return Err((StatusCode::FORBIDDEN, "a request from another site"));
+    }
+    if api && !authorized(&app.token, headers) {
         return Err((StatusCode::UNAUTHORIZED, "the token is missing or wrong"));
     }
     Ok(())
+}
+
+/// The browser says the request comes from a page of another origin (`Sec-Fetch-Site`:
+/// `cross-site`, or `same-site` — a page on another port of localhost is the same site): refused
+/// for the API and every POST even when no `Origin` is sent, since the `SameSite` cookie goes
+/// with a same-site request. The page's own requests say `same-origin`; a URL typed or opened
+/// says `none`.
+fn from_another_site(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let v = v.trim();
+            v.eq_ignore_ascii_case("cross-site") || v.eq_ignore_ascii_case("same-site")
+        })
 }
 
 /// The bearer token, else the cookie, is the server's token.
@@ -171,6 +191,19 @@ mod tests {
         assert!(a.reveal().bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a.reveal(), b.reveal());
         assert!(a.matches(a.reveal()) && !a.matches(b.reveal()));
+    }
+
+    #[test]
+    fn another_sites_requests_are_told_apart_from_the_pages_own() {
+        let said = |v: Option<&'static str>| {
+            let mut h = HeaderMap::new();
+            if let Some(v) = v {
+                h.insert("sec-fetch-site", HeaderValue::from_static(v));
+            }
+            from_another_site(&h)
+        };
+        assert!(said(Some("cross-site")) && said(Some("same-site")) && said(Some("Cross-Site")));
+        assert!(!said(Some("same-origin")) && !said(Some("none")) && !said(None));
     }
 
     #[test]

@@ -149,6 +149,9 @@ impl Loop {
 
     /// Halt: the run's close ([`close`]); the exit code.
     pub(super) fn halt(&mut self, halt: &Halt) -> i32 {
+        if matches!(halt, Halt::Complete) {
+            self.close_question();
+        }
         self.take_tip();
         close(self, halt)
     }

@@ -246,6 +246,21 @@ impl Loop {
         }
     }
 
+    /// A run that completes closes the question its agent asked on the way (in the very
+    /// iteration that completed the task): nobody waits for its answer, no completed loop shows
+    /// "waiting for a person", and no later run inherits it. Said in the activity log.
+    pub(super) fn close_question(&mut self) {
+        let Ok(desk) = self.desk() else { return };
+        let Some(q) = desk.question() else { return };
+        desk.clear(true, &[]);
+        let line = format!(
+            "The task is complete: the agent's question is closed unanswered: {}",
+            q.text
+        );
+        self.setup.ui.note(&line);
+        self.log(&line);
+    }
+
     /// How the agent asks, for every prompt.
     pub(super) fn asking_section(&self) -> String {
         if self.setup.questions.refused {

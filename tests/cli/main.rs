@@ -34,6 +34,7 @@ mod hostile_fallback;
 mod hostile_files;
 mod hostile_github;
 mod hostile_lease;
+mod hostile_person;
 mod hostile_queue_stories;
 mod hostile_team;
 mod init;

@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 
 /// A `ralph serve` running in the background, with what it printed.
-struct Server {
-    bg: Background,
-    port: u16,
-    token: String,
+pub(crate) struct Server {
+    pub(crate) bg: Background,
+    pub(crate) port: u16,
+    pub(crate) token: String,
 }
 
 impl Server {
-    fn start(env: &TestEnv, args: &[&str], vars: &[(&str, &str)]) -> Server {
+    pub(crate) fn start(env: &TestEnv, args: &[&str], vars: &[(&str, &str)]) -> Server {
         let mut cmd = env.ralph_cmd();
         cmd.arg("serve").args(args);
         for (k, v) in vars {
@@ -43,16 +43,16 @@ impl Server {
         }
     }
 
-    fn host(&self) -> String {
+    pub(crate) fn host(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    fn bearer(&self) -> String {
+    pub(crate) fn bearer(&self) -> String {
         format!("Bearer {}", self.token)
     }
 
     /// A request with the token and the server's own Host.
-    fn get(&self, path: &str) -> Reply {
+    pub(crate) fn get(&self, path: &str) -> Reply {
         let auth = self.bearer();
         request(
             self.port,
@@ -63,7 +63,7 @@ impl Server {
         )
     }
 
-    fn post(&self, path: &str, body: &str) -> Reply {
+    pub(crate) fn post(&self, path: &str, body: &str) -> Reply {
         let auth = self.bearer();
         let headers = [("Host", &self.host()[..]), ("Authorization", &auth)];
         request(self.port, "POST", path, &headers, body)
@@ -76,11 +76,11 @@ impl Server {
     }
 }
 
-struct Reply {
-    status: u16,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
     /// The header lines, lowercased.
-    headers: String,
-    body: String,
+    pub(crate) headers: String,
+    pub(crate) body: String,
 }
 
 impl Reply {
@@ -90,7 +90,13 @@ impl Reply {
 }
 
 /// One HTTP/1.1 request with exactly these headers (and `Connection: close`).
-fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+pub(crate) fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Reply {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
@@ -189,7 +195,7 @@ fn setup(criteria: &[&str]) -> TestEnv {
     env
 }
 
-fn state_home(env: &TestEnv) -> PathBuf {
+pub(crate) fn state_home(env: &TestEnv) -> PathBuf {
     env.home.join(".local/state/ralph")
 }
 
@@ -201,7 +207,7 @@ fn token_files(env: &TestEnv, name: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-fn files_under(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let Ok(read) = std::fs::read_dir(dir) else {
         return out;
