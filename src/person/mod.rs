@@ -25,6 +25,9 @@ pub(crate) const MAX_QUESTION: usize = 4000;
 /// The most a person's answer or hint may hold (bytes).
 pub(crate) const MAX_WORDS: usize = 16 * 1024;
 
+/// The most hints one prompt carries.
+const MAX_HINTS: usize = 32;
+
 const QUESTION: &str = "question.json";
 const ANSWER: &str = "answer.json";
 const HINTS: &str = "hints";
@@ -153,6 +156,14 @@ impl Desk {
         let text = words(text, "hint")?;
         let dir = self.dir.join(HINTS);
         state::create_private_dir(&dir)?;
+        // One prompt carries them all: bounded, as a prompt is.
+        let waiting = std::fs::read_dir(&dir).map_or(0, |d| d.count());
+        if waiting >= MAX_HINTS {
+            return Err(Error::user(format!(
+                "{waiting} hints wait for this loop's next prompt already, the most it takes"
+            ))
+            .with_hint("let an iteration start, or say it in fewer hints"));
+        }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
@@ -200,6 +211,13 @@ impl Desk {
         for h in hints {
             let _ = std::fs::remove_file(h);
         }
+    }
+
+    /// Close the open question unanswered (a new run starts); the question it was.
+    pub(crate) fn drop_question(&self) -> Option<Question> {
+        let q = self.question()?;
+        self.clear(true, &[]);
+        Some(q)
     }
 
     fn write(&self, name: &str, v: &impl Serialize) -> Result<()> {

@@ -335,3 +335,38 @@ fn an_interrupt_while_waiting_keeps_the_question() {
     assert_exit(&env.ralph(&["answer", ANSWER]), 0);
     assert_exit(&env.ralph(&["resume", "--agent-cmd", &agent, "--yes"]), 0);
 }
+
+/// A new run (`run --reset`) does not inherit the question an earlier run left open: its first
+/// iteration runs at once. Control: `resume` of the earlier run waits on it (the exit-12 test).
+#[test]
+fn a_new_run_does_not_wait_on_an_earlier_runs_question() {
+    let env = TestEnv::new();
+    setup(&env);
+    let agent = asking_agent(&env);
+    let first = env.ralph(&[
+        "run",
+        "--agent-cmd",
+        &agent,
+        "--yes",
+        "--answer-timeout",
+        "1s",
+    ]);
+    assert_exit(&first, 12);
+    assert_eq!(prompts(&env.repo).len(), 1);
+    let reset = env.ralph(&[
+        "run",
+        "--reset",
+        "--agent-cmd",
+        &agent,
+        "--yes",
+        "--answer-timeout",
+        "1s",
+    ]);
+    // Its own agent ran and asked again (exit 12 once more), not a wait before iteration 1.
+    assert_exit(&reset, 12);
+    assert_eq!(prompts(&env.repo).len(), 2, "the new run's iteration 1 ran");
+    assert!(
+        env.activity()
+            .contains("An earlier run's open question is closed")
+    );
+}

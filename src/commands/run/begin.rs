@@ -241,6 +241,14 @@ impl Begin<'_> {
         ));
         let mut st = self.fresh_state(run_id);
         st.save(&self.rd.state_file())?;
+        // A question an earlier run's agent left open is that run's: a new run does not wait on
+        // it (a person's hints, left for the next prompt, stay).
+        if let Some(q) = crate::person::Desk::find(self.repo).and_then(|d| d.drop_question()) {
+            self.log(&format!(
+                "An earlier run's open question is closed: {}",
+                q.text
+            ));
+        }
         self.log(&format!(
             "Run {run_id} started: {} \"{}\", agent {}, max iterations {}",
             self.plan.mode(),
