@@ -143,7 +143,7 @@ fn a_reply_on_the_issue_answers_the_question_and_the_item_completes() {
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(!prompt(&env, 1).contains(ANSWER), "{}", prompt(&env, 1));
     assert!(
-        prompt(&env, 2).contains(&format!("A person answered your question: {ANSWER}\n")),
+        prompt(&env, 2).contains(&format!("A person answered your question: {ANSWER}")),
         "{}",
         prompt(&env, 2)
     );
@@ -172,6 +172,7 @@ fn the_tokens_own_reply_and_an_older_comment_never_answer() {
     let api = api_with(&env, old);
     let mut bg = spawn_queue(&env, &api, &["--answer-timeout", "4s"]);
     wait_for_question(&api, &mut bg);
+    let before = api.requests().len();
     let (status, _) = api.as_user(
         TOKEN,
         "POST",
@@ -179,15 +180,19 @@ fn the_tokens_own_reply_and_an_older_comment_never_answer() {
         Some(json!({ "body": ANSWER })),
     );
     assert_eq!(status, 201);
-    let replied = api.requests().len();
+    // The reply's place among the requests (ralph posts nothing while it waits).
+    let replied = (api.requests().iter().enumerate().skip(before))
+        .find(|(_, r)| *r == "POST /repos/o/r/issues/1/comments")
+        .expect("the reply is logged")
+        .0;
     let (code, out, err) = bg.wait(Duration::from_secs(120));
+    assert_eq!(code, Some(12), "{out}\n{err}");
     // ralph looked after the reply was there, and did not take it.
     assert!(
-        looks(&api).iter().any(|&at| at >= replied),
+        looks(&api).iter().any(|&at| at > replied),
         "no look after the reply: {:#?}",
         api.requests()
     );
-    assert_eq!(code, Some(12), "{out}\n{err}");
     assert!(
         prompt(&env, 2).is_empty(),
         "a second iteration ran: {}",
@@ -223,7 +228,7 @@ fn ralph_answer_in_the_main_tree_answers_a_queue_items_question() {
     assert_exit(&answered, 0);
     let (code, out, err) = bg.wait(Duration::from_secs(120));
     assert_eq!(code, Some(0), "{out}\n{err}");
-    assert!(prompt(&env, 2).contains(&format!("A person answered your question: {ANSWER}\n")));
+    assert!(prompt(&env, 2).contains(&format!("A person answered your question: {ANSWER}")));
     assert_eq!(api.issue(1)["state"], "closed");
     let authors = api.comment_authors(1);
     assert!(authors.iter().all(|a| a == "ralph-bot"), "{authors:?}");
