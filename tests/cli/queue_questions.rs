@@ -234,3 +234,66 @@ fn ralph_answer_in_the_main_tree_answers_a_queue_items_question() {
     assert!(authors.iter().all(|a| a == "ralph-bot"), "{authors:?}");
     assert_eq!(question_comments(&api).len(), 1);
 }
+
+/// The issue refusing the question's comment is one warning, never the end of the run: the
+/// loop waits on, and `ralph answer` answers it.
+#[test]
+fn a_question_the_issue_refuses_is_a_warning_and_the_loop_still_waits() {
+    let env = fresh();
+    let api = api_with(&env, json!([]));
+    api.add_fault(json!({
+        "route": "POST /repos/o/r/issues/1/comments", "status": 422, "times": 1,
+        "body": { "message": "Validation Failed" },
+    }));
+    let mut bg = spawn_queue(&env, &api, &[]);
+    let mut err = String::new();
+    let warned = wait_until(Duration::from_secs(90), || {
+        err = std::fs::read_to_string(&bg.err).unwrap_or_default();
+        err.contains("the question is not shown on issue o/r#1")
+            || bg.child.try_wait().unwrap().is_some()
+    });
+    assert!(warned, "{err}");
+    assert!(err.contains("HTTP 422: Validation Failed"), "{err}");
+    assert!(
+        err.contains("answer it with `ralph answer github-1`"),
+        "{err}"
+    );
+    assert_exit(&env.ralph(&["answer", "github-1", ANSWER]), 0);
+    let (code, out, err) = bg.wait(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(question_comments(&api).is_empty());
+    assert_eq!(api.issue(1)["state"], "closed");
+}
+
+/// A poll interval that is no duration, or too short, is refused before anything is claimed.
+#[test]
+fn a_bad_answer_poll_is_refused_before_any_claim() {
+    let env = fresh();
+    let api = api_with(&env, json!([]));
+    for (bad, says) in [("soon", "is not a duration"), ("1ms", "is too short")] {
+        let out = env.ralph_with_limit(
+            &[
+                "run",
+                "--from",
+                "github:o/r",
+                "--agent-cmd",
+                "true",
+                "--yes",
+            ],
+            &[
+                ("GITHUB_API_URL", &api.url()),
+                ("GITHUB_TOKEN", TOKEN),
+                ("RALPH_GITHUB_ANSWER_POLL", bad),
+            ],
+            Duration::from_secs(60),
+        );
+        assert_exit(&out, 2);
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("RALPH_GITHUB_ANSWER_POLL: `{bad}` {says}")),
+            "{err}"
+        );
+    }
+    assert!(api.requests().is_empty(), "{:#?}", api.requests());
+    assert_eq!(api.issue(1)["assignees"], json!([]));
+}
