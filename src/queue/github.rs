@@ -4,7 +4,8 @@
 //! or blocked by open issues skipped. Claimed by assigning the token's user plus the label, then
 //! read again; closed with a comment and `state_reason: completed`. `wire` sends a request and
 //! tries again through transient faults (`retry` says which and when); `find` reads what
-//! stands now (an issue, the open pull request from a branch).
+//! stands now (an issue, the open pull request from a branch); `ask` an item's question on its
+//! issue, and a person's reply.
 
 mod ask;
 mod find;

@@ -115,9 +115,11 @@ fn lock(gh: &Mutex<GitHub>) -> MutexGuard<'_, GitHub> {
     gh.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The comment that asks question `q` of loop `name`: the question quoted line by line.
+/// The comment that asks question `q` of loop `name`: the question quoted line by line, with
+/// no secret ralph withholds in it (an agent given the token that wrote it into its question).
 pub(super) fn question_comment(name: &str, q: &Question) -> String {
-    let quoted: Vec<String> = q.text.lines().map(|l| format!("> {l}")).collect();
+    let text = crate::proc::withheld::redact(&q.text);
+    let quoted: Vec<String> = text.lines().map(|l| format!("> {l}")).collect();
     format!(
         "**ralph** (loop `{name}`, iteration {}) asks:\n\n{}\n\nReply to this issue to answer; the loop waits.",
         q.iteration,
