@@ -28,6 +28,11 @@ pub(crate) fn set_line_prefix(prefix: Option<String>) {
     PREFIX.with(|p| *p.borrow_mut() = prefix);
 }
 
+/// This thread's line prefix ([`set_line_prefix`]), for a thread it starts to carry on.
+pub(crate) fn line_prefix() -> Option<String> {
+    PREFIX.with(|p| p.borrow().clone())
+}
+
 /// `text` with this thread's line prefix before each of its lines ([`set_line_prefix`]).
 pub(crate) fn prefixed(text: &str) -> std::borrow::Cow<'_, str> {
     PREFIX.with(|p| match p.borrow().as_deref() {

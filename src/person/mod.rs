@@ -5,6 +5,8 @@
 //! which `ralph ask` writes and ralph reads after the iteration ([`take_asked`]): a regular
 //! file only, opened following no link, bounded, its text shown escaped wherever it is shown.
 
+mod elsewhere;
+
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -12,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::git::Repo;
 use crate::state::{self, StateHome};
+pub(crate) use elsewhere::{Elsewhere, Replies, bounded, relay};
 
 /// The variable naming the file `ralph ask` writes: set for an agent whose run takes questions.
 pub(crate) const QUESTION_FILE_VAR: &str = "RALPH_QUESTION_FILE";

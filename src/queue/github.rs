@@ -4,8 +4,10 @@
 //! or blocked by open issues skipped. Claimed by assigning the token's user plus the label, then
 //! read again; closed with a comment and `state_reason: completed`. `wire` sends a request and
 //! tries again through transient faults (`retry` says which and when); `find` reads what
-//! stands now (an issue, the open pull request from a branch).
+//! stands now (an issue, the open pull request from a branch); `ask` an item's question on its
+//! issue, and a person's reply.
 
+mod ask;
 mod find;
 mod retry;
 mod wire;
@@ -55,6 +57,8 @@ pub(crate) struct GitHub {
     stop: Option<crate::signals::Background>,
     /// Each open issue's text as the last [`Tracker::states`] read it.
     texts: Option<BTreeMap<String, Text>>,
+    /// How often an item's loop that waits for a person looks for a reply on its issue.
+    answer_poll: Duration,
 }
 
 /// An issue as the API gives it (other fields ignored).
@@ -110,7 +114,9 @@ impl GitHub {
             .ok()
             .filter(|u| !u.trim().is_empty())
             .unwrap_or_else(|| "https://api.github.com".to_string());
-        Ok(GitHub::at(&api, repo, (token, token_from), retry, max_wait))
+        let mut gh = GitHub::at(&api, repo, (token, token_from), retry, max_wait);
+        gh.answer_poll = ask::poll_every()?;
+        Ok(gh)
     }
 
     /// The tracker for `repo` at the API `api`, resolved.
@@ -140,6 +146,7 @@ impl GitHub {
             clock: Default::default(),
             stop: None,
             texts: None,
+            answer_poll: ask::POLL,
         }
     }
 
@@ -330,6 +337,10 @@ impl Tracker for GitHub {
 
     fn hurry_on(&mut self, stop: crate::signals::Background) {
         self.stop = Some(stop);
+    }
+
+    fn person_there(&self, item: &Item) -> Option<std::sync::Arc<dyn crate::person::Elsewhere>> {
+        Some(std::sync::Arc::new(self.on_issue(&item.id)))
     }
 
     fn now(&mut self, item: &Item) -> Result<Now> {

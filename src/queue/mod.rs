@@ -128,6 +128,11 @@ pub(crate) trait Tracker {
     fn now(&mut self, _item: &Item) -> Result<Now> {
         Ok(Now::Open)
     }
+    /// Where item `item`'s loop also asks a person when it waits for one, and reads the reply
+    /// (GitHub: a comment on the issue); `None`: only at the desk (`ralph answer`, the web view).
+    fn person_there(&self, _item: &Item) -> Option<std::sync::Arc<dyn crate::person::Elsewhere>> {
+        None
+    }
 }
 
 /// An item as the tracker has it now.

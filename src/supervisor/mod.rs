@@ -68,6 +68,9 @@ pub(crate) struct Loop {
     pub(crate) interrupts: Interrupts,
     /// The caller's word of each iteration recorded (the queue pushes the item's branch).
     pub(crate) recorded: Option<std::sync::mpsc::Sender<u32>>,
+    /// Where else a person sees the question and answers it (a queue item's tracker: the
+    /// issue's comments), besides the desk.
+    pub(crate) elsewhere: Option<std::sync::Arc<dyn crate::person::Elsewhere>>,
     /// Events whose hooks have yet to run.
     pub(crate) pending_events: Vec<events::Pending>,
     /// The latest iteration's work went into a commit (ralph's, or the agent's own).

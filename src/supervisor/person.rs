@@ -2,8 +2,9 @@
 //! (`.ralph/question.md`, read through `person::take_asked`'s door) is taken into the loop's
 //! desk in ralph's state directory; before the next iteration the loop waits for its answer —
 //! no iteration spent, no stall counted, a `question` event and the `on_question` hook — until
-//! `ralph answer`, the web view, an interrupt, or `--answer-timeout` (exit 12); the answer and
-//! any hints go into the next prompt, once.
+//! `ralph answer`, the web view, a reply where else the loop asks (`Loop::elsewhere`, a queue
+//! item's issue: `person::relay`), an interrupt, or `--answer-timeout` (exit 12); the answer
+//! and any hints go into the next prompt, once.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -123,7 +124,19 @@ impl Loop {
         self.announce_question(&q).await;
         let activity = crate::activity::Sink::start(&self.tree.rd.path);
         activity.set(&format!("waiting for a person: {}", q.text));
+        // Asked where else a person answers too (a queue item's issue), looked for there
+        // meanwhile; whichever answer reaches the desk first wins.
+        let relay = self.elsewhere.clone().map(|there| {
+            crate::person::relay(
+                there,
+                desk.clone(),
+                self.loop_name(),
+                q.clone(),
+                self.setup.ui,
+            )
+        });
         let answered = self.await_answer(&desk).await;
+        drop(relay);
         drop(activity);
         match answered {
             Waited::Answered => {
@@ -156,6 +169,12 @@ impl Loop {
             &format!("ralph answer {name} \"YOUR ANSWER\""),
             "answer it from any terminal in the repository",
         );
+        if let Some(there) = &self.elsewhere {
+            ui.plain(&format!(
+                "It is asked on {} too: a reply there answers it.",
+                there.place()
+            ));
+        }
         self.emit(Event::Question(Asked {
             iteration: q.iteration,
             loop_name: name,

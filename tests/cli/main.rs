@@ -51,6 +51,7 @@ mod planted;
 mod questions;
 mod queue;
 mod queue_github;
+mod queue_questions;
 mod queue_text;
 mod readable;
 mod readme;

@@ -135,6 +135,8 @@ struct Link {
     pub(crate) cancel: Option<crate::signals::Cancel>,
     /// Sent the number of each iteration once its record and commit are made.
     pub(crate) recorded: Option<std::sync::mpsc::Sender<u32>>,
+    /// Where else a person answers the loop's question (a queue item's tracker).
+    pub(crate) elsewhere: Option<std::sync::Arc<dyn crate::person::Elsewhere>>,
 }
 
 /// Resolve the run and supervise it. A run the user chose to resume instead starts over as
@@ -522,6 +524,7 @@ impl Startup<'_> {
             counters,
             interrupts,
             recorded: link.recorded.clone(),
+            elsewhere: link.elsewhere.clone(),
             pending_events: Vec::new(),
             last_committed: false,
         }

@@ -512,6 +512,16 @@ impl Desk {
         self.after_change(&format!("pull request for {}", item.id))
     }
 
+    /// Where `item`'s loop also asks a person and reads the reply (GitHub: the issue's
+    /// comments) — the one tracker change made from the item's own thread, while its loop
+    /// waits: a comment, which no ledger keeps and no lease carries.
+    pub(super) fn person_there(
+        &self,
+        item: &Item,
+    ) -> Option<std::sync::Arc<dyn crate::person::Elsewhere>> {
+        self.tracker.person_there(item)
+    }
+
     /// A tracker change made: its files committed on the base branch, the ledger told.
     fn after_change(&mut self, what: &str) -> Result<()> {
         self.commit_tracker_files(what)?;

@@ -183,6 +183,7 @@ fn start(q: &mut Queue<'_>, item: &Item, name: &str) -> Result<Option<Running>> 
     let link = Link {
         cancel: Some(cancel.clone()),
         recorded: Some(tell),
+        elsewhere: desk.person_there(item),
     };
     let thread = spawn_loop(q, &wt.path, name, link)?;
     Ok(Some(Running {
