@@ -270,7 +270,9 @@ fn links_in_the_git_dir_never_receive_a_merged_loops_logs_or_the_lock() {
 /// The branch a loop merges into is ralph's record, in its state directory: a sandboxed agent
 /// cannot write it there, and rewriting the file ralph used to keep in the worktree's git
 /// directory (`ralph-base`) no longer redirects the merge into another branch. Control: the
-/// agent did write `ralph-base`, found ralph's record and was denied it.
+/// agent did write `ralph-base`, and looked for ralph's record where it lies outside the
+/// sandbox — which hides ralph's whole state directory from the agent (issue 31), so it found
+/// none to write.
 #[test]
 fn the_agent_cannot_change_the_branch_its_loop_merges_into() {
     if !bwrap_works() {
@@ -304,9 +306,9 @@ fn the_agent_cannot_change_the_branch_its_loop_merges_into() {
         "w\n",
         "merged into main, where it started"
     );
-    // The control: the agent rewrote `ralph-base` (which went with the worktree), found ralph's
-    // record, and the sandbox refused it.
-    assert_eq!(env.read("attempts.txt"), "base-written\ndenied\n");
+    // The control: the agent rewrote `ralph-base` (which went with the worktree); ralph's
+    // record, there outside the sandbox, is out of its sight.
+    assert_eq!(env.read("attempts.txt"), "base-written\nmissing\n");
 }
 
 /// A submodule of the main work tree whose `.gitmodules` entry says `ignore = none`, with a
