@@ -170,9 +170,10 @@ run_script() { # $1 = trial
   echo "$((t1 - t0))"
 }
 
-# One run of ralph with --parallel $1; prints its wall time (µs) and its peak resident memory (KiB).
+# One run of ralph with --parallel $1; prints its wall time (µs), its peak resident memory and the
+# largest anonymous part of it sampled (KiB).
 run_ralph() { # $1 = parallel, $2 = trial
-  local repo t0 t1 pid rc hwm=0 state=R key value fd name=ralph-$1-$2
+  local repo t0 t1 pid rc hwm=0 anon=0 state=R key value fd name=ralph-$1-$2
   repo=$(copy "$name")
   exec {fd}<> <(:) # a pipe nobody writes: `read -t` on it is a sleep without a process
   t0=$(now_us)
@@ -186,6 +187,7 @@ run_ralph() { # $1 = parallel, $2 = trial
       case $key in
         State:) state=$value ;;
         VmHWM:) [ "$value" -le "$hwm" ] || hwm=$value ;;
+        RssAnon:) [ "$value" -le "$anon" ] || anon=$value ;;
       esac
     done < "/proc/$pid/status" 2>/dev/null || state=Z
     read -r -t 0.02 -u "$fd" _ || true
@@ -196,23 +198,23 @@ run_ralph() { # $1 = parallel, $2 = trial
   [ "$rc" = 0 ] || { log "ralph --parallel $1 exited $rc:"; tail -n 40 "$work/ralph.out" >&2; exit 1; }
   check "$repo" "ralph --parallel $1"
   rm -rf "$repo" "$work/state-$name"
-  echo "$((t1 - t0)) $hwm"
+  echo "$((t1 - t0)) $hwm $anon"
 }
 
 log "building the $n-file repository and its $items beads items"
 t_setup=$(now_us)
 prepare
 log "  made in $(ms $(( $(now_us) - t_setup ))) ms"
-declare -a sc=() p1=() p4=() m1=() m4=()
+declare -a sc=() p1=() p4=() m1=() m4=() a1=() a4=()
 for trial in $(seq "$trials"); do
   order=(script 1 4); r=$(( (trial - 1) % 3 )); order=("${order[@]:r}" "${order[@]:0:r}")
   for side in "${order[@]}"; do
     case $side in
       script) sc+=("$(run_script "$trial")")
         log "$(printf 'trial %d: shell script %s ms for %d items (%s ms an item)' "$trial" "$(ms "${sc[-1]}")" "$items" "$(ms $(( ${sc[-1]} / items )))")" ;;
-      *) read -r w m < <(run_ralph "$side" "$trial")
-        if [ "$side" = 1 ]; then p1+=("$w"); m1+=("$m"); else p4+=("$w"); m4+=("$m"); fi
-        log "$(printf 'trial %d: ralph --parallel %s %s ms for %d items (%s ms an item), peak RSS %s KiB' "$trial" "$side" "$(ms "$w")" "$items" "$(ms $(( w / items )))" "$m")" ;;
+      *) read -r w m a < <(run_ralph "$side" "$trial")
+        if [ "$side" = 1 ]; then p1+=("$w"); m1+=("$m"); a1+=("$a"); else p4+=("$w"); m4+=("$m"); a4+=("$a"); fi
+        log "$(printf 'trial %d: ralph --parallel %s %s ms for %d items (%s ms an item), peak RSS %s KiB (anonymous at most %s KiB)' "$trial" "$side" "$(ms "$w")" "$items" "$(ms $(( w / items )))" "$m" "$a")" ;;
     esac
   done
 done
@@ -222,9 +224,9 @@ elapsed=$(( ($(now_us) - start_all) / 1000000 ))
 printf 'Wall time per item in ms (the whole run over %s items); ratio = ralph / the shell script (per-trial range in brackets). %s files, %s trials, repositories on %s; %s cores, %s, %s, ralph %s; load average %s at the start, %s at the end; %d s in all.\n\n' \
   "$items" "$n" "$trials" "$fs" "$(nproc)" "$(git --version)" "$("$br" --version 2>/dev/null | head -n 1)" \
   "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')" "$load_start" "$load_end" "$elapsed"
-echo '| run | per item | ratio | peak resident | per running loop |'
+echo '| run | per item | ratio | peak resident (anonymous) | per running loop |'
 echo '|---|---:|---:|---:|---:|'
-awk -v items="$items" -v sc="${sc[*]}" -v p1="${p1[*]}" -v p4="${p4[*]}" -v m1="${m1[*]}" -v m4="${m4[*]}" '
+awk -v items="$items" -v sc="${sc[*]}" -v p1="${p1[*]}" -v p4="${p4[*]}" -v m1="${m1[*]}" -v m4="${m4[*]}" -v a1="${a1[*]}" -v a4="${a4[*]}" '
   function mean(a, k,   i, x) { x = 0; for (i = 1; i <= k; i++) x += a[i]; return x / k }
   function max(a, k,   i, x) { x = 0; for (i = 1; i <= k; i++) if (a[i] > x) x = a[i]; return x }
   function ratio(ra, sh, k,   i, lo, hi, r, m) {
@@ -233,8 +235,8 @@ awk -v items="$items" -v sc="${sc[*]}" -v p1="${p1[*]}" -v p4="${p4[*]}" -v m1="
       for (i = 1; i <= k; i++) { r = ra[i] / sh[i]; if (r < lo) lo = r; if (r > hi) hi = r }
       m = m sprintf(" (%.2f–%.2f)", lo, hi) }
     return m }
-  BEGIN { k = split(sc, s); split(p1, a); split(p4, b); split(m1, c); split(m4, d)
+  BEGIN { loops = items < 4 ? items : 4; k = split(sc, s); split(p1, a); split(p4, b); split(m1, c); split(m4, d); split(a1, e); split(a4, f)
     printf "| shell script, one item after the other | %.0f ms | 1.00 | – | – |\n", mean(s, k) / items / 1000
-    printf "| ralph --parallel 1 | %.0f ms | %s | %.1f MiB | %.1f MiB |\n", mean(a, k) / items / 1000, ratio(a, s, k), max(c, k) / 1024, max(c, k) / 1024
-    printf "| ralph --parallel 4 | %.0f ms | %s | %.1f MiB | %.1f MiB |\n", mean(b, k) / items / 1000, ratio(b, s, k), max(d, k) / 1024, max(d, k) / 4 / 1024 }'
-printf '\nPeak resident: the largest VmHWM of the ralph process over the trials (its git and agent children not counted); per running loop: over the loops that ran at once.\n'
+    printf "| ralph --parallel 1 | %.0f ms | %s | %.1f MiB (%.1f) | %.1f MiB (%.1f) |\n", mean(a, k) / items / 1000, ratio(a, s, k), max(c, k) / 1024, max(e, k) / 1024, max(c, k) / 1024, max(e, k) / 1024
+    printf "| ralph --parallel 4 | %.0f ms | %s | %.1f MiB (%.1f) | %.1f MiB (%.1f) |\n", mean(b, k) / items / 1000, ratio(b, s, k), max(d, k) / 1024, max(f, k) / 1024, max(d, k) / loops / 1024, max(f, k) / loops / 1024 }'
+printf '\nPeak resident: the largest VmHWM of the ralph process over the trials (its git and agent children not counted; file pages it maps, such as a pack of the repository on tmpfs, count in it); in brackets the largest RssAnon sampled (its own heap and stacks); per running loop: over the loops that ran at once (4, or the items when fewer).\n'
