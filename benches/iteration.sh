@@ -95,11 +95,11 @@ for kind in "${cases[@]}"; do
 done
 [ ${#cases[@]} -gt 0 ] || { echo "CASES names no case" >&2; exit 2; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-start_all=${EPOCHREALTIME/./}
 
 ralph=$(cargo build --release --message-format=json-render-diagnostics --manifest-path "$root/Cargo.toml" --bin ralph \
   | grep '"kind":\["bin"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$ralph" ] || { echo "could not find the ralph executable in cargo's output" >&2; exit 1; }
+start_all=${EPOCHREALTIME/./} # the build of ralph not counted
 
 # Where the repositories live: BENCH_DIR, else /dev/shm when it has room, else $TMPDIR or /tmp.
 max_n=0

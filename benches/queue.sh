@@ -42,11 +42,11 @@ br=${BR:-${XDG_CACHE_HOME:-$HOME/.cache}/ralph/br-0.7.6/bin/br}
 command -v jq >/dev/null || { echo "jq is needed (the shell script reads beads' JSON with it)" >&2; exit 1; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-start_all=${EPOCHREALTIME/./}
 
 ralph=$(cargo build --release --message-format=json-render-diagnostics --manifest-path "$root/Cargo.toml" --bin ralph \
   | grep '"kind":\["bin"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$ralph" ] || { echo "could not find the ralph executable in cargo's output" >&2; exit 1; }
+start_all=${EPOCHREALTIME/./} # the build of ralph not counted
 
 need_kb=$(( n * 25 )) # the prepared repository, a copy of it and up to four worktrees, ~4 KiB a file
 if [ -n "${BENCH_DIR:-}" ]; then place=$BENCH_DIR
