@@ -3,14 +3,15 @@
 # commit, fingerprint, log, state, report, spawn the next agent — against the equivalent shell
 # loop, run side by side:
 #   grep -c -- '- \[x\]' RALPH_TASK.md; git add -A && git commit -q -m ...; git status --porcelain | cksum
-# on repositories of SIZE tracked files (default 20,000 and 100,000: a few hundred to a few
-# thousand directories, up to four levels deep, files of 0.1–10 KB, a .gitignore with a few rules
-# plus a nested one, an ignored build/ directory and scattered ignored *.o/*.log files). Each
-# iteration makes a realistic change: 50 files modified, 20 added (5 of them in a new directory),
+# on repositories of SIZE tracked files (default 20,000, 100,000 and 500,000: a few hundred to a
+# few thousand directories, up to four levels deep, files of 0.1–10 KB, a .gitignore with a few
+# rules plus a nested one, an ignored build/ directory and scattered ignored *.o/*.log files), and
+# beside both git's own floor for the same changes (below). Each iteration makes a realistic
+# change: 50 files modified, 20 added (5 of them in a new directory),
 # 5 deleted, a few ignored build outputs written.
 #
 # Every size's repository is built once (one commit, packed by `git fast-import`); each trial then
-# prepares, for the shell loop and for ralph alike, a working copy in each of three cases:
+# prepares, for the shell loop, ralph and git's floor alike, a working copy in each case:
 #   fresh    `git clone` of it: git's stat cache is valid;
 #   copied   that clone copied with `cp -a` to a new path: every entry's ctime and inode changed,
 #            so the stat cache is stale once (as after a restore or on a container volume);
@@ -50,14 +51,27 @@
 #   beside ralph's CPU time (its own and that of helpers it reaped, from /proc/PID/stat) while
 #          its agents ran: work done beside the agent escapes the gaps above, so it is printed
 #          under the table (it would also slow the shell iteration timed in the meantime).
+#   floor  git's own floor for the same change (SPEC §12, issue 32), timed in the same agent right
+#          after the shell loop's iteration, on a third copy made like the case's others and
+#          warmed: the untracked cache on, and a file-system monitor (a hook of a few lines) that
+#          answers exactly the paths the change touched (the change script lists them; the new
+#          directory and the ignored outputs too). The least a supervisor that stages through
+#          git runs: `git status --porcelain=v1 -z`, `git update-index --add --remove` of exactly
+#          the changed paths, `git diff-index --cached HEAD`, `git commit-tree` + `git
+#          update-ref` (no hooks) and `git status --porcelain` for the fingerprint, each command
+#          timed; the commit's tree comes from `git write-tree`, run between them and timed apart
+#          (ralph builds its trees itself: that is ralph's share). The floor's steady figure is
+#          the mean over ralph's steady iterations (2..N-1); `ralph / floor` is ralph's steady
+#          iteration over it. The run fails if the floor's status did not list every changed path
+#          (the monitor must have told git) or its last tree is not ralph's.
 # Figures are means over the trials; the ratio is ralph / shell of those means, followed, with
 # more than one trial, by the range of the per-trial ratios. Per-trial figures go to stderr, the
 # Markdown table for docs/benchmarks.md to stdout. ralph's exit 3 (max iterations) is expected; each
-# case ends by checking that ralph committed the same tree as the shell loop and left none of it
-# uncommitted.
+# case ends by checking that ralph and git's floor committed the same tree as the shell loop and
+# left none of it uncommitted. A note under the table gives the floor's commands one by one.
 #
-#   bash benches/iteration.sh [TRIALS] [SIZE[:TRIALS]...]
-#   e.g. bash benches/iteration.sh 3 20000 100000:1        (the default)
+#   bash benches/iteration.sh [TRIALS] [SIZE[:TRIALS]...]     (SIZE at least 2000 files)
+#   e.g. bash benches/iteration.sh 3 20000 100000:1 500000:1        (the default)
 #   ITERATIONS=5 (4..15) iterations per run; KEEP=1 keeps the temporary directory.
 #   CASES="fresh copied touched" (the default) the cases run, in order; add `sandboxed`, e.g.
 #   CASES="fresh sandboxed" bash benches/iteration.sh 3 20000 for the sandbox's cost.
@@ -71,7 +85,7 @@
 set -euo pipefail
 export LC_ALL=C
 trials=${1:-3}; shift || true
-sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(20000 100000:1)
+sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(20000 100000:1 500000:1)
 iters=${ITERATIONS:-5}
 [[ $iters =~ ^[0-9]+$ ]] && [ "$iters" -ge 4 ] && [ "$iters" -le 15 ] || { echo "ITERATIONS must be 4..15" >&2; exit 2; }
 [[ $trials =~ ^[1-9][0-9]*$ ]] || { echo "TRIALS must be a positive number" >&2; exit 2; }
@@ -81,11 +95,11 @@ for kind in "${cases[@]}"; do
 done
 [ ${#cases[@]} -gt 0 ] || { echo "CASES names no case" >&2; exit 2; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-start_all=${EPOCHREALTIME/./}
 
 ralph=$(cargo build --release --message-format=json-render-diagnostics --manifest-path "$root/Cargo.toml" --bin ralph \
   | grep '"kind":\["bin"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$ralph" ] || { echo "could not find the ralph executable in cargo's output" >&2; exit 1; }
+start_all=${EPOCHREALTIME/./} # the build of ralph not counted
 
 # Where the repositories live: BENCH_DIR, else /dev/shm when it has room, else $TMPDIR or /tmp.
 max_n=0
@@ -94,7 +108,7 @@ for spec in "${sizes[@]}"; do
     { echo "size '$spec': expected FILES[:TRIALS], at least 2000 files" >&2; exit 2; }
   [ "${spec%%:*}" -le "$max_n" ] || max_n=${spec%%:*}
 done
-need_kb=$(( max_n * 20 )) # three copies at once (two, and a clone being copied) of ~4 KiB files, and room to spare
+need_kb=$(( max_n * 27 )) # four copies at once (three, and a clone being copied) of ~4 KiB files, and room to spare
 if [ -n "${BENCH_DIR:-}" ]; then place=$BENCH_DIR
 elif [ -w /dev/shm ] && [ "$(df -Pk /dev/shm | awk 'NR == 2 { print $4 }')" -gt "$need_kb" ]; then place=/dev/shm
 else place=${TMPDIR:-/tmp}; fi
@@ -160,6 +174,28 @@ make_case() {
   esac
 }
 
+# git's floor's copy for case $2 at path $3 ($1 = files): made as the case's others are, then a
+# file-system monitor that answers exactly the paths the changes touched (protocol 2: the token is
+# the generation of changes; the answer, every path changed in the generations after the token
+# git gives it, or "/" — everything — for a token it never gave) and the untracked cache, warmed
+# by two statuses (the stat cache refreshed and written back, the token and the cache stored).
+make_floor() {
+  make_case "$1" "$2" "$3"
+  cat > "$3/.git/floor-hook.sh" <<'HOOK'
+#!/bin/sh
+d=$(dirname "$0"); g=$(cat "$d/floor-gen")
+printf 'floor-%s\0' "$g"
+t=${2#floor-}
+case $2 in floor-*) ;; *) printf '/\0'; exit 0 ;; esac
+case $t in ''|*[!0-9]*) printf '/\0'; exit 0 ;; esac
+while [ "$t" -lt "$g" ]; do t=$((t + 1)); cat "$d/floor-changed-$t"; done
+HOOK
+  chmod +x "$3/.git/floor-hook.sh"; echo 0 > "$3/.git/floor-gen"
+  git -C "$3" config core.fsmonitor "$3/.git/floor-hook.sh"
+  git -C "$3" config core.untrackedCache true
+  git -C "$3" status --porcelain > /dev/null; git -C "$3" status --porcelain > /dev/null
+}
+
 # The change of iteration k (1..15; `awk -v k=… -v n=FILES -f change.awk DIRS /dev/null`), in the
 # current directory: 50 files modified in ten neighbouring directories, 5 deleted beside them, 15
 # added across directories and 5 in a new one, and ignored build outputs written. Iteration k of
@@ -169,15 +205,19 @@ NR == FNR { dir[NR - 1] = $0; nd = NR; next }
 END {
   per = n / nd; b = (k * 1000) % (n - 1000)
   for (j = 0; j < 50; j++) { f = sprintf("%s/f%06d.rs", dir[int((b + j * 10) / per)], b + j * 10)
-    printf "// edited in iteration %d\nfn added_%d() {}\n", k, j >> f; close(f) }
+    printf "// edited in iteration %d\nfn added_%d() {}\n", k, j >> f; close(f); if (list != "") print f > list }
   rm = "rm -f"
-  for (j = 0; j < 5; j++) rm = rm sprintf(" %s/f%06d.rs", dir[int((b + 600 + j) / per)], b + 600 + j)
+  for (j = 0; j < 5; j++) { f = sprintf("%s/f%06d.rs", dir[int((b + 600 + j) / per)], b + 600 + j)
+    rm = rm " " f; if (list != "" && system("test -e " f) == 0) print f > list }
   system(rm)
   for (j = 0; j < 15; j++) { f = sprintf("%s/added_%d_%d.rs", dir[int((b + j * 37) / per)], k, j)
-    printf "// added in iteration %d\npub fn f%d() -> u32 { %d }\n", k, j, j > f; close(f) }
+    printf "// added in iteration %d\npub fn f%d() -> u32 { %d }\n", k, j, j > f; close(f); if (list != "") print f > list }
   nd2 = dir[int(b / per)] "/feature" k; system("mkdir -p " nd2 " build")
-  for (j = 0; j < 5; j++) { f = sprintf("%s/part%d.rs", nd2, j); printf "// part %d\n", j > f; close(f) }
+  for (j = 0; j < 5; j++) { f = sprintf("%s/part%d.rs", nd2, j); printf "// part %d\n", j > f; close(f); if (list != "") print f > list }
   f = "build/iter" k ".o"; print k > f; close(f); f = "build.log"; print k >> f; close(f)
+  # With -v list=FILE: the paths to stage in FILE, and in FILE.more the rest a file-system monitor
+  # reports (the new directory, the ignored outputs).
+  if (list != "") { close(list); printf "%s/\nbuild/iter%d.o\nbuild.log\n", nd2, k > (list ".more"); close(list ".more") }
 }
 AWK
 # The agent ralph runs. It stamps its start and its end (µs) into $work/stamps; in between it
@@ -201,6 +241,33 @@ if { grep -c -- '- \[x\]' RALPH_TASK.md || true; } >/dev/null &&
   git add -A && git commit -q -m "iteration \$k" && git status --porcelain | cksum >/dev/null; then
   b=\${EPOCHREALTIME/./}; echo "\$k \$((b - a))" >> "$work/shell-times"
 fi
+# git's floor for the same change, on the third copy: its monitor (the hook) answers exactly the
+# paths this change touched; the commands any supervisor that stages through git must run, each
+# timed: status, update-index of the changed paths, diff-index, (write-tree: the commit's tree,
+# timed apart), commit-tree + update-ref, the fingerprint's status.
+cd "\$(<"$work/floor-repo")"
+awk -v k="\$k" -v n="\$n" -v list="$work/floor-list" -f "$work/change.awk" "$work/dirs-\$n" /dev/null
+g=\$(( \$(<.git/floor-gen) + 1 ))
+cat "$work/floor-list" "$work/floor-list.more" | tr '\n' '\0' > ".git/floor-changed-\$g"
+echo "\$g" > .git/floor-gen
+t0=\${EPOCHREALTIME/./}
+if git status --porcelain=v1 -z > "$work/floor-status" && t1=\${EPOCHREALTIME/./} &&
+  git update-index --add --remove --stdin < "$work/floor-list" && t2=\${EPOCHREALTIME/./} &&
+  git -c core.fsmonitor=false diff-index --cached HEAD > /dev/null && t3=\${EPOCHREALTIME/./} &&
+  tree=\$(git write-tree) && t4=\${EPOCHREALTIME/./} &&
+  c=\$(git commit-tree "\$tree" -p HEAD -m "iteration \$k") && git update-ref HEAD "\$c" && t5=\${EPOCHREALTIME/./} &&
+  git status --porcelain | cksum > /dev/null; then
+  t6=\${EPOCHREALTIME/./}
+  echo "\$k \$((t3 - t0 + t6 - t4)) \$((t1 - t0)) \$((t2 - t1)) \$((t3 - t2)) \$((t4 - t3)) \$((t5 - t4)) \$((t6 - t5))" >> "$work/floor-times"
+  # The monitor must have told git of every change: the status listed each staged path, the new
+  # directory as one entry.
+  d=\$(head -n 1 "$work/floor-list.more")
+  want=\$(awk -v d="\$d" 'index(\$0, d) != 1 { k++ } END { print k + 1 }' "$work/floor-list")
+  got=\$(tr -cd '\0' < "$work/floor-status" | wc -c)
+  [ "\$got" = "\$want" ] || echo "iteration \$k: the floor's status listed \$got paths, the change made \$want" >> "$work/floor-error"
+else
+  echo "iteration \$k: a git command of the floor failed" >> "$work/floor-error"
+fi
 printf '%s %s %s %s\n' "\$s" "\${EPOCHREALTIME/./}" "\$c0" "\$(cpu)" >> "$work/stamps"
 SH
 chmod +x "$work/agent.sh"
@@ -209,10 +276,10 @@ chmod +x "$work/agent.sh"
 # shell's first iteration and steady mean, ralph's first and steady mean, ralph's start-up (the
 # part of its first iteration before the first agent), and the CPU time ralph spent while its
 # agents ran, per iteration.
-run_pair() { # $1 = ralph's repo, $2 = the shell loop's, $3 = a name for the profile, $4 = the case
-  echo "$2" > "$work/shell-repo"
+run_pair() { # $1 = ralph's repo, $2 = the shell loop's, $3 = a name for the profile, $4 = the case, $5 = the floor's
+  echo "$2" > "$work/shell-repo"; echo "$5" > "$work/floor-repo"
   local t0 t1 rc
-  : > "$work/stamps"; : > "$work/shell-times"
+  : > "$work/stamps"; : > "$work/shell-times"; : > "$work/floor-times"; rm -f "$work/floor-error"
   t0=$(now_us)
   set +e
   local quiet=(-q) trace=() sandbox=()
@@ -243,21 +310,29 @@ run_pair() { # $1 = ralph's repo, $2 = the shell loop's, $3 = a name for the pro
   awk -v n="$iters" '$1 == 1 { first = $2 } $1 > 1 { rest += $2; k++ } END {
     if (NR != n || k != n - 1) { print "the shell loop ran " NR " of " n " iterations" > "/dev/stderr"; exit 1 }
     printf "%d %d %d ", first, rest / k, first + rest }' "$work/shell-times"
+  [ ! -s "$work/floor-error" ] || { log "git's floor:"; cat "$work/floor-error" >&2; exit 1; }
+  # git's floor: the steady mean over the iterations of ralph's (2..N-1), the sum and per command
+  awk -v n="$iters" '$1 > 1 && $1 < n { for (i = 2; i <= 8; i++) m[i] += $i; k++ } END {
+    if (NR != n) { print "git'"'"'s floor ran " NR " of " n " iterations" > "/dev/stderr"; exit 1 }
+    for (i = 2; i <= 8; i++) printf "%d ", m[i] / k }' "$work/floor-times"
   cat "$work/ralph-figures"
 }
 
 # Both sides must have committed the same trees (ralph's own .ralph/ files aside), all of it.
-same_result() { # $1 = the shell's repo, $2 = ralph's
-  local a b
+same_result() { # $1 = the shell's repo, $2 = ralph's, $3 = the floor's
+  local a b c
   a=$(git -C "$1" ls-tree -r HEAD | grep -v $'\t\.ralph/' | cksum)
   b=$(git -C "$2" ls-tree -r HEAD | grep -v $'\t\.ralph/' | cksum)
+  c=$(git -C "$3" ls-tree -r HEAD | grep -v $'\t\.ralph/' | cksum)
   [ "$a" = "$b" ] || { log "ralph's last commit in $2 differs from the shell loop's in $1"; exit 1; }
+  [ "$c" = "$b" ] || { log "the floor's last commit in $3 differs from ralph's in $2"; exit 1; }
+  [ -z "$(git -C "$3" status --porcelain)" ] || { log "the floor left uncommitted changes in $3"; exit 1; }
   [ -z "$(git -C "$2" status --porcelain)" ] || { log "ralph left uncommitted changes in $2"; exit 1; }
 }
 
 ms() { awk -v u="$1" 'BEGIN { printf "%.0f", u / 1000 }'; }
 
-table=() last=() beside=0 tick_us=$(( 1000000 / $(getconf CLK_TCK) ))
+table=() last=() floor_parts=() beside=0 tick_us=$(( 1000000 / $(getconf CLK_TCK) ))
 for spec in "${sizes[@]}"; do
   n=${spec%%:*}; t=$trials; [ "$spec" = "$n" ] || t=${spec#*:}
   log "building the $n-file repository"
@@ -265,28 +340,31 @@ for spec in "${sizes[@]}"; do
   make_base "$n"
   log "  built in $(ms $(( $(now_us) - t_setup ))) ms"
   echo "$n" > "$work/size"
-  declare -A sf=() ss=() rf=() rs=() swh=() rwh=()
+  declare -A sf=() ss=() rf=() rs=() swh=() rwh=() fls=()
   for trial in $(seq "$t"); do
     for kind in "${cases[@]}"; do
       t_setup=$(now_us)
       make_case "$n" "$kind" "$work/$kind-shell"
       make_case "$n" "$kind" "$work/$kind-ralph"
-      log "  $kind, trial $trial: two working copies made in $(ms $(( $(now_us) - t_setup ))) ms"
+      make_floor "$n" "$kind" "$work/$kind-floor"
+      log "  $kind, trial $trial: three working copies made in $(ms $(( $(now_us) - t_setup ))) ms"
       sleep 1 # no file as new as the index the first iteration writes (racy git)
-      read -r a b sw c d u v w rw < <(run_pair "$work/$kind-ralph" "$work/$kind-shell" "$n-$kind-$trial" "$kind")
-      same_result "$work/$kind-shell" "$work/$kind-ralph"
-      rm -rf "$work/$kind-shell" "$work/$kind-ralph"
-      log "$(printf '%7d files %-7s trial %d: shell first %6s ms steady %6s ms | ralph first %6s ms (start-up %s) steady %6s ms last %6s ms; whole run: shell %s ms, ralph %s ms; CPU beside the agent %s ms' \
-        "$n" "$kind" "$trial" "$(ms "$a")" "$(ms "$b")" "$(ms "$c")" "$(ms "$u")" "$(ms "$d")" "$(ms "$w")" "$(ms "$sw")" "$(ms "$rw")" "$(ms "$v")")"
+      read -r a b sw fl f1 f2 f3 f4 f5 f6 c d u v w rw < <(run_pair "$work/$kind-ralph" "$work/$kind-shell" "$n-$kind-$trial" "$kind" "$work/$kind-floor")
+      same_result "$work/$kind-shell" "$work/$kind-ralph" "$work/$kind-floor"
+      rm -rf "$work/$kind-shell" "$work/$kind-ralph" "$work/$kind-floor"
+      log "$(printf '%7d files %-7s trial %d: shell first %6s ms steady %6s ms | ralph first %6s ms (start-up %s) steady %6s ms last %6s ms | floor steady %s ms (status %s, update-index %s, diff-index %s, commit %s, status %s; write-tree %s); whole run: shell %s ms, ralph %s ms; CPU beside the agent %s ms' \
+        "$n" "$kind" "$trial" "$(ms "$a")" "$(ms "$b")" "$(ms "$c")" "$(ms "$u")" "$(ms "$d")" "$(ms "$w")" \
+        "$(ms "$fl")" "$(ms "$f1")" "$(ms "$f2")" "$(ms "$f3")" "$(ms "$f5")" "$(ms "$f6")" "$(ms "$f4")" "$(ms "$sw")" "$(ms "$rw")" "$(ms "$v")")"
+      floor_parts+=("$n $kind $f1 $f2 $f3 $f5 $f6 $f4")
       last+=("$n $kind $w")
       [ "$kind" = sandboxed ] || [ "$v" -le "$beside" ] || beside=$v
       sf[$kind]+="$a "; ss[$kind]+="$b "; rf[$kind]+="$c "; rs[$kind]+="$d "
-      swh[$kind]+="$sw "; rwh[$kind]+="$rw "
+      swh[$kind]+="$sw "; rwh[$kind]+="$rw "; fls[$kind]+="$fl "
     done
   done
   for kind in "${cases[@]}"; do
     table+=("$(awk -v n="$n" -v kind="$kind" -v t="$t" -v sf="${sf[$kind]}" -v ss="${ss[$kind]}" \
-      -v rf="${rf[$kind]}" -v rs="${rs[$kind]}" -v sw="${swh[$kind]}" -v rw="${rwh[$kind]}" '
+      -v rf="${rf[$kind]}" -v rs="${rs[$kind]}" -v sw="${swh[$kind]}" -v rw="${rwh[$kind]}" -v fl="${fls[$kind]}" '
       function commas(v,   s, o) { s = sprintf("%.0f", v); o = ""
         while (length(s) > 3) { o = "," substr(s, length(s) - 2) o; s = substr(s, 1, length(s) - 3) }
         return s o }
@@ -297,21 +375,26 @@ for spec in "${sizes[@]}"; do
           for (i = 1; i <= k; i++) { r = ra[i] / sh[i]; if (r < lo) lo = r; if (r > hi) hi = r }
           m = m sprintf(" (%.2f–%.2f)", lo, hi) }
         return m }
-      BEGIN { k = split(sf, a); split(ss, b); split(rf, c); split(rs, d); split(sw, e); split(rw, f)
-        printf "| %s | %s | %s | %s | %s |\n", commas(n), kind, cell(a, c, k), cell(b, d, k), cell(e, f, k) }')")
+      function floor_cell(fl, ra, k,   m) { m = cell(fl, ra, k); sub(/ \| [0-9,]+ \|/, " |", m); return m }
+      BEGIN { k = split(sf, a); split(ss, b); split(rf, c); split(rs, d); split(sw, e); split(rw, f); split(fl, g)
+        printf "| %s | %s | %s | %s | %s | %s |\n", commas(n), kind, cell(a, c, k), cell(b, d, k), floor_cell(g, d, k), cell(e, f, k) }')")
   done
   rm -rf "$work/base-$n"
-  unset sf ss rf rs swh rwh
+  unset sf ss rf rs swh rwh fls
 done
 
 elapsed=$(( ($(now_us) - start_all) / 1000000 ))
 printf 'Per-iteration overhead in ms; ratio = ralph / shell (per-trial range in brackets). Sizes %s (size:trials), %s iterations per run, repositories on %s; %s cores, %s, ralph %s; %d s in all.\n\n' \
   "$(for spec in "${sizes[@]}"; do n=${spec%%:*}; [ "$spec" = "$n" ] && printf '%s:%s ' "$n" "$trials" || printf '%s ' "$spec"; done | sed 's/ $//')" \
   "$iters" "$fs" "$(nproc)" "$(git --version)" "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')" "$elapsed"
-echo '| files | case | shell first | ralph first | ratio | shell steady | ralph steady | ratio | shell whole run | ralph whole run | ratio |'
-echo '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|'
+echo '| files | case | shell first | ralph first | ratio | shell steady | ralph steady | ratio | git floor steady | ralph / floor | shell whole run | ralph whole run | ratio |'
+echo '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|'
 printf '%s\n' "${table[@]}"
 printf '\nralph'"'"'s last iteration (its close also halts the run, after the full check of the tree without the watcher), ms, mean over the trials: %s.\n' \
   "$(printf '%s\n' "${last[@]}" | awk '{ k = $1 " " $2; s[k] += $3; c[k]++; if (!(k in o)) { o[k] = ++n; key[n] = k } }
     END { for (i = 1; i <= n; i++) { split(key[i], p, " "); printf "%s%s %s %.0f", (i > 1 ? ", " : ""), p[1], p[2], s[key[i]] / c[key[i]] / 1000 } }')"
 printf '\nralph'"'"'s own CPU time while its agents ran (work beside the agent, not counted above): at most %s ms per iteration.\n' "$(ms "$beside")"
+printf '\ngit'"'"'s floor per steady iteration (status, update-index of the changed paths, diff-index --cached, commit-tree + update-ref, the fingerprint'"'"'s status), ms, mean over the trials; in brackets write-tree, run to make the commit'"'"'s tree, not counted: %s.\n' \
+  "$(printf '%s\n' "${floor_parts[@]}" | awk '{ k = $1 " " $2; for (i = 3; i <= 8; i++) s[k, i] += $i; c[k]++; if (!(k in o)) { o[k] = ++n; key[n] = k } }
+    END { for (i = 1; i <= n; i++) { k = key[i]; split(k, p, " "); m = c[k] * 1000
+      printf "%s%s %s: %.0f + %.0f + %.0f + %.0f + %.0f (%.0f)", (i > 1 ? "; " : ""), p[1], p[2], s[k, 3] / m, s[k, 4] / m, s[k, 5] / m, s[k, 6] / m, s[k, 7] / m, s[k, 8] / m } }')"
