@@ -23,7 +23,7 @@ mod thread;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 use super::cli::Monitor;
@@ -43,8 +43,10 @@ struct Shared {
     seen: Condvar,
 }
 
-/// The running watchers of this process, one per work tree.
-static RUNNING: Mutex<Vec<(PathBuf, Arc<Watch>)>> = Mutex::new(Vec::new());
+/// The running watchers of this process, one per work tree. Weak: a watcher lives as long as a
+/// run holds it, and its thread ends with the last holder (the stop pipe's writer dropped) —
+/// a queue's item's watcher goes with its loop, never kept for the rest of the queue (issue 32).
+static RUNNING: Mutex<Vec<(PathBuf, Weak<Watch>)>> = Mutex::new(Vec::new());
 
 /// The running watcher of one work tree.
 pub(crate) struct Watch {
@@ -66,17 +68,34 @@ impl std::fmt::Debug for Watch {
 impl Watch {
     /// Watch every directory of `root` (the insides of `.git` directories excepted: only their
     /// top level, to see an agent touch them), and the git directory. `None` where there is no
-    /// inotify. A second start for the same work tree gets the running one, until `stop`.
+    /// inotify. A second start for the same work tree gets the running one, until `stop` or
+    /// until its last holder drops it.
     pub(crate) fn start(root: &Path, git_dir: &Path, ralph_dir: &Path) -> Option<Arc<Watch>> {
         let mut running = RUNNING
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((_, w)) = running.iter().find(|(r, _)| r == root) {
-            return Some(Arc::clone(w));
+        running.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(w) = running
+            .iter()
+            .filter(|(r, _)| r == root)
+            .find_map(|(_, w)| w.upgrade())
+        {
+            return Some(w);
         }
         let watch = imp::start(root, git_dir, ralph_dir)?;
-        running.push((root.to_path_buf(), Arc::clone(&watch)));
+        running.push((root.to_path_buf(), Arc::downgrade(&watch)));
         Some(watch)
+    }
+
+    /// How many watchers of this process are running (held by a run), for
+    /// `RALPH_REPORT_MEMORY`.
+    pub(crate) fn running() -> usize {
+        RUNNING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(_, w)| w.strong_count() > 0)
+            .count()
     }
 
     /// Stop watching: the thread ends and its watches go (the rest of the run walks in full).
@@ -84,7 +103,7 @@ impl Watch {
         RUNNING
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|(_, w)| !std::ptr::eq(Arc::as_ptr(w), self));
+            .retain(|(_, w)| !std::ptr::eq(w.as_ptr(), self));
         if let Ok(mut w) = self.stop.lock() {
             let _ = w.write_all(b"x");
         }

@@ -157,6 +157,7 @@ pub(super) fn from_queue(
         words: tell,
     };
     q.run(&interrupts, &words);
+    report_memory(q.taken.len());
     if interrupts.count() > 0 {
         q.stop.get_or_insert(exit::INTERRUPTED);
     }
@@ -170,6 +171,30 @@ pub(super) fn from_queue(
         Some(e) => Err(e),
         None => Ok(code),
     }
+}
+
+/// With `RALPH_REPORT_MEMORY` set (benchmarks and tests, issue 32), one line after the last
+/// item: what the queue still holds of its items — running file watchers, the process's
+/// threads — and its anonymous resident memory, so growth per item shows as a count.
+/// Written even under `--quiet`, to stderr.
+fn report_memory(items: usize) {
+    if std::env::var_os("RALPH_REPORT_MEMORY").is_none() {
+        return;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map_or("?", |v| v.trim().trim_end_matches(" kB"))
+            .to_string()
+    };
+    eprintln!(
+        "ralph: memory after {items} items: watchers {}, threads {}, RssAnon {} KiB",
+        crate::git::watch::Watch::running(),
+        field("Threads:"),
+        field("RssAnon:")
+    );
 }
 
 /// The queue's own configuration keys: `lease` (unless `--lease` gave one) and `pass_env`,
