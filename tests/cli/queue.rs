@@ -535,3 +535,62 @@ fn ctrl_c_with_two_loops_running_stops_both_and_releases_both() {
         );
     }
 }
+
+/// Issue 32: a queue keeps nothing of an item once it is done. Each item's loop had its work
+/// tree's file watcher (its thread, inotify watches, journal) kept in a process-wide registry
+/// until ralph exited — about 3 MiB more per item at 20,000 files. `RALPH_REPORT_MEMORY` has
+/// ralph say, after the last item, how many watchers still run and how many threads it has:
+/// neither grows with the items.
+#[test]
+fn a_queue_keeps_no_watcher_or_thread_of_an_item_it_finished() {
+    let Some(b) = Beads::new() else { return };
+    let report = |out: &std::process::Output, n: usize| -> (usize, usize) {
+        let err = stderr(out);
+        let prefix = format!("ralph: memory after {n} items: watchers ");
+        let line = err
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no memory line for {n} items in {err}"));
+        let mut nums = line
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse::<usize>().expect("a number"));
+        (
+            nums.next().expect("watchers"),
+            nums.next().expect("threads"),
+        )
+    };
+    let run = |count: usize| {
+        for i in 0..count {
+            b.create(&format!("Item {i}"), &format!("- [ ] item {i} is done"), 2);
+        }
+        b.env.commit_all("items");
+        let out = b.env.ralph_with_limit(
+            &[
+                "run",
+                "--from",
+                "beads",
+                "--agent-cmd",
+                &format!("'{}'", fake_agent().display()),
+                "--yes",
+            ],
+            &[
+                ("FAKE_AGENT_SCRIPT", "check-unless:no such text"),
+                ("RALPH_BEADS_CMD", &b.br.display().to_string()),
+                ("RALPH_REPORT_MEMORY", "1"),
+            ],
+            std::time::Duration::from_secs(120),
+        );
+        assert_exit(&out, 0);
+        report(&out, count)
+    };
+    let (w1, t1) = run(1);
+    let (w4, t4) = run(4);
+    // Each item's loop watched its worktree: a watcher kept per item shows as 1, then 4.
+    assert_eq!(
+        (w1, w4),
+        (0, 0),
+        "watchers still running after the queue's items"
+    );
+    assert_eq!(t4, t1, "threads after 4 items against after 1");
+}
