@@ -214,8 +214,10 @@ fn in_tmux_a_warning_while_watching_goes_to_the_footer_not_over_the_table() {
         if round > 0 {
             std::fs::create_dir_all(&ralph_dir).unwrap();
             let now = format!("round {round}");
-            std::fs::write(ralph_dir.join("activity.now"), format!("{now}\n")).unwrap();
-            tmux.wait_for(&env, "the activity read again", |p| p.contains(&now));
+            // The loop is halted: its row shows its last ITER record (the activity of a
+            // running one), so the record is what tells the directory was watched again.
+            std::fs::write(ralph_dir.join("iterations.log"), format!("{now}\n")).unwrap();
+            tmux.wait_for(&env, "the record read again", |p| p.contains(&now));
         }
         std::fs::remove_dir_all(&ralph_dir).unwrap();
         if wait_until(Duration::from_secs(2), || {
