@@ -286,8 +286,13 @@ impl Committer<'_> {
             .repo
             .stage_unless_only(&guard(self.settings), &alone)?;
         // The agent's change is what the staged tree changes from HEAD's (whoever staged it),
-        // less ralph's bookkeeping: a change undone, or staged and restored, is none.
-        let mut worked = staged.changed.iter().filter(|p| !self.is_bookkeeping(p));
+        // less ralph's bookkeeping (read once, above; `.ralph/` itself is named only when all
+        // it holds is that): a change undone, or staged and restored, is none.
+        let own_dir = format!("{}/", state::DIR);
+        let mut worked = staged
+            .changed
+            .iter()
+            .filter(|p| !alone.contains(p) && **p != own_dir);
         if worked.next().is_none() {
             tell(self.ui, &self.tree.rd, &staged.left_out, None);
             // The run ends with this iteration: its bookkeeping, which never goes alone into a

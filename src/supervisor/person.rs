@@ -42,18 +42,13 @@ impl Questions {
     }
 }
 
-/// Whether `ralph serve` runs for `repo`'s repository now: its pid file in ralph's state
-/// directory names a live process.
+/// Whether `ralph serve` runs for `repo`'s repository now: it holds its `serve.pid` locked while
+/// it runs (the kernel drops the lock on any death, so neither a stale file nor a reused pid
+/// counts).
 fn web_view_there(repo: &crate::git::Repo) -> bool {
-    let Some(records) =
-        crate::state::StateHome::locate().and_then(|h| h.find_repo(repo.git2().commondir()))
-    else {
-        return false;
-    };
-    std::fs::read_to_string(records.join("serve.pid"))
-        .ok()
-        .and_then(|p| p.trim().parse::<u32>().ok())
-        .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+    crate::state::StateHome::locate()
+        .and_then(|h| h.find_repo(repo.git2().commondir()))
+        .is_some_and(|records| crate::state::Lock::is_held(&records.join("serve.pid")))
 }
 
 /// What the next prompt carries from a person, and what to clear once it is saved.
