@@ -83,6 +83,7 @@
 #   local SSD, which would make the set-up slow and the figures noisy. BENCH_DIR=/tmp measures on
 #   disk (there ralph's fsyncs of its state files count; on tmpfs they cost nothing).
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/tree.sh"
 export LC_ALL=C
 trials=${1:-3}; shift || true
 sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(20000 100000:1 500000:1)
@@ -127,10 +128,8 @@ now_us() { echo "${EPOCHREALTIME/./}"; }
 
 # The repository of $1 files, built once: $work/base-$1, its directory list $work/dirs-$1.
 make_base() {
-  local n=$1 base=$work/base-$1 d=$(( $1 / 50 > 100 ? $1 / 50 : 100 )) f
-  awk -v d="$d" 'BEGIN { split("src lib tests docs tools", top, " ");
-    for (i = 0; i < d; i++) { p = top[i % 5 + 1] "/mod" int(i / 5) % 40 "/pkg" i;
-      if (i % 3 == 0) p = p "/internal"; print p } }' > "$work/dirs-$n"
+  local n=$1 base=$work/base-$1 f
+  bench_dirs "$n" > "$work/dirs-$n"
   # ralph's own files, as `ralph init` writes them
   rm -rf "$work/init" && git init -q "$work/init"
   (cd "$work/init" && "$ralph" init bench --criterion a --criterion b --max-iterations 50 >/dev/null)
@@ -139,18 +138,10 @@ make_base() {
   git init -q --bare --initial-branch=main "$base"
   {
     printf 'commit refs/heads/main\ncommitter bench <bench@localhost> 1700000000 +0000\ndata 4\ninit\n'
-    awk -v n="$n" -v dn="$d" 'NR == FNR { dir[NR - 1] = $0; next } END {
-      for (j = 0; j < 140; j++) block = block sprintf("    let value_%02d = compute(input, %d); // keeps the example realistic\n", j, j * 7)
-      per = n / dn
-      for (i = 0; i < n; i++) {
-        r = (i * 7919 % 1000) / 1000; size = int(100 + 10000 * r * r * r)
-        c = "// file " i "\n" substr(block, 1 + (i % 13) * 7, size) "\n" # (mawk: no sprintf over 8 KiB)
-        printf "M 100644 inline %s/f%06d.rs\ndata %d\n", dir[int(i / per)], i, length(c); print c
-      }
-      c = "# build output\nbuild/\n*.o\n*.log\n!keep.log\n/coverage/\n.cache/\n"
-      printf "M 100644 inline .gitignore\ndata %d\n%s\n", length(c), c
-      printf "M 100644 inline src/.gitignore\ndata 9\n*.gen.rs\n\n"
-      printf "M 100644 inline src/keep.log\ndata 5\nkept\n\n" }' "$work/dirs-$n" /dev/null
+    bench_files "$n" "$work/dirs-$n"
+    bench_inline .gitignore $'# build output\nbuild/\n*.o\n*.log\n!keep.log\n/coverage/\n.cache/\n'
+    bench_inline src/.gitignore $'*.gen.rs\n'
+    bench_inline src/keep.log $'kept\n'
     (cd "$work/init" && git ls-files --others --exclude-standard) | while read -r f; do
       printf 'M 100644 inline %s\ndata %d\n' "$f" "$(wc -c < "$work/init/$f")"; cat "$work/init/$f"; echo
     done

@@ -31,6 +31,7 @@
 # Per-trial figures go to stderr; the Markdown table for docs/benchmarks.md to stdout, with the
 # load average at the start and at the end.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/tree.sh"
 export LC_ALL=C
 trials=${1:-3} items=${2:-20} n=${3:-20000}
 [[ $trials =~ ^[1-9][0-9]?$ ]] || { echo "TRIALS must be 1..99" >&2; exit 2; }
@@ -65,24 +66,14 @@ ms() { awk -v u="$1" 'BEGIN { printf "%.0f", u / 1000 }'; }
 # fast-import`, a few hundred leaf directories, files of 0.1–10 KB, a .gitignore), checked out;
 # beads initialised in it and ITEMS items created, each with two criteria as task-list boxes.
 prepare() {
-  local d=$(( n / 50 > 100 ? n / 50 : 100 )) repo=$work/prepared i out id
-  awk -v d="$d" 'BEGIN { split("src lib tests docs tools", top, " ");
-    for (i = 0; i < d; i++) { p = top[i % 5 + 1] "/mod" int(i / 5) % 40 "/pkg" i;
-      if (i % 3 == 0) p = p "/internal"; print p } }' > "$work/dirs"
+  local repo=$work/prepared i out id
+  bench_dirs "$n" > "$work/dirs"
   git init -q --initial-branch=main "$repo"
   git -C "$repo" config user.name bench; git -C "$repo" config user.email bench@localhost
   {
     printf 'commit refs/heads/main\ncommitter bench <bench@localhost> 1700000000 +0000\ndata 4\ninit\n'
-    awk -v n="$n" -v dn="$d" 'NR == FNR { dir[NR - 1] = $0; next } END {
-      for (j = 0; j < 140; j++) block = block sprintf("    let value_%02d = compute(input, %d); // keeps the example realistic\n", j, j * 7)
-      per = n / dn
-      for (i = 0; i < n; i++) {
-        r = (i * 7919 % 1000) / 1000; size = int(100 + 10000 * r * r * r)
-        c = "// file " i "\n" substr(block, 1 + (i % 13) * 7, size) "\n"
-        printf "M 100644 inline %s/f%06d.rs\ndata %d\n", dir[int(i / per)], i, length(c); print c
-      }
-      c = "# build output\nbuild/\n*.o\n*.log\n"
-      printf "M 100644 inline .gitignore\ndata %d\n%s\n", length(c), c }' "$work/dirs" /dev/null
+    bench_files "$n" "$work/dirs"
+    bench_inline .gitignore $'# build output\nbuild/\n*.o\n*.log\n'
   } | git -C "$repo" fast-import --quiet
   git -C "$repo" checkout -q -f main
   (cd "$repo" && "$br" init >/dev/null 2>&1) || { log "br init failed in $repo"; exit 1; }
